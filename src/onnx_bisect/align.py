@@ -1,0 +1,298 @@
+"""Align stage: pair each PyTorch activation with the ONNX tensor computing the same value.
+
+Methods, in order of trust:
+1. scope: the node's module path (dynamo metadata or TorchScript-style names);
+   a module's candidates are the tensors its scope hands to the rest of the
+   graph, of the activation's shape, taken call by call in graph order;
+2. graph outputs for the model's own outputs;
+3. identity for modules that return their input unchanged (Dropout in eval);
+4. fusion when a module has no node of its own (a BatchNorm folded into the
+   preceding Conv), confirmed by value where both sides have a tensor;
+5. structure: same shape near the expected position in graph order, accepted
+   only when the values agree.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from .graph import GraphIndex
+from .records import Activation, Capture, MatchMethod, TensorPair
+
+_CALL_SUFFIX = re.compile(r"^(.*)_(\d+)$")
+STRUCTURE_MIN_COSINE = 0.999
+STRUCTURE_MAX_REL = 0.05
+
+
+@dataclass(frozen=True)
+class ScopeMap:
+    """Module qualname of every node that has one, and the tensors each scope exports."""
+
+    module_of: dict[int, str]  # node index -> qualified module name
+    boundary: dict[str, tuple[str, ...]]  # module -> tensors leaving its scope, graph order
+
+
+def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
+    """Resolve node scopes to known module names and find each scope's exported tensors."""
+    known = {a.module for a in capture.activations}
+    prefix = _common_prefix(graph, known)
+    module_of: dict[int, str] = {}
+    for node in graph.nodes:
+        if node.scope is None:
+            continue
+        resolved = _resolve(node.scope[prefix:], known)
+        if resolved is not None:
+            module_of[node.index] = resolved
+    boundary: dict[str, list[str]] = defaultdict(list)
+    outputs = set(graph.graph_outputs)
+    for node in graph.nodes:
+        q = module_of.get(node.index)
+        if q is None:
+            continue
+        for t in node.outputs:
+            if not t:
+                continue
+            consumer_scopes = [module_of.get(i) for i in graph.consumers.get(t, ())]
+            for s in _ancestors(q):
+                if t in outputs or any(c is None or not _within(c, s) for c in consumer_scopes):
+                    boundary[s].append(t)
+                else:
+                    break
+    return ScopeMap(module_of=module_of, boundary={k: tuple(v) for k, v in boundary.items()})
+
+
+def _common_prefix(graph: GraphIndex, known: set[str]) -> int:
+    """How many leading scope components to drop (a wrapper module at export time)."""
+    votes: Counter[int] = Counter()
+    for node in graph.nodes[:: max(1, len(graph.nodes) // 200)]:
+        if not node.scope:
+            continue
+        for k in range(0, min(3, len(node.scope))):
+            if _resolve(node.scope[k:], known) not in (None, ""):
+                votes[k] += 1
+                break
+    return votes.most_common(1)[0][0] if votes else 0
+
+
+def _resolve(parts: tuple[str, ...], known: set[str]) -> str | None:
+    """The longest known module path that ``parts`` names, tolerating ``_N`` call suffixes."""
+    out: list[str] = []
+    for part in parts:
+        candidate = ".".join(out + [part])
+        if candidate in known:
+            out.append(part)
+            continue
+        m = _CALL_SUFFIX.match(part)
+        if m and ".".join(out + [m.group(1)]) in known:
+            out.append(m.group(1))
+            continue
+        break
+    q = ".".join(out)
+    return q if q in known else ("" if "" in known else None)
+
+
+def _ancestors(q: str):
+    parts = q.split(".") if q else []
+    for k in range(len(parts), -1, -1):
+        yield ".".join(parts[:k])
+
+
+def _within(q: str, scope: str) -> bool:
+    return scope == "" or q == scope or q.startswith(scope + ".")
+
+
+def candidate_tensors(capture: Capture, graph: GraphIndex, scopes: ScopeMap) -> list[str]:
+    """Every tensor alignment may want to look at: scope exports, graph outputs, and for
+    modules the graph has no scope for, the tensors whose inferred shape fits."""
+    names: dict[str, None] = dict.fromkeys(graph.graph_outputs)
+    for tensors in scopes.boundary.values():
+        names.update(dict.fromkeys(tensors))
+    scoped = set(scopes.boundary)
+    shapes = {a.value.shape for a in capture.activations if a.module not in scoped}
+    if shapes:
+        for node in graph.nodes:
+            for t in node.outputs:
+                if t and graph.shapes.get(t) in shapes:
+                    names[t] = None
+    return [n for n in names if n not in graph.initializers and n not in graph.graph_inputs]
+
+
+def align_activations(
+    capture: Capture, graph: GraphIndex, scopes: ScopeMap, values: dict[str, np.ndarray]
+) -> tuple[TensorPair, ...]:
+    """Pair every activation with an ONNX tensor (or say why none), in capture order."""
+    acts = capture.activations
+    pairs: dict[int, TensorPair] = {}
+    _pair_graph_outputs(acts, graph, values, pairs)
+    _pair_by_scope(acts, graph, scopes, values, pairs)
+    _pair_fusions(acts, graph, scopes, values, pairs)
+    _pair_identities(acts, graph, pairs)
+    _pair_by_structure(acts, graph, values, pairs)
+    return tuple(pairs.get(a.index) or _unmatched(a, scopes) for a in acts)
+
+
+def _pair(a: Activation, graph: GraphIndex, tensor: str, method: MatchMethod, confidence=1.0, note="") -> TensorPair:
+    node = graph.node_of(tensor)
+    return TensorPair(a, tensor, node.name if node else None, node.op_type if node else None, method, confidence, note)
+
+
+def _pair_graph_outputs(acts, graph, values, pairs) -> None:
+    roots = [a for a in acts if a.module == ""]
+    for a, name in zip(roots, graph.graph_outputs):
+        v = values.get(name)
+        if v is not None and v.shape == a.value.shape:
+            pairs[a.index] = _pair(a, graph, name, MatchMethod.GRAPH_OUTPUT)
+
+
+def _pair_by_scope(acts, graph, scopes: ScopeMap, values, pairs) -> None:
+    by_module: dict[str, list[Activation]] = defaultdict(list)
+    for a in acts:
+        if a.index not in pairs:
+            by_module[a.module].append(a)
+    for module, group in by_module.items():
+        tensors = [t for t in scopes.boundary.get(module, ()) if t in values]
+        if not tensors:
+            continue
+        method = _scope_method(graph, tensors[0])
+        last = -1
+        for a in sorted(group, key=lambda a: (a.call, a.index)):
+            fits = [t for t in tensors if graph.order_of(t) > last and _fits(values[t], a.value)]
+            if not fits:
+                continue
+            if len(fits) == 1 or _same_count(group, a, tensors, values):
+                chosen, conf = fits[0], 1.0
+            else:
+                chosen, conf = _closest(fits, a.value, values)
+            pairs[a.index] = _pair(a, graph, chosen, method, conf)
+            last = graph.order_of(chosen) if a.path == _last_path(group, a) else last
+
+
+def _last_path(group, a) -> str:
+    paths = [b.path for b in group if b.call == a.call]
+    return paths[-1]
+
+
+def _same_count(group, a, tensors, values) -> bool:
+    """True when the scope exports exactly one fitting tensor per call: assign in order."""
+    same = [b for b in group if b.path == a.path]
+    fits = [t for t in tensors if _fits(values[t], a.value)]
+    return len(fits) == len(same) and len({b.path for b in group}) == 1
+
+
+def _scope_method(graph: GraphIndex, tensor: str) -> MatchMethod:
+    node = graph.node_of(tensor)
+    return MatchMethod.METADATA if node and node.scope_source == "metadata" else MatchMethod.SCOPE_NAME
+
+
+def _fits(onnx_value: np.ndarray, ref: np.ndarray) -> bool:
+    return onnx_value.shape == ref.shape and _kind(onnx_value) == _kind(ref)
+
+
+def _kind(v: np.ndarray) -> str:
+    return "f" if v.dtype.kind in "fc" else ("b" if v.dtype.kind == "b" else "i")
+
+
+def _distance(onnx_value: np.ndarray, ref: np.ndarray) -> float:
+    """Relative L2 distance, the yardstick for choosing between candidates."""
+    a = onnx_value.astype(np.float64, copy=False).ravel()
+    b = ref.astype(np.float64, copy=False).ravel()
+    finite = np.isfinite(a) & np.isfinite(b)
+    if not finite.any():
+        return float("inf")
+    num = np.linalg.norm(a[finite] - b[finite])
+    den = np.linalg.norm(b[finite]) + 1e-12
+    return float(num / den)
+
+
+def _closest(fits, ref, values) -> tuple[str, float]:
+    ranked = sorted(fits, key=lambda t: (_distance(values[t], ref), -fits.index(t)))
+    best = _distance(values[ranked[0]], ref)
+    runner = _distance(values[ranked[1]], ref) if len(ranked) > 1 else float("inf")
+    confident = best < 1e-3 or runner > 10 * best
+    return ranked[0], 0.95 if confident else 0.7
+
+
+def _pair_fusions(acts, graph: GraphIndex, scopes: ScopeMap, values, pairs) -> None:
+    """Modules with no ONNX node of their own were folded into a neighbour's node."""
+    consumers: dict[int, list[Activation]] = defaultdict(list)
+    for a in acts:
+        for i in a.inputs:
+            consumers[i].append(a)
+    for b in acts:
+        if b.index in pairs or b.passthrough or b.module in scopes.boundary or len(b.inputs) != 1:
+            continue
+        a = acts[b.inputs[0]]
+        pa = pairs.get(a.index)
+        if pa is None or pa.tensor is None or pa.method is MatchMethod.FUSED:
+            continue
+        v = values.get(pa.tensor)
+        if v is None or not _fits(v, b.value):
+            continue
+        if _distance(v, b.value) < _distance(v, a.value):
+            note = f"{a.name} and {b.name} are computed by one ONNX node"
+            pairs[b.index] = _pair(b, graph, pa.tensor, MatchMethod.FUSED, pa.confidence, note)
+            pairs[a.index] = TensorPair(a, None, pa.node, pa.op_type, MatchMethod.FUSED, pa.confidence,
+                                        f"folded into {pa.node} with {b.name}")
+    for a in acts:
+        if a.index in pairs or a.passthrough or a.module in scopes.boundary:
+            continue
+        for b in consumers.get(a.index, ()):
+            pb = pairs.get(b.index)
+            if pb and pb.tensor and pb.node:
+                node = graph.node_of(pb.tensor)
+                rule = f" by {node.rewrite_rule}" if node and node.rewrite_rule else ""
+                pairs[a.index] = TensorPair(a, None, pb.node, pb.op_type, MatchMethod.FUSED, pb.confidence,
+                                            f"no ONNX node of its own; folded into {pb.node}{rule} with {b.name}")
+                if pb.method in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME) and rule:
+                    pairs[b.index] = TensorPair(pb.activation, pb.tensor, pb.node, pb.op_type, MatchMethod.FUSED,
+                                                pb.confidence, f"computed together with {a.name}{rule}")
+                break
+
+
+def _pair_identities(acts, graph: GraphIndex, pairs) -> None:
+    for a in acts:
+        if a.index in pairs or not a.passthrough:
+            continue
+        source = next((pairs[i] for i in a.inputs if i in pairs and pairs[i].tensor
+                       and acts[i].value.shape == a.value.shape), None)
+        if source is not None:
+            pairs[a.index] = TensorPair(a, source.tensor, source.node, source.op_type, MatchMethod.IDENTITY,
+                                        source.confidence, f"returns its input unchanged ({source.activation.name})")
+
+
+def _pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
+    """Same shape, between the neighbours' tensors in graph order, confirmed by value."""
+    taken = {p.tensor for p in pairs.values() if p.tensor}
+    ordered = [t for t in values if t in graph.producer]
+    for a in acts:
+        if a.index in pairs or a.value.size == 0:
+            continue
+        lo = max((graph.order_of(pairs[i].tensor) for i in range(a.index) if i in pairs and pairs[i].tensor), default=-1)
+        fits = [t for t in ordered if t not in taken and graph.order_of(t) > lo and _fits(values[t], a.value)]
+        if not fits:
+            continue
+        best = min(fits, key=lambda t: _distance(values[t], a.value))
+        rel = _distance(values[best], a.value)
+        cos = _cosine(values[best], a.value)
+        if rel <= STRUCTURE_MAX_REL and cos >= STRUCTURE_MIN_COSINE:
+            pairs[a.index] = _pair(a, graph, best, MatchMethod.STRUCTURE, round(min(cos, 1 - rel), 4),
+                                   f"same shape and values (rel. L2 {rel:.1e})")
+            taken.add(best)
+
+
+def _cosine(x: np.ndarray, y: np.ndarray) -> float:
+    a = x.astype(np.float64).ravel()
+    b = y.astype(np.float64).ravel()
+    den = np.linalg.norm(a) * np.linalg.norm(b)
+    return float(a @ b / den) if den > 0 else float(np.array_equal(a, b))
+
+
+def _unmatched(a: Activation, scopes: ScopeMap) -> TensorPair:
+    if a.module in scopes.boundary:
+        note = f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope"
+    else:
+        note = "no ONNX node carries this module's scope and no tensor with equal values was found"
+    return TensorPair(a, None, None, None, MatchMethod.NONE, 0.0, note)

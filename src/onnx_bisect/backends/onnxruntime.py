@@ -1,0 +1,65 @@
+"""ONNX Runtime backend."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..errors import BackendError, UsageError
+from ..weights import Weights
+
+
+class OnnxRuntimeBackend:
+    """Runs models with one ONNX Runtime execution provider."""
+
+    def __init__(self, provider: str = "CPUExecutionProvider"):
+        available = ort.get_available_providers()
+        if provider not in available:
+            raise UsageError(
+                f"Execution provider '{provider}' is not available in this onnxruntime build "
+                f"(available: {', '.join(available)}). Install the matching onnxruntime package "
+                "or pick one of those."
+            )
+        self.provider = provider
+        self.name = f"onnxruntime {ort.__version__} ({provider})"
+
+    def _options(self, weights: Weights | None) -> ort.SessionOptions:
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        # Spinning worker threads keep the cores busy after a run and slow the
+        # PyTorch forward that follows in the same process.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        if weights is not None and weights.arrays:
+            names = list(weights.arrays)
+            so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(weights.arrays[n]) for n in names])
+        return so
+
+    def run(
+        self,
+        model: onnx.ModelProto | str,
+        feeds: Mapping[str, np.ndarray],
+        outputs: Sequence[str] | None = None,
+        weights: Weights | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Create a session, run once, return the outputs by name."""
+        source = model if isinstance(model, str) else model.SerializeToString()
+        try:
+            session = ort.InferenceSession(source, self._options(weights), providers=[self.provider])
+        except Exception as exc:
+            raise BackendError(
+                f"ONNX Runtime could not load the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
+                "Check the model's opset, custom-domain operators and the execution provider."
+            ) from exc
+        names = list(outputs) if outputs is not None else [o.name for o in session.get_outputs()]
+        wanted = {i.name for i in session.get_inputs()}
+        try:
+            values = session.run(names, {k: v for k, v in feeds.items() if k in wanted})
+        except Exception as exc:
+            raise BackendError(
+                f"ONNX Runtime failed while running the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
+                "Check that the inputs' shapes and dtypes match the model's inputs."
+            ) from exc
+        return dict(zip(names, values))

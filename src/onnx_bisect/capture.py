@@ -1,0 +1,100 @@
+"""Capture stage: record every module's outputs with forward hooks, in call order."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from .records import Activation, Capture, ModelInputs
+
+
+def capture_activations(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
+    """Run ``model`` once in eval mode under ``no_grad`` and record all module outputs.
+
+    Hooks are removed afterwards, whatever happens.  Each recorded value is a
+    copy taken when the module returns, so later in-place ops cannot change it;
+    a tensor returned unchanged by several modules (a container and its last
+    child) is copied once.
+    """
+    recorder = _Recorder(model)
+    model.eval()
+    handles = [
+        m.register_forward_hook(recorder.hook(name, m), with_kwargs=True)
+        for name, m in model.named_modules(remove_duplicate=False)
+    ]
+    try:
+        with torch.no_grad():
+            output = model(*inputs.args, **inputs.kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    flat = list(flatten_outputs(output))
+    return Capture(
+        activations=tuple(recorder.activations),
+        outputs=tuple(to_numpy(t) for _, t in flat),
+        output_names=tuple(path for path, _ in flat),
+    )
+
+
+class _Recorder:
+    def __init__(self, model: torch.nn.Module):
+        self.activations: list[Activation] = []
+        self._calls: dict[str, int] = defaultdict(int)
+        self._made_by: dict[int, int] = {}  # id(tensor) -> activation index
+        self._copies: dict[tuple[int, int], np.ndarray] = {}  # (id, version) -> copy
+        self._keep: list[torch.Tensor] = []  # keeps ids unique while we run
+        self._leaf = {name: not any(True for _ in m.children()) for name, m in model.named_modules(remove_duplicate=False)}
+
+    def hook(self, name: str, module: torch.nn.Module):
+        def _hook(mod, args, kwargs, output):
+            self.record(name, type(mod).__name__, args, kwargs, output)
+        return _hook
+
+    def record(self, name: str, type_name: str, args, kwargs, output) -> None:
+        call = self._calls[name]
+        self._calls[name] += 1
+        in_tensors = [t for _, t in flatten_outputs((args, kwargs))]
+        consumed = tuple(sorted({self._made_by[id(t)] for t in in_tensors if id(t) in self._made_by}))
+        in_ids = {(id(t), t._version) for t in in_tensors}
+        for path, tensor in flatten_outputs(output):
+            key = (id(tensor), tensor._version)
+            if key not in self._copies:
+                self._copies[key] = to_numpy(tensor, copy=True)
+                self._keep.append(tensor)
+            index = len(self.activations)
+            self.activations.append(Activation(
+                index=index, module=name, module_type=type_name, call=call, path=path,
+                value=self._copies[key], is_leaf=self._leaf.get(name, True),
+                inputs=consumed, passthrough=key in in_ids,
+            ))
+            self._made_by[id(tensor)] = index
+
+
+def flatten_outputs(value: Any, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield ``(path, tensor)`` for every tensor in a nested output, in exporter order.
+
+    Tuples and lists give ``[i]``, dicts (and transformers' ModelOutput) give
+    ``[key]``; ``None`` and non-tensor leaves are skipped, as the exporters do.
+    """
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from flatten_outputs(item, f"{path}[{key}]")
+    elif isinstance(value, (tuple, list)):
+        for i, item in enumerate(value):
+            yield from flatten_outputs(item, f"{path}[{i}]")
+
+
+def to_numpy(tensor: torch.Tensor, copy: bool = False) -> np.ndarray:
+    """A CPU numpy array of ``tensor``; bfloat16 becomes float32, which numpy lacks."""
+    t = tensor.detach()
+    if t.dtype == torch.bfloat16:
+        t = t.float()
+    elif copy:
+        t = t.clone()
+    if t.is_conj():
+        t = t.resolve_conj()
+    return t.cpu().numpy()

@@ -1,0 +1,37 @@
+"""Diagnose stage: turn the first divergence into a cause and a plain-words explanation.
+
+Cause-specific rules arrive with the diagnosis work; until then the cause is
+``unknown`` and the explanation states only what was measured.
+"""
+from __future__ import annotations
+
+from collections import Counter
+
+from .records import Divergence, LayerResult, Tolerance
+
+UNKNOWN = "unknown"
+
+
+def diagnose(layer: LayerResult, introduced: bool, tol: Tolerance) -> Divergence:
+    """Describe ``layer``'s divergence from the evidence we have."""
+    return Divergence(layer=layer, introduced=introduced, cause=UNKNOWN, explanation=_explain(layer, introduced, tol))
+
+
+def _explain(layer: LayerResult, introduced: bool, tol: Tolerance) -> str:
+    p = layer.pair
+    ops = ", ".join(f"{op}×{n}" if n > 1 else op for op, n in Counter(layer.segment_ops).items()) or p.op_type or "?"
+    acc = f"{layer.diff.max_abs:.3g}" if layer.diff else "n/a"
+    if introduced and layer.local is not None:
+        return (
+            f"Fed the exact PyTorch values at its inputs, the {len(layer.segment)}-node ONNX segment "
+            f"computing {p.activation.name} ({ops}) still differs by max abs {layer.local.max_abs:.3g} "
+            f"(max rel {layer.local.max_rel:.3g}, {layer.local.tol_ratio:.3g}× the tolerance "
+            f"atol={tol.atol:g}, rtol={tol.rtol:g}); the error is introduced here, not inherited "
+            f"(accumulated max abs {acc})."
+        )
+    return (
+        f"No single segment exceeds the tolerance on its own, but errors build up: {p.activation.name} "
+        f"({ops}) is the first aligned tensor whose accumulated error (max abs {acc}) exceeds "
+        f"atol={tol.atol:g}, rtol={tol.rtol:g}. Small per-node differences are being amplified; "
+        "consider a looser tolerance or checking for reduced precision upstream."
+    )

@@ -1,0 +1,199 @@
+"""Export stage: PyTorch model -> ONNX ModelProto (or load the user's ONNX file)."""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import re
+import warnings
+from pathlib import Path
+
+import onnx
+import torch
+
+from .errors import ExportError, OnnxLoadError
+from .records import Exporter, ExportedModel, LoadedModel, ModelInputs
+
+
+def export_model(
+    loaded: LoadedModel, inputs: ModelInputs, exporter: Exporter | None = None, opset: int | None = None
+) -> ExportedModel:
+    """Export with the dynamo exporter, falling back to TorchScript when it fails.
+
+    ``exporter`` forces one path (no fallback).  The model is exported in eval mode.
+    """
+    model = loaded.module
+    model.eval()
+    order = [exporter] if exporter else [Exporter.DYNAMO, Exporter.TORCHSCRIPT]
+    failures: list[tuple[Exporter, BaseException]] = []
+    for which in order:
+        try:
+            proto = _export_dynamo(model, inputs, opset) if which is Exporter.DYNAMO else _export_torchscript(
+                model, inputs, opset
+            )
+        except Exception as exc:  # exporters raise a zoo of types
+            failures.append((which, exc))
+            continue
+        notes = tuple(
+            f"The {w.value} exporter failed ({_summarise(e)}); fell back to the {which.value} exporter."
+            for w, e in failures
+        )
+        return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), notes=notes)
+    raise ExportError(_export_failure_message(failures)) from failures[-1][1]
+
+
+def _export_dynamo(model, inputs: ModelInputs, opset: int | None) -> onnx.ModelProto:
+    with _quiet():
+        program = torch.onnx.export(
+            model, tuple(inputs.args), kwargs=dict(inputs.kwargs) or None, dynamo=True,
+            opset_version=opset, verbose=False, report=False,
+        )
+    return program.model_proto
+
+
+class _KeywordAdapter(torch.nn.Module):
+    """Calls the wrapped model with keyword arguments.
+
+    The TorchScript tracer passes positional arguments only, which some models
+    (transformers' decorated forwards) reject; exporting through this adapter
+    prefixes every scope name with ``model/``, which alignment tolerates.
+    """
+
+    def __init__(self, model, names):
+        super().__init__()
+        self.model = model
+        self._names = tuple(names)
+
+    def forward(self, *args):
+        return self.model(**dict(zip(self._names, args)))
+
+
+def _export_torchscript(model, inputs: ModelInputs, opset: int | None) -> onnx.ModelProto:
+    args = tuple(inputs.args) + ((dict(inputs.kwargs),) if inputs.kwargs else ())
+    try:
+        return _trace(model, args, opset)
+    except TypeError:
+        if inputs.kwargs:
+            raise
+        return _trace(_KeywordAdapter(model, inputs.names), tuple(inputs.args), opset)
+
+
+def _trace(model, args, opset):
+    buffer = io.BytesIO()
+    with _quiet():
+        torch.onnx.export(model, args, buffer, dynamo=False, opset_version=opset or 17)
+    return onnx.load_from_string(buffer.getvalue())
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence the exporters' progress prints and warnings; errors still raise."""
+    sink = io.StringIO()
+    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+    levels = [lg.level for lg in loggers]
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sink):
+        warnings.simplefilter("ignore")
+        for lg in loggers:
+            lg.setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            for lg, level in zip(loggers, levels):
+                lg.setLevel(level)
+
+
+def _summarise(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    op = re.search(r"(aten::\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?|torch\.ops\.[\w.]+)", text)
+    first = text.splitlines()[0][:300]
+    return f"{type(exc).__name__}: {first}" + (f" [operator {op.group(1)}]" if op and op.group(1) not in first else "")
+
+
+def _export_failure_message(failures) -> str:
+    parts = "; ".join(f"{w.value}: {_summarise(e)}" for w, e in failures)
+    return (
+        f"Exporting the model to ONNX failed ({parts}). Rewrite the failing operator with "
+        "exportable PyTorch ops, register a custom symbolic/translation for it, or export "
+        "the model yourself and pass the file with --onnx."
+    )
+
+
+def opset_of(proto: onnx.ModelProto) -> int:
+    """The default-domain opset a model imports (0 when none)."""
+    for entry in proto.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return 0
+
+
+def load_onnx(path: str) -> ExportedModel:
+    """Load the user's ONNX file (external data included), read-only."""
+    p = Path(path)
+    if not p.is_file():
+        raise OnnxLoadError(f"ONNX file '{p}' does not exist. Check the --onnx path.")
+    try:
+        proto = onnx.load(str(p))
+    except Exception as exc:
+        raise OnnxLoadError(
+            f"'{p}' is not a loadable ONNX model ({type(exc).__name__}: {str(exc)[:200]}). "
+            "Check that the file is complete and that its external data files sit beside it."
+        ) from exc
+    if not proto.graph.node:
+        raise OnnxLoadError(f"'{p}' loads but its graph has no nodes. Pass the exported model file.")
+    return ExportedModel(proto=proto, exporter=Exporter.GIVEN, opset=opset_of(proto), path=str(p))
+
+
+def validate_onnx(proto: onnx.ModelProto, where: str, input_shapes: dict | None = None) -> onnx.ModelProto:
+    """Run ``onnx.checker`` and shape inference; return a copy carrying the inferred types.
+
+    ``input_shapes`` pins dynamic input dimensions to the sample's, so the
+    inferred intermediate shapes are concrete.
+
+    Pass a model whose large initializers were split off (see ``weights``): the
+    checker and shape inference then run in milliseconds instead of seconds.
+    """
+    view = _checkable(proto)
+    try:
+        onnx.checker.check_model(view)
+    except onnx.checker.ValidationError as exc:
+        raise OnnxLoadError(
+            f"{where} does not pass onnx.checker: {str(exc).strip().splitlines()[0][:300].rstrip(".")}. "
+            "Re-export the model or repair the reported node."
+        ) from exc
+    for inp in view.graph.input:
+        shape = (input_shapes or {}).get(inp.name)
+        if shape is not None and len(shape) == len(inp.type.tensor_type.shape.dim):
+            for dim, size in zip(inp.type.tensor_type.shape.dim, shape):
+                dim.Clear()
+                dim.dim_value = int(size)
+    try:
+        inferred = onnx.shape_inference.infer_shapes(view, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:
+        raise OnnxLoadError(f"Shape inference failed on {where}: {str(exc)[:300]}.") from exc
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    out.graph.ClearField("value_info")
+    out.graph.value_info.extend(inferred.graph.value_info)
+    return out
+
+
+def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy in which initializers whose data lives elsewhere are typed graph inputs.
+
+    ``onnx.checker`` insists that external data files exist; a split-off
+    initializer (see ``weights``) has none, but as a typed input it checks and
+    infers exactly the same.
+    """
+    view = onnx.ModelProto()
+    view.CopyFrom(proto)
+    external = [i for i in view.graph.initializer if i.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return view
+    keep = [i for i in view.graph.initializer if i.data_location != onnx.TensorProto.EXTERNAL]
+    declared = {i.name for i in view.graph.input}
+    for init in external:
+        if init.name not in declared:
+            view.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    view.graph.ClearField("initializer")
+    view.graph.initializer.extend(keep)
+    return view

@@ -1,0 +1,90 @@
+"""Expose stage: pure graph rewrites that make intermediate tensors observable.
+
+Nothing here runs a model and nothing mutates the caller's graph: each rewrite
+imports a copy into onnx-graphsurgeon, edits it and exports a new ModelProto.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+from onnx import helper
+
+REF_SUFFIX = "::reference"
+
+
+def expose_tensors(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
+    """A copy of ``model`` whose outputs also include ``names`` (in the given order)."""
+    graph = gs.import_onnx(model)
+    tensors = graph.tensors()
+    have = {t.name for t in graph.outputs}
+    for name in names:
+        t = tensors.get(name)
+        if t is None or name in have or isinstance(t, gs.Constant):
+            continue
+        graph.outputs.append(_typed(t, model))
+        have.add(name)
+    return _export(graph, model)
+
+
+def cut_at_tensors(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
+    """A copy of ``model`` in which the consumers of each tensor in ``names`` read a
+    new graph input ``<name>::reference`` instead, and each such tensor is an output.
+
+    Feeding the PyTorch reference values to those inputs makes every segment
+    between two cut tensors compute from exact inputs, so one run measures each
+    segment's *local* error.
+    """
+    graph = gs.import_onnx(model)
+    tensors = graph.tensors()
+    have = {t.name for t in graph.outputs}
+    for name in names:
+        t = tensors.get(name)
+        if t is None or isinstance(t, gs.Constant) or t in graph.inputs:
+            continue
+        t = _typed(t, model)
+        ref = gs.Variable(name + REF_SUFFIX, dtype=t.dtype, shape=t.shape)
+        for node in list(t.outputs):
+            node.inputs = [ref if x is t else x for x in node.inputs]
+            _rename_outer(node, t.name, ref.name)
+        graph.inputs.append(ref)
+        if name not in have:
+            graph.outputs.append(t)
+            have.add(name)
+    return _export(graph, model)
+
+
+def reference_input_name(tensor: str) -> str:
+    """The graph input that carries the PyTorch value of ``tensor`` in a cut graph."""
+    return tensor + REF_SUFFIX
+
+
+def _typed(t: gs.Variable, model: onnx.ModelProto) -> gs.Variable:
+    if t.dtype is None:
+        raise ValueError(f"tensor {t.name} has no known element type")
+    return t
+
+
+def _rename_outer(node: gs.Node, old: str, new: str) -> None:
+    """Point subgraph references to an outer-scope tensor at its replacement."""
+    for attr in node.attrs.values():
+        graphs = [attr] if isinstance(attr, gs.Graph) else [a for a in attr if isinstance(a, gs.Graph)] if isinstance(attr, list) else []
+        for sub in graphs:
+            for sub_node in sub.nodes:
+                for i, x in enumerate(sub_node.inputs):
+                    if x.name == old:
+                        sub_node.inputs[i] = gs.Variable(new, dtype=x.dtype, shape=x.shape)
+                _rename_outer(sub_node, old, new)
+
+
+def _export(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
+    out = gs.export_onnx(graph, do_type_check=False)
+    out.ir_version = original.ir_version
+    del out.opset_import[:]
+    out.opset_import.extend(original.opset_import)
+    for f in original.functions:
+        if f.name not in {x.name for x in out.functions}:
+            out.functions.append(f)
+    return out

@@ -1,0 +1,168 @@
+"""Read-only index of an ONNX graph: nodes in order, producers, consumers, scopes."""
+from __future__ import annotations
+
+import ast
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import onnx
+
+NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
+REWRITE_RULE_KEY = "pkg.onnxscript.rewriter.rule_name"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One ONNX node with the module scope it was exported from (if known)."""
+
+    index: int
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    scope: tuple[str, ...] | None  # module path components, () = root, None = unknown
+    scope_source: str  # "metadata", "name" or ""
+    rewrite_rule: str = ""
+
+
+@dataclass(frozen=True)
+class GraphIndex:
+    """Topologically ordered nodes and the wiring between them."""
+
+    nodes: tuple[NodeInfo, ...]
+    producer: dict[str, int] = field(repr=False)  # tensor -> node index
+    consumers: dict[str, tuple[int, ...]] = field(repr=False)
+    graph_inputs: tuple[str, ...] = ()
+    graph_outputs: tuple[str, ...] = ()
+    initializers: frozenset[str] = frozenset()
+    elem_types: dict[str, int] = field(default_factory=dict, repr=False)
+    shapes: dict[str, tuple] = field(default_factory=dict, repr=False)
+
+    def node_of(self, tensor: str) -> NodeInfo | None:
+        """The node producing ``tensor``, or None for inputs and initializers."""
+        i = self.producer.get(tensor)
+        return None if i is None else self.nodes[i]
+
+    def order_of(self, tensor: str) -> int:
+        """Topological position of the producer; -1 for graph inputs/initializers."""
+        return self.producer.get(tensor, -1)
+
+    def segment(self, tensor: str, stops: frozenset[str] | set[str]) -> tuple[int, ...]:
+        """Indices of the nodes computing ``tensor`` back to the ``stops`` tensors.
+
+        The walk also stops at graph inputs and initializers.  The result is in
+        topological order.
+        """
+        seen: set[int] = set()
+        stack = [tensor]
+        while stack:
+            t = stack.pop()
+            i = self.producer.get(t)
+            if i is None or i in seen:
+                continue
+            seen.add(i)
+            for inp in self.nodes[i].inputs:
+                if inp and inp not in stops:
+                    stack.append(inp)
+        return tuple(sorted(seen))
+
+
+def index_graph(model: onnx.ModelProto) -> GraphIndex:
+    """Index ``model`` (ideally a shape-inferred skeleton, see ``weights``)."""
+    g = model.graph
+    initializers = frozenset(i.name for i in g.initializer) | frozenset(
+        i.values.name for i in g.sparse_initializer)
+    raw_nodes = _topological(list(g.node), {i.name for i in g.input} | initializers)
+    nodes = []
+    producer: dict[str, int] = {}
+    consumers: dict[str, list[int]] = defaultdict(list)
+    for i, node in enumerate(raw_nodes):
+        meta = {p.key: p.value for p in node.metadata_props}
+        scope, source = _scope(node, meta)
+        info = NodeInfo(
+            index=i, name=node.name or f"{node.op_type}_{i}", op_type=node.op_type, domain=node.domain,
+            inputs=tuple(node.input) + _outer_inputs(node), outputs=tuple(node.output),
+            scope=scope, scope_source=source, rewrite_rule=meta.get(REWRITE_RULE_KEY, ""),
+        )
+        nodes.append(info)
+        for out in node.output:
+            if out:
+                producer[out] = i
+        for inp in set(info.inputs):
+            if inp:
+                consumers[inp].append(i)
+    elem_types, shapes = {}, {}
+    for vi in list(g.input) + list(g.value_info) + list(g.output):
+        tt = vi.type.tensor_type
+        if vi.type.HasField("tensor_type"):
+            elem_types[vi.name] = tt.elem_type
+            if tt.HasField("shape"):
+                shapes[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim)
+    for init in g.initializer:
+        elem_types[init.name] = init.data_type
+        shapes[init.name] = tuple(init.dims)
+    return GraphIndex(
+        nodes=tuple(nodes), producer=producer, consumers={k: tuple(v) for k, v in consumers.items()},
+        graph_inputs=tuple(i.name for i in g.input if i.name not in initializers),
+        graph_outputs=tuple(o.name for o in g.output), initializers=initializers,
+        elem_types=elem_types, shapes=shapes,
+    )
+
+
+def _topological(nodes: list, available: set[str]) -> list:
+    """Nodes in a valid topological order (exporters already emit one; keep it if so)."""
+    ready = set(available)
+    ordered, pending = [], list(nodes)
+    while pending:
+        progressed, rest = False, []
+        for node in pending:
+            needs = [i for i in list(node.input) + list(_outer_inputs(node)) if i]
+            if all(i in ready for i in needs):
+                ordered.append(node)
+                ready.update(o for o in node.output if o)
+                progressed = True
+            else:
+                rest.append(node)
+        if not progressed:  # a cycle or a dangling input: keep file order for the rest
+            ordered.extend(rest)
+            break
+        pending = rest
+    return ordered
+
+
+def _outer_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
+    """Outer-scope tensors read by the subgraphs of If/Loop/Scan nodes."""
+    names: list[str] = []
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+            defined = {i.name for i in sub.input} | {i.name for i in sub.initializer}
+            for n in sub.node:
+                defined.update(n.output)
+            for n in sub.node:
+                names.extend(i for i in list(n.input) + list(_outer_inputs(n)) if i and i not in defined)
+            names.extend(o.name for o in sub.output if o.name not in defined)
+    return tuple(dict.fromkeys(names))
+
+
+_TS_NAME = re.compile(r"^/(.+)/[^/]+$")
+
+
+def _scope(node: onnx.NodeProto, meta: dict[str, str]) -> tuple[tuple[str, ...] | None, str]:
+    """Module path of a node from dynamo metadata, else from a TorchScript-style name."""
+    scopes = meta.get(NAME_SCOPES_KEY)
+    if scopes:
+        try:
+            parts = ast.literal_eval(scopes)
+        except (ValueError, SyntaxError):
+            parts = None
+        if isinstance(parts, list) and parts:
+            # ['', 'encoder', 'encoder.layer.0', ..., 'linear']: the last entry is the
+            # FX node; the one before it is the innermost module's qualified name.
+            module = parts[-2] if len(parts) >= 2 else ""
+            return (tuple(module.split(".")) if module else ()), "metadata"
+    m = _TS_NAME.match(node.name or "")
+    if m:
+        return tuple(p for comp in m.group(1).split("/") for p in comp.split(".") if p), "name"
+    return None, ""

@@ -1,0 +1,98 @@
+"""Localize stage: separate the error a segment introduces from the error it inherits.
+
+A *segment* is the set of ONNX nodes that compute one aligned tensor from the
+nearest aligned tensors upstream (the cut points).  Its *local* error comes from
+a run in which every cut point is fed the PyTorch value, so the segment starts
+from exact inputs; its *accumulated* error comes from the plain run.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from .graph import GraphIndex
+from .records import (ErrorOrigin, LayerResult, MatchMethod, Status, TensorDiff, TensorPair)
+
+Compare = Callable[[np.ndarray, np.ndarray], TensorDiff]
+
+
+def cut_points(pairs: tuple[TensorPair, ...], graph: GraphIndex) -> dict[str, TensorPair]:
+    """Tensors whose consumers will read the PyTorch value in the local run.
+
+    Only confident pairs computed by a node qualify; for a tensor shared by
+    several activations (a container and its last child) the first wins.
+    """
+    cuts: dict[str, TensorPair] = {}
+    for p in pairs:
+        if p.cuttable and p.tensor in graph.producer and p.tensor not in cuts:
+            cuts[p.tensor] = p
+    return cuts
+
+
+def localize(
+    pairs: tuple[TensorPair, ...],
+    graph: GraphIndex,
+    accumulated: dict[str, np.ndarray],
+    local: dict[str, np.ndarray],
+    cuts: dict[str, TensorPair],
+    compare: Compare,
+) -> tuple[LayerResult, ...]:
+    """One LayerResult per pair, sorted in graph order."""
+    stops = frozenset(cuts)
+    local_diffs = {t: compare(local[t], p.activation.value) for t, p in cuts.items() if t in local}
+    rows: list[LayerResult] = []
+    order = -1.0
+    for p in pairs:
+        if p.tensor is not None and (p.tensor in graph.producer or p.tensor in graph.graph_inputs):
+            order = float(graph.order_of(p.tensor))
+        else:
+            order += 1e-3  # keep unmatched rows next to their neighbours in call order
+        rows.append(_layer(p, graph, accumulated, local_diffs, stops, compare, order))
+    return tuple(sorted(rows, key=lambda r: (r.order, r.pair.activation.index)))
+
+
+def _layer(p, graph, accumulated, local_diffs, stops, compare, order) -> LayerResult:
+    if p.tensor is None:
+        status = Status.FUSED if p.method is MatchMethod.FUSED else Status.UNMATCHED
+        return LayerResult(p, None, None, status, ErrorOrigin.NONE, order=order)
+    value = accumulated.get(p.tensor)
+    diff = compare(value, p.activation.value) if value is not None else None
+    local = local_diffs.get(p.tensor)
+    seg = graph.segment(p.tensor, stops) if p.tensor in graph.producer else ()
+    if local is not None and not local.ok:
+        status, origin = Status.DIVERGED, ErrorOrigin.INTRODUCED
+    elif diff is not None and not diff.ok:
+        status, origin = Status.DIVERGED, ErrorOrigin.INHERITED
+    else:
+        status = Status.FUSED if p.method is MatchMethod.FUSED else Status.MATCHED
+        origin = ErrorOrigin.NONE
+    return LayerResult(
+        pair=p, diff=diff, local=local, status=status, origin=origin,
+        segment=tuple(graph.nodes[i].name for i in seg),
+        segment_ops=tuple(graph.nodes[i].op_type for i in seg), order=order,
+    )
+
+
+def first_divergence(layers: tuple[LayerResult, ...]) -> tuple[LayerResult | None, bool]:
+    """The earliest layer whose segment introduces error beyond tolerance.
+
+    Returns ``(layer, introduced)``.  When no segment exceeds tolerance on its
+    own but errors still build up, the earliest layer whose accumulated error
+    exceeds tolerance is returned with ``introduced=False``.  Among layers that
+    share one tensor, the innermost module is blamed.
+    """
+    for origin in (ErrorOrigin.INTRODUCED, ErrorOrigin.INHERITED):
+        hits = [r for r in layers if r.origin is origin]
+        if hits:
+            first = min(hits, key=lambda r: r.order)
+            same = [r for r in hits if r.pair.tensor == first.pair.tensor]
+            return max(same, key=_depth), origin is ErrorOrigin.INTRODUCED
+    return None, False
+
+
+def _depth(r: LayerResult) -> tuple[int, int, int]:
+    a = r.pair.activation
+    leafness = 1 if a.is_leaf and a.module else 0
+    direct = 1 if r.pair.method is not MatchMethod.IDENTITY else 0
+    return (direct, leafness, a.module.count(".") + (1 if a.module else 0))

@@ -1,0 +1,187 @@
+"""Report stage: the terminal table, the plain-words verdict and the JSON document."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from .records import ErrorOrigin, LayerResult, Report, Status, TensorDiff
+
+NEIGHBOURHOOD = 6
+SMALL_MODEL_ROWS = 40
+
+
+def render_text(report: Report, show_all: bool = False) -> str:
+    """Verdict first, then the layer table (neighbourhood of the divergence by default)."""
+    parts = [_verdict(report)]
+    table = _table(report, show_all)
+    if table:
+        parts.append(table)
+    parts.append(_summary(report))
+    for w in report.warnings:
+        parts.append(f"warning: {w}")
+    for n in report.notes:
+        parts.append(f"note: {n}")
+    return "\n\n".join(parts) + "\n"
+
+
+def _verdict(report: Report) -> str:
+    tol = report.tolerance
+    worst = max(report.outputs, key=lambda o: o.diff.tol_ratio, default=None)
+    head = (f"onnx-bisect: {report.model_name} — {report.exporter.value} ONNX (opset {report.opset}) "
+            f"on {report.provider}; tolerance atol={tol.atol:g}, rtol={tol.rtol:g}")
+    if worst is None:
+        return head + "\nNo output could be compared."
+    if report.ok:
+        return head + (f"\nOK: all {len(report.outputs)} output(s) agree with PyTorch "
+                       f"(worst max abs {worst.diff.max_abs:.3g}, max rel {worst.diff.max_rel:.3g}).")
+    lines = [head, f"DIVERGED: output '{worst.name}' differs from PyTorch by max abs {_num(worst.diff.max_abs)} "
+                   f"(max rel {_num(worst.diff.max_rel)}, cosine {worst.diff.cosine:.6f})."]
+    fd = report.first_divergence
+    if fd is not None:
+        p = fd.layer.pair
+        nodes = ", ".join(fd.layer.segment[:6]) + (f" … (+{len(fd.layer.segment) - 6})" if len(fd.layer.segment) > 6 else "")
+        lines.append(
+            f"First divergence: module {p.activation.name} ({p.activation.module_type}) → ONNX node "
+            f"{p.node} ({p.op_type}), tensor '{p.tensor}'. Segment nodes: {nodes or p.node}."
+        )
+        lines.append(f"Cause: {fd.cause}. {fd.explanation}")
+    return "\n".join(lines)
+
+
+def _table(report: Report, show_all: bool) -> str:
+    layers = list(report.layers)
+    if not layers:
+        return ""
+    first = report.first_divergence.layer if report.first_divergence else None
+    if show_all or len(layers) <= SMALL_MODEL_ROWS:
+        rows = layers
+    elif first is not None:
+        i = layers.index(first)
+        rows = layers[max(0, i - NEIGHBOURHOOD): i + NEIGHBOURHOOD + 1]
+    else:
+        rows = sorted(sorted((r for r in layers if r.diff), key=lambda r: -r.diff.tol_ratio)[:10], key=lambda r: r.order)
+    body = [_row(r, r is first) for r in rows]
+    title = "" if rows is layers else (
+        f"(showing {len(rows)} of {len(layers)} layers: "
+        + ("the neighbourhood of the first divergence" if first is not None else "the 10 largest errors")
+        + "; --all shows every layer)\n")
+    return title + tabulate(body, headers=["", "module", "ONNX node", "op", "shape", "max abs", "max rel", "local", "status"],
+                            tablefmt="simple", disable_numparse=True)
+
+
+def _row(r: LayerResult, is_first: bool) -> list[str]:
+    p = r.pair
+    status = r.status.value
+    if r.status is Status.DIVERGED:
+        status += " (introduced)" if r.origin is ErrorOrigin.INTRODUCED else " (inherited)"
+    return [
+        ">>" if is_first else "",
+        _clip(p.activation.name, 48),
+        _clip(p.node or "-", 36),
+        p.op_type or "-",
+        "x".join(map(str, p.activation.value.shape)) or "scalar",
+        _num(r.diff.max_abs) if r.diff else "-",
+        _num(r.diff.max_rel) if r.diff else "-",
+        _num(r.local.max_abs) if r.local else "-",
+        status,
+    ]
+
+
+def _summary(report: Report) -> str:
+    counts = Counter(r.status for r in report.layers)
+    methods = Counter(r.pair.method.value for r in report.layers if r.pair.tensor is not None)
+    leaves = [r for r in report.layers if r.pair.activation.is_leaf and r.pair.activation.module]
+    aligned = sum(1 for r in leaves if r.pair.tensor is not None or r.status is Status.FUSED)
+    how = ", ".join(f"{k} {v}" for k, v in methods.most_common())
+    return (f"{len(report.layers)} activations: " + ", ".join(f"{counts.get(s, 0)} {s.value}" for s in Status)
+            + f". Leaf modules aligned: {aligned}/{len(leaves)}" + (f" (by {how})." if how else "."))
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def _num(x: float) -> str:
+    return "inf" if math.isinf(x) else ("nan" if math.isnan(x) else f"{x:.3g}")
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """The machine-readable report (stable keys; see the README)."""
+    fd = report.first_divergence
+    return {
+        "ok": report.ok,
+        "model": report.model_name,
+        "tolerance": {"atol": report.tolerance.atol, "rtol": report.tolerance.rtol},
+        "exporter": report.exporter.value,
+        "opset": report.opset,
+        "provider": report.provider,
+        "outputs": [{"name": o.name, "max_abs": _f(o.diff.max_abs), "max_rel": _f(o.diff.max_rel),
+                     "cosine": _f(o.diff.cosine), "ok": o.diff.ok} for o in report.outputs],
+        "first_divergence": None if fd is None else {
+            "module": fd.layer.pair.activation.module,
+            "module_name": fd.layer.pair.activation.name,
+            "module_type": fd.layer.pair.activation.module_type,
+            "onnx_nodes": list(fd.layer.segment) or ([fd.layer.pair.node] if fd.layer.pair.node else []),
+            "onnx_node": fd.layer.pair.node,
+            "onnx_tensor": fd.layer.pair.tensor,
+            "op_types": sorted(set(fd.layer.segment_ops)) or ([fd.layer.pair.op_type] if fd.layer.pair.op_type else []),
+            "max_abs": _f(fd.layer.diff.max_abs) if fd.layer.diff else None,
+            "local_max_abs": _f(fd.layer.local.max_abs) if fd.layer.local else None,
+            "introduced": fd.introduced,
+            "cause": fd.cause,
+            "explanation": fd.explanation,
+        },
+        "layers": [_layer_json(r) for r in report.layers],
+        "warnings": list(report.warnings),
+        "notes": list(report.notes),
+        "timings": {k: round(v, 4) for k, v in report.timings.items()},
+    }
+
+
+def _layer_json(r: LayerResult) -> dict[str, Any]:
+    p = r.pair
+    a = p.activation
+    return {
+        "module": a.module, "name": a.name, "call": a.call, "output": a.path, "module_type": a.module_type,
+        "onnx_tensor": p.tensor, "onnx_node": p.node, "op_type": p.op_type,
+        "shape": list(a.value.shape), "match": p.method.value, "confidence": p.confidence, "note": p.note,
+        "max_abs": _diff(r.diff, "max_abs"), "max_rel": _diff(r.diff, "max_rel"),
+        "mean_abs": _diff(r.diff, "mean_abs"), "cosine": _diff(r.diff, "cosine"),
+        "local_max_abs": _diff(r.local, "max_abs"), "local_max_rel": _diff(r.local, "max_rel"),
+        "status": r.status.value, "origin": r.origin.value, "segment": list(r.segment),
+    }
+
+
+def _diff(d: TensorDiff | None, key: str):
+    return None if d is None else _f(getattr(d, key))
+
+
+def _f(x: float):
+    """JSON has no inf/nan: write them as strings."""
+    return x if math.isfinite(x) else str(x)
+
+
+def write_atomic(path: str, data: bytes | str) -> None:
+    """Write ``path`` via a temporary file in the same folder and an atomic rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(report: Report, path: str) -> None:
+    """Write the JSON report atomically."""
+    write_atomic(path, json.dumps(to_json(report), indent=2) + "\n")
