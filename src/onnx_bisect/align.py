@@ -25,6 +25,7 @@ from .records import Activation, Capture, MatchMethod, TensorPair
 _CALL_SUFFIX = re.compile(r"^(.*)_(\d+)$")
 STRUCTURE_MIN_COSINE = 0.999
 STRUCTURE_MAX_REL = 0.05
+STRUCTURE_EXACT_REL = 1e-4
 
 
 @dataclass(frozen=True)
@@ -78,20 +79,20 @@ def _common_prefix(graph: GraphIndex, known: set[str]) -> int:
 
 
 def _resolve(parts: tuple[str, ...], known: set[str]) -> str | None:
-    """The longest known module path that ``parts`` names, tolerating ``_N`` call suffixes."""
-    out: list[str] = []
-    for part in parts:
-        candidate = ".".join(out + [part])
-        if candidate in known:
-            out.append(part)
-            continue
-        m = _CALL_SUFFIX.match(part)
-        if m and ".".join(out + [m.group(1)]) in known:
-            out.append(m.group(1))
-            continue
-        break
-    q = ".".join(out)
-    return q if q in known else ("" if "" in known else None)
+    """The innermost known module that ``parts`` names, tolerating ``_N`` call suffixes
+    (TorchScript names a module's second call ``fc_1``) and containers that are never
+    called themselves (ModuleList)."""
+    plain = tuple(_strip_call(p) for p in parts)
+    for k in range(len(parts), 0, -1):
+        for candidate in (".".join(parts[:k]), ".".join(plain[:k])):
+            if candidate in known:
+                return candidate
+    return "" if "" in known else None
+
+
+def _strip_call(part: str) -> str:
+    m = _CALL_SUFFIX.match(part)
+    return m.group(1) if m else part
 
 
 def _ancestors(q: str):
@@ -278,7 +279,10 @@ def _pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
         rel = _distance(values[best], a.value)
         cos = _cosine(values[best], a.value)
         if rel <= STRUCTURE_MAX_REL and cos >= STRUCTURE_MIN_COSINE:
-            pairs[a.index] = _pair(a, graph, best, MatchMethod.STRUCTURE, round(min(cos, 1 - rel), 4),
+            # Only a pair whose values agree to tolerance may become a cut point:
+            # feeding a wrongly paired reference downstream would invent errors.
+            exact = rel <= STRUCTURE_EXACT_REL
+            pairs[a.index] = _pair(a, graph, best, MatchMethod.STRUCTURE, 0.95 if exact else 0.6,
                                    f"same shape and values (rel. L2 {rel:.1e})")
             taken.add(best)
 

@@ -157,7 +157,7 @@ def validate_onnx(proto: onnx.ModelProto, where: str, input_shapes: dict | None 
         onnx.checker.check_model(view)
     except onnx.checker.ValidationError as exc:
         raise OnnxLoadError(
-            f"{where} does not pass onnx.checker: {str(exc).strip().splitlines()[0][:300].rstrip(".")}. "
+            f"{where} does not pass onnx.checker: {str(exc).strip().splitlines()[0][:300].rstrip('.')}. "
             "Re-export the model or repair the reported node."
         ) from exc
     for inp in view.graph.input:
