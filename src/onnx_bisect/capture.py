@@ -6,6 +6,7 @@ from typing import Any, Iterator
 
 import numpy as np
 import torch
+from torch.utils._pytree import tree_map_only
 
 from .records import Activation, Capture, ModelInputs
 
@@ -16,17 +17,20 @@ def capture_activations(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
     Hooks are removed afterwards, whatever happens.  Each recorded value is a
     copy taken when the module returns, so later in-place ops cannot change it;
     a tensor returned unchanged by several modules (a container and its last
-    child) is copied once.
+    child) is copied once.  The model runs on copies of the inputs, so a forward
+    that modifies its arguments in place leaves the caller's tensors (which
+    later become the ONNX feeds) as they were.
     """
     recorder = _Recorder(model)
     model.eval()
-    handles = [
-        m.register_forward_hook(recorder.hook(name, m), with_kwargs=True)
-        for name, m in model.named_modules(remove_duplicate=False)
-    ]
+    handles = []
+    for name, m in model.named_modules(remove_duplicate=False):
+        handles.append(m.register_forward_pre_hook(recorder.pre_hook(name), with_kwargs=True))
+        handles.append(m.register_forward_hook(recorder.hook(name, m), with_kwargs=True))
+    args, kwargs = _copy_inputs(inputs)
     try:
         with torch.no_grad():
-            output = model(*inputs.args, **inputs.kwargs)
+            output = model(*args, **kwargs)
     finally:
         for h in handles:
             h.remove()
@@ -46,6 +50,15 @@ class _Recorder:
         self._copies: dict[tuple[int, int], np.ndarray] = {}  # (id, version) -> copy
         self._keep: list[torch.Tensor] = []  # keeps ids unique while we run
         self._leaf = {name: not any(True for _ in m.children()) for name, m in model.named_modules(remove_duplicate=False)}
+        # (id, version) of each running call's inputs, taken before the call: an
+        # in-place module (ReLU(inplace=True)) returns its input object with a
+        # new version, and must not count as returning its input unchanged.
+        self._entered: dict[str, list[set[tuple[int, int]]]] = defaultdict(list)
+
+    def pre_hook(self, name: str):
+        def _pre_hook(mod, args, kwargs):
+            self._entered[name].append({(id(t), t._version) for _, t in flatten_outputs((args, kwargs))})
+        return _pre_hook
 
     def hook(self, name: str, module: torch.nn.Module):
         def _hook(mod, args, kwargs, output):
@@ -57,7 +70,8 @@ class _Recorder:
         self._calls[name] += 1
         in_tensors = [t for _, t in flatten_outputs((args, kwargs))]
         consumed = tuple(sorted({self._made_by[id(t)] for t in in_tensors if id(t) in self._made_by}))
-        in_ids = {(id(t), t._version) for t in in_tensors}
+        stack = self._entered[name]
+        in_ids = stack.pop() if stack else set()
         for path, tensor in flatten_outputs(output):
             key = (id(tensor), tensor._version)
             if key not in self._copies:
@@ -70,6 +84,12 @@ class _Recorder:
                 inputs=consumed, passthrough=key in in_ids,
             ))
             self._made_by[id(tensor)] = index
+
+
+def _copy_inputs(inputs: ModelInputs) -> tuple[tuple, dict]:
+    """Clone every tensor argument, keeping the nesting of tuples, lists and dicts."""
+    with torch.no_grad():
+        return tree_map_only(torch.Tensor, torch.Tensor.clone, (tuple(inputs.args), dict(inputs.kwargs)))
 
 
 def flatten_outputs(value: Any, path: str = "") -> Iterator[tuple[str, torch.Tensor]]:

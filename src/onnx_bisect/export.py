@@ -4,15 +4,19 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import re
+import sys
 import warnings
 from pathlib import Path
 
 import onnx
 import torch
+from torch.utils._pytree import tree_map_only
 
 from .errors import ExportError, OnnxLoadError
 from .records import Exporter, ExportedModel, LoadedModel, ModelInputs
+from .weights import split_weights_from_file
 
 
 def export_model(
@@ -24,6 +28,10 @@ def export_model(
     """
     model = loaded.module
     model.eval()
+    # The TorchScript tracer runs the model on the inputs it is given; a forward
+    # that modifies its arguments in place would change the tensors that later
+    # become the ONNX feeds.
+    inputs = ModelInputs(*tree_map_only(torch.Tensor, torch.Tensor.clone, (inputs.args, inputs.kwargs)), inputs.names)
     order = [exporter] if exporter else [Exporter.DYNAMO, Exporter.TORCHSCRIPT]
     failures: list[tuple[Exporter, BaseException]] = []
     for which in order:
@@ -91,7 +99,7 @@ def _quiet():
     sink = io.StringIO()
     loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
     levels = [lg.level for lg in loggers]
-    with warnings.catch_warnings(), contextlib.redirect_stdout(sink):
+    with warnings.catch_warnings(), contextlib.redirect_stdout(sink), _native_stderr_silenced():
         warnings.simplefilter("ignore")
         for lg in loggers:
             lg.setLevel(logging.ERROR)
@@ -102,11 +110,47 @@ def _quiet():
                 lg.setLevel(level)
 
 
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """Point file descriptor 2 at /dev/null for the duration.
+
+    torch 2.x's TorchScript exporter leaves its C++ ONNX log switched on
+    (``setup_onnx_logging`` tests the function ``_jit_is_onnx_log_enabled``
+    instead of calling it) and dumps the whole TorchScript graph to the C++
+    stderr when an operator fails to convert; Python-level redirection cannot
+    catch that.
+    """
+    try:
+        saved = os.dup(2)
+    except OSError:  # no file descriptor 2 (some embedded interpreters)
+        yield
+        return
+    sys.stderr.flush()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_OPERATOR = re.compile(r"(aten::\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?|torch\.ops\.[\w.]+)")
+
+
 def _summarise(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    op = re.search(r"(aten::\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?|torch\.ops\.[\w.]+)", text)
+    """One line: the innermost cause (the exporters wrap it in generic "next steps" text) and the operator."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None and len(chain) < 20:
+        chain.append(chain[-1].__cause__)
+    root = chain[-1]
+    text = _ANSI.sub("", str(root)).strip() or type(root).__name__
     first = text.splitlines()[0][:300]
-    return f"{type(exc).__name__}: {first}" + (f" [operator {op.group(1)}]" if op and op.group(1) not in first else "")
+    op = _OPERATOR.search(" ".join(_ANSI.sub("", str(e)) for e in chain))
+    return f"{type(root).__name__}: {first}" + (f" [operator {op.group(1)}]" if op and op.group(1) not in first else "")
 
 
 def _export_failure_message(failures) -> str:
@@ -127,20 +171,21 @@ def opset_of(proto: onnx.ModelProto) -> int:
 
 
 def load_onnx(path: str) -> ExportedModel:
-    """Load the user's ONNX file (external data included), read-only."""
+    """Load the user's ONNX file read-only, its weights memory-mapped (see ``weights``)."""
     p = Path(path)
     if not p.is_file():
         raise OnnxLoadError(f"ONNX file '{p}' does not exist. Check the --onnx path.")
     try:
-        proto = onnx.load(str(p))
+        skeleton, store = split_weights_from_file(str(p))
     except Exception as exc:
         raise OnnxLoadError(
-            f"'{p}' is not a loadable ONNX model ({type(exc).__name__}: {str(exc)[:200]}). "
+            f"'{p}' is not a loadable ONNX model ({type(exc).__name__}: {str(exc).strip()[:200]}). "
             "Check that the file is complete and that its external data files sit beside it."
         ) from exc
-    if not proto.graph.node:
+    if not skeleton.graph.node:
         raise OnnxLoadError(f"'{p}' loads but its graph has no nodes. Pass the exported model file.")
-    return ExportedModel(proto=proto, exporter=Exporter.GIVEN, opset=opset_of(proto), path=str(p))
+    return ExportedModel(proto=skeleton, exporter=Exporter.GIVEN, opset=opset_of(skeleton), path=str(p),
+                         weights=store)
 
 
 def validate_onnx(proto: onnx.ModelProto, where: str, input_shapes: dict | None = None) -> onnx.ModelProto:

@@ -39,6 +39,7 @@ def localize(
     compare: Compare,
 ) -> tuple[LayerResult, ...]:
     """One LayerResult per pair, sorted in graph order."""
+    compare = _memoised(compare)
     stops = frozenset(cuts)
     local_diffs = {t: compare(local[t], p.activation.value) for t, p in cuts.items() if t in local}
     rows: list[LayerResult] = []
@@ -72,6 +73,19 @@ def _layer(p, graph, accumulated, local_diffs, stops, compare, order) -> LayerRe
         segment=tuple(graph.nodes[i].name for i in seg),
         segment_ops=tuple(graph.nodes[i].op_type for i in seg), order=order,
     )
+
+
+def _memoised(compare: Compare) -> Compare:
+    """Containers share their last child's tensor: compare each array pair once."""
+    cache: dict[tuple[int, int], TensorDiff] = {}
+
+    def run(actual: np.ndarray, expected: np.ndarray) -> TensorDiff:
+        key = (id(actual), id(expected))
+        if key not in cache:
+            cache[key] = compare(actual, expected)
+        return cache[key]
+
+    return run
 
 
 def first_divergence(layers: tuple[LayerResult, ...]) -> tuple[LayerResult | None, bool]:

@@ -98,7 +98,9 @@ def bisect_loaded(
     else:
         exported = export.ExportedModel(proto=onnx_path, exporter=Exporter.GIVEN, opset=export.opset_of(onnx_path))
     with progress.step("prepare", "indexing the ONNX graph"):
-        skeleton, weight_store = weights.split_weights(exported.proto)
+        skeleton, weight_store = (
+            (exported.proto, exported.weights) if exported.weights is not None else weights.split_weights(exported.proto)
+        )
         model_feeds, feed_warnings = feeds.make_feeds(inputs, skeleton, loaded.forward_params)
         where = f"ONNX model '{exported.path}'" if exported.path else "The exported ONNX model"
         skeleton = export.validate_onnx(skeleton, where, {k: v.shape for k, v in model_feeds.items()})
@@ -106,9 +108,11 @@ def bisect_loaded(
         scopes = align.map_scopes(captured, index)
         candidates = align.candidate_tensors(captured, index, scopes)
     if save_onnx:
-        _save(exported.proto, save_onnx)
+        _save(weights.join_weights(skeleton, weight_store) if exported.weights is not None else exported.proto, save_onnx)
     with progress.step("probe", f"running ONNX Runtime with {len(candidates)} tensors exposed"):
-        probed = backend.run(expose.expose_tensors(skeleton, candidates), model_feeds, candidates, weight_store)
+        probed = backend.run(
+            expose.expose_tensors(skeleton, candidates), model_feeds, candidates, weight_store, one_shot=True
+        )
     with progress.step("align", "aligning PyTorch activations with ONNX tensors"):
         pairs = align.align_activations(captured, index, scopes, probed)
         cuts = localize.cut_points(pairs, index)
@@ -116,12 +120,13 @@ def bisect_loaded(
         ref_feeds = dict(model_feeds)
         for tensor, pair in cuts.items():
             ref_feeds[expose.reference_input_name(tensor)] = _as_onnx_dtype(pair.activation.value, probed[tensor])
-        local_values = backend.run(expose.cut_at_tensors(skeleton, list(cuts)), ref_feeds, list(cuts), weight_store)
-    with progress.step("final", "running the unmodified ONNX model"):
-        final = backend.run(
-            exported.path if exported.path else skeleton, model_feeds, None,
-            None if exported.path else weight_store,
+        local_values = backend.run(
+            expose.cut_at_tensors(skeleton, list(cuts)), ref_feeds, list(cuts), weight_store, one_shot=True
         )
+    with progress.step("final", "running the unmodified ONNX model"):
+        # The same graph and the same weight bytes as the user's file, with the
+        # user's session settings: only the weights' storage differs.
+        final = backend.run(skeleton, model_feeds, None, weight_store)
     with progress.step("report", "comparing"):
         cmp = functools.partial(_compare, tol=tolerance)
         layers = localize.localize(pairs, index, probed, local_values, cuts, cmp)

@@ -126,6 +126,7 @@ class ExportedModel:
     opset: int
     path: str | None = None  # the user's file when --onnx was given
     notes: tuple[str, ...] = ()
+    weights: Any = field(default=None, repr=False)  # weights.Weights when proto is already split
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,12 @@ class OnnxRuntimeBackend:
         self.provider = provider
         self.name = f"onnxruntime {ort.__version__} ({provider})"
 
-    def _options(self, weights: Weights | None) -> ort.SessionOptions:
+    def _options(self, weights: Weights | None, one_shot: bool) -> ort.SessionOptions:
         so = ort.SessionOptions()
+        if one_shot:
+            # Pre-packing weights pays off over many runs; for one run it only costs
+            # time and a second copy of every MatMul weight.
+            so.add_session_config_entry("session.disable_prepacking", "1")
         so.log_severity_level = 3
         # Spinning worker threads keep the cores busy after a run and slow the
         # PyTorch forward that follows in the same process.
@@ -43,11 +47,12 @@ class OnnxRuntimeBackend:
         feeds: Mapping[str, np.ndarray],
         outputs: Sequence[str] | None = None,
         weights: Weights | None = None,
+        one_shot: bool = False,
     ) -> dict[str, np.ndarray]:
         """Create a session, run once, return the outputs by name."""
         source = model if isinstance(model, str) else model.SerializeToString()
         try:
-            session = ort.InferenceSession(source, self._options(weights), providers=[self.provider])
+            session = ort.InferenceSession(source, self._options(weights, one_shot), providers=[self.provider])
         except Exception as exc:
             raise BackendError(
                 f"ONNX Runtime could not load the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
