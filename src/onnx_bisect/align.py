@@ -23,9 +23,7 @@ from .graph import GraphIndex
 from .records import Activation, Capture, MatchMethod, TensorPair
 
 _CALL_SUFFIX = re.compile(r"^(.*)_(\d+)$")
-STRUCTURE_MIN_COSINE = 0.999
-STRUCTURE_MAX_REL = 0.05
-STRUCTURE_EXACT_REL = 1e-4
+STRUCTURE_MAX_REL = 1e-4  # relative L2 distance for a structural pair: float noise only
 
 
 @dataclass(frozen=True)
@@ -116,9 +114,16 @@ def candidate_tensors(capture: Capture, graph: GraphIndex, scopes: ScopeMap) -> 
     if shapes:
         for node in graph.nodes:
             for t in node.outputs:
-                if t and graph.shapes.get(t) in shapes:
+                if t and _may_have_shape(graph.shapes.get(t), shapes):
                     names[t] = None
     return [n for n in names if n not in graph.initializers and n not in graph.graph_inputs]
+
+
+def _may_have_shape(static: tuple | None, shapes: set[tuple]) -> bool:
+    """Whether a tensor whose inferred shape is ``static`` (None = unknown) may fit."""
+    if static is None:
+        return True
+    return any(len(s) == len(static) and all(d is None or d == x for d, x in zip(static, s)) for s in shapes)
 
 
 def align_activations(
@@ -272,31 +277,29 @@ def _pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
         if a.index in pairs or a.value.size == 0:
             continue
         lo = max((graph.order_of(pairs[i].tensor) for i in range(a.index) if i in pairs and pairs[i].tensor), default=-1)
-        fits = [t for t in ordered if t not in taken and graph.order_of(t) > lo and _fits(values[t], a.value)]
+        fits = [t for t in ordered if (a.passthrough or t not in taken) and graph.order_of(t) > lo
+                and _fits(values[t], a.value)]
         if not fits:
             continue
         best = min(fits, key=lambda t: _distance(values[t], a.value))
         rel = _distance(values[best], a.value)
-        cos = _cosine(values[best], a.value)
-        if rel <= STRUCTURE_MAX_REL and cos >= STRUCTURE_MIN_COSINE:
-            # Only a pair whose values agree to tolerance may become a cut point:
-            # feeding a wrongly paired reference downstream would invent errors.
-            exact = rel <= STRUCTURE_EXACT_REL
-            pairs[a.index] = _pair(a, graph, best, MatchMethod.STRUCTURE, 0.95 if exact else 0.6,
+        if rel <= STRUCTURE_MAX_REL:
+            # Position alone proves nothing: a structural pair must agree in value,
+            # or a wrongly paired tensor would show up as a divergence.
+            pairs[a.index] = _pair(a, graph, best, MatchMethod.STRUCTURE, round(1.0 - rel, 6),
                                    f"same shape and values (rel. L2 {rel:.1e})")
             taken.add(best)
 
 
-def _cosine(x: np.ndarray, y: np.ndarray) -> float:
-    a = x.astype(np.float64).ravel()
-    b = y.astype(np.float64).ravel()
-    den = np.linalg.norm(a) * np.linalg.norm(b)
-    return float(a @ b / den) if den > 0 else float(np.array_equal(a, b))
+ABSENT = "absent from the ONNX graph"
 
 
 def _unmatched(a: Activation, scopes: ScopeMap) -> TensorPair:
     if a.module in scopes.boundary:
         note = f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope"
+    elif scopes.module_of:
+        note = (f"{ABSENT}: no node carries this module's scope (pruned as unused or folded into a "
+                "constant) and no tensor with equal values was found")
     else:
-        note = "no ONNX node carries this module's scope and no tensor with equal values was found"
+        note = "the graph carries no scope information and no tensor with equal values was found"
     return TensorPair(a, None, None, None, MatchMethod.NONE, 0.0, note)

@@ -50,6 +50,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     for out in (args.json, args.save_onnx):
         if out and Path(out).resolve() in protected:
             raise UsageError(f"Refusing to overwrite input file '{out}'; choose another output path.")
+        if out and Path(out).is_dir():
+            raise UsageError(f"Output path '{out}' is a directory; name a file in it instead.")
     if args.onnx and args.save_onnx:
         raise UsageError("--save-onnx writes the exported model; it cannot be combined with --onnx.")
     return Config(
@@ -57,6 +59,15 @@ def config_from_args(args: argparse.Namespace) -> Config:
         exporter=Exporter(args.exporter) if args.exporter else None, opset=args.opset, provider=args.provider,
         tolerance=Tolerance(args.atol, args.rtol), save_onnx=args.save_onnx,
     )
+
+
+def _write_report(report, path: str) -> None:
+    try:
+        write_json(report, path)
+    except OSError as exc:
+        raise UsageError(
+            f"Could not write the JSON report to '{path}': {exc.strerror or exc}. Choose a writable path."
+        ) from exc
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -67,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = config_from_args(args)
         report = run(config, Progress())
         if args.json:
-            write_json(report, args.json)
+            _write_report(report, args.json)
     except BisectError as exc:
         if args.debug:
             raise

@@ -25,7 +25,7 @@ def compare_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) ->
     same_nonfinite = (~np.isfinite(a)) & (~np.isfinite(b)) & ((a == b) | (np.isnan(a) & np.isnan(b)))
     bad_nonfinite = (~np.isfinite(a) | ~np.isfinite(b)) & ~same_nonfinite
     finite = np.isfinite(a) & np.isfinite(b)
-    err = np.abs(a - b, where=finite, out=np.zeros_like(a))
+    err = np.abs(np.subtract(a, b, where=finite, out=np.zeros_like(a)))
     bound = tol.atol + tol.rtol * np.abs(b, where=finite, out=np.zeros_like(b))
     ratio = np.divide(err, bound, where=bound > 0, out=np.where(err > 0, np.inf, 0.0))
     nonzero = finite & (b != 0)

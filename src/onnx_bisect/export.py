@@ -116,10 +116,14 @@ def _native_stderr_silenced():
 
     torch 2.x's TorchScript exporter leaves its C++ ONNX log switched on
     (``setup_onnx_logging`` tests the function ``_jit_is_onnx_log_enabled``
-    instead of calling it) and dumps the whole TorchScript graph to the C++
-    stderr when an operator fails to convert; Python-level redirection cannot
-    catch that.
+    instead of calling it) and, when an operator fails to convert, dumps the
+    whole TorchScript graph to the buffered C++ ``std::cout``, which reaches our
+    stdout at exit.  Route that log to the unbuffered C++ stderr and silence it
+    here; Python-level redirection cannot catch either stream.
     """
+    route_log = getattr(torch._C, "_jit_set_onnx_log_output_stream", None)
+    if route_log is not None:
+        route_log("stderr")
     try:
         saved = os.dup(2)
     except OSError:  # no file descriptor 2 (some embedded interpreters)

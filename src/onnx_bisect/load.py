@@ -57,6 +57,12 @@ def _import_file(path: Path):
     sys.path.insert(0, str(path.parent.resolve()))
     try:
         spec.loader.exec_module(module)
+    except SystemExit as exc:  # argparse or sys.exit() in script code at module level
+        raise ModelLoadError(
+            f"Importing '{path}' called sys.exit({exc.code!r}): the file runs script code, such as "
+            "argparse, when it is imported. Move that code under `if __name__ == \"__main__\":`, "
+            "or build the model in get_model()."
+        ) from exc
     except Exception as exc:  # the user's code may raise anything
         raise ModelLoadError(
             f"Importing '{path}' failed: {type(exc).__name__}: {exc}. "
@@ -116,11 +122,13 @@ def _instantiate(obj, path: Path, name: str):
         raise ModelLoadError(f"'{path}:{name}' is a {type(obj).__name__}, not a model or factory.")
     try:
         return obj()
-    except Exception as exc:
-        raise ModelLoadError(
-            f"Calling '{path}:{name}()' failed: {type(exc).__name__}: {exc}. "
+    except (Exception, SystemExit) as exc:
+        advice = (
             "The model must be constructible without arguments; wrap it in get_model()."
-        ) from exc
+            if inspect.isclass(obj) else
+            f"Fix {name}() (call it in Python to see the traceback), or use --debug."
+        )
+        raise ModelLoadError(f"Calling '{path}:{name}()' failed: {type(exc).__name__}: {exc}. {advice}") from exc
 
 
 def _forward_params(model) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from .align import ABSENT
 from .records import ErrorOrigin, LayerResult, Report, Status, TensorDiff
 
 NEIGHBOURHOOD = 6
@@ -94,14 +95,26 @@ def _row(r: LayerResult, is_first: bool) -> list[str]:
     ]
 
 
+def leaf_coverage(layers) -> tuple[int, int, int]:
+    """``(aligned, total, absent)`` over leaf-module activations.
+
+    ``absent`` counts leaves with no node in a scoped graph at all (pruned as
+    unused, or folded into a constant): there is nothing to align them with.
+    """
+    leaves = [r for r in layers if r.pair.activation.is_leaf and r.pair.activation.module]
+    aligned = sum(1 for r in leaves if r.pair.tensor is not None or r.status is Status.FUSED)
+    absent = sum(1 for r in leaves if r.status is Status.UNMATCHED and r.pair.note.startswith(ABSENT))
+    return aligned, len(leaves), absent
+
+
 def _summary(report: Report) -> str:
     counts = Counter(r.status for r in report.layers)
     methods = Counter(r.pair.method.value for r in report.layers if r.pair.tensor is not None)
-    leaves = [r for r in report.layers if r.pair.activation.is_leaf and r.pair.activation.module]
-    aligned = sum(1 for r in leaves if r.pair.tensor is not None or r.status is Status.FUSED)
+    aligned, total, absent = leaf_coverage(report.layers)
     how = ", ".join(f"{k} {v}" for k, v in methods.most_common())
     return (f"{len(report.layers)} activations: " + ", ".join(f"{counts.get(s, 0)} {s.value}" for s in Status)
-            + f". Leaf modules aligned: {aligned}/{len(leaves)}" + (f" (by {how})." if how else "."))
+            + f". Leaf modules aligned: {aligned}/{total}"
+            + (f" ({absent} absent from the graph)" if absent else "") + (f"; by {how}." if how else "."))
 
 
 def _clip(text: str, width: int) -> str:

@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+
+from onnx_bisect.compare import compare_tensors
+from onnx_bisect.records import Tolerance
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pass_fail_matches_numpy_allclose(seed):
+    rng = np.random.default_rng(seed)
+    b = rng.normal(size=(7, 5)).astype(np.float32)
+    a = b + rng.normal(scale=10 ** rng.uniform(-7, -2), size=b.shape).astype(np.float32)
+    tol = Tolerance(atol=1e-4, rtol=1e-3)
+    d = compare_tensors(a, b, tol)
+    assert d.ok == np.allclose(a.astype(np.float64), b.astype(np.float64), atol=tol.atol, rtol=tol.rtol)
+    assert d.max_abs == pytest.approx(np.abs(a.astype(np.float64) - b).max())
+    assert (d.tol_ratio <= 1.0) == d.ok
+
+
+def test_metrics_are_measured_not_fixed():
+    b = np.array([1.0, 2.0, -4.0], dtype=np.float32)
+    a = np.array([1.0, 2.5, -4.0], dtype=np.float32)
+    d = compare_tensors(a, b, Tolerance())
+    assert d.max_abs == pytest.approx(0.5)
+    assert d.max_rel == pytest.approx(0.25)
+    assert d.mean_abs == pytest.approx(0.5 / 3)
+    assert 0.98 < d.cosine < 1.0
+    assert not d.ok
+
+
+def test_nan_only_in_onnx_fails_and_matching_nan_passes():
+    ref = np.array([1.0, np.nan, np.inf], dtype=np.float32)
+    assert compare_tensors(ref.copy(), ref, Tolerance()).ok
+    bad = np.array([np.nan, np.nan, np.inf], dtype=np.float32)
+    d = compare_tensors(bad, ref, Tolerance())
+    assert not d.ok and d.nonfinite == 1 and d.max_abs == float("inf")
+
+
+def test_zero_tolerance_means_exact():
+    a = np.array([1.0, 2.0], dtype=np.float32)
+    assert compare_tensors(a, a.copy(), Tolerance(0.0, 0.0)).ok
+    assert not compare_tensors(a + np.float32(1e-7), a, Tolerance(0.0, 0.0)).ok
+
+
+def test_shape_mismatch_is_a_failure_unless_only_a_reshape():
+    a = np.ones((2, 3), np.float32)
+    assert compare_tensors(a.reshape(3, 2), a, Tolerance()).ok
+    assert not compare_tensors(np.ones((4,), np.float32), a, Tolerance()).ok
+
+
+def test_integer_and_bool_tensors_compare_exactly():
+    ids = np.array([1, 2, 3], dtype=np.int64)
+    assert compare_tensors(ids, ids.copy(), Tolerance()).ok
+    assert not compare_tensors(np.array([1, 2, 4]), ids, Tolerance()).ok
+    mask = np.array([True, False])
+    assert compare_tensors(mask, mask.copy(), Tolerance()).ok
