@@ -74,12 +74,16 @@ def weight_of(model: onnx.ModelProto, node_name: str) -> str:
 # ---------------------------------------------------------------- planting faults
 
 def set_attribute(model: onnx.ModelProto, node_name: str, attr: str, value) -> onnx.ModelProto:
-    """Copy of ``model`` with attribute ``attr`` of ``node_name`` set to ``value`` (same type if it exists)."""
+    """Copy of ``model`` with attribute ``attr`` of ``node_name`` set to ``value``.
+
+    An existing attribute keeps its type (``epsilon=1`` stays a float).
+    """
     out = _copy(model)
     node = _node(out, node_name)
     for a in node.attribute:
         if a.name == attr:
-            a.CopyFrom(onnx.helper.make_attribute(attr, value, attr_type=a.type))
+            coerce = {onnx.AttributeProto.FLOAT: float, onnx.AttributeProto.INT: int}.get(a.type)
+            a.CopyFrom(onnx.helper.make_attribute(attr, coerce(value) if coerce else value, attr_type=a.type))
             return out
     node.attribute.append(onnx.helper.make_attribute(attr, value))
     return out
