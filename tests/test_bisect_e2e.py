@@ -118,3 +118,36 @@ def test_assert_no_divergence_helper():
     bad = _perturb(proto, _weights(proto)[0][0], rel=0.5)
     with pytest.raises(AssertionError, match="First divergence"):
         assert_no_divergence(model, inputs, onnx=bad)
+
+
+def _plant_module():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "plant.py"
+    spec = importlib.util.spec_from_file_location("plant", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_attribute_fault_in_any_norm_or_gelu_is_pinned(exported):
+    """Change each LayerNorm epsilon / switch each GELU to tanh in turn: the segment must hold that node."""
+    plant = _plant_module()
+    model, inputs, proto = exported
+    planted = [(n.name, plant.set_attribute(proto, n.name, "epsilon", 0.5)) for n in proto.graph.node
+               if n.op_type == "LayerNormalization"]
+    planted += [(n.name, plant.set_gelu_tanh(proto, n.name)) for n in proto.graph.node
+                if n.op_type == "Gelu" or (n.op_type == "Erf" and plant._is_gelu_erf(proto, n))]
+    hits = 0
+    for node_name, bad in planted:
+        report = onnx_bisect.bisect(model, inputs, onnx=bad)
+        if report.ok:
+            continue
+        hits += 1
+        fd = report.first_divergence
+        assert fd is not None and fd.introduced
+        rewritten = {n.name for n in bad.graph.node} - {n.name for n in proto.graph.node}
+        assert node_name in fd.layer.segment or rewritten & set(fd.layer.segment), (
+            f"{node_name} planted, blamed {fd.layer.pair.activation.name} {fd.layer.segment}")
+    assert hits or not planted, "no planted norm/GELU fault reached the outputs"

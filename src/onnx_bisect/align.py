@@ -270,25 +270,26 @@ def _pair_identities(acts, graph: GraphIndex, pairs) -> None:
 
 
 def _pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
-    """Same shape, between the neighbours' tensors in graph order, confirmed by value."""
+    """Same shape, after the tensors of earlier activations in graph order, confirmed by value."""
     taken = {p.tensor for p in pairs.values() if p.tensor}
     ordered = [t for t in values if t in graph.producer]
+    lo = -1  # graph position of the latest tensor paired to an earlier activation
     for a in acts:
-        if a.index in pairs or a.value.size == 0:
-            continue
-        lo = max((graph.order_of(pairs[i].tensor) for i in range(a.index) if i in pairs and pairs[i].tensor), default=-1)
-        fits = [t for t in ordered if (a.passthrough or t not in taken) and graph.order_of(t) > lo
-                and _fits(values[t], a.value)]
-        if not fits:
-            continue
-        best = min(fits, key=lambda t: _distance(values[t], a.value))
-        rel = _distance(values[best], a.value)
-        if rel <= STRUCTURE_MAX_REL:
-            # Position alone proves nothing: a structural pair must agree in value,
-            # or a wrongly paired tensor would show up as a divergence.
-            pairs[a.index] = _pair(a, graph, best, MatchMethod.STRUCTURE, round(1.0 - rel, 6),
-                                   f"same shape and values (rel. L2 {rel:.1e})")
-            taken.add(best)
+        if a.index not in pairs and a.value.size:
+            fits = [t for t in ordered if (a.passthrough or t not in taken) and graph.order_of(t) > lo
+                    and _fits(values[t], a.value)]
+            if fits:
+                best = min(fits, key=lambda t: _distance(values[t], a.value))
+                rel = _distance(values[best], a.value)
+                if rel <= STRUCTURE_MAX_REL:
+                    # Position alone proves nothing: a structural pair must agree in value,
+                    # or a wrongly paired tensor would show up as a divergence.
+                    pairs[a.index] = _pair(a, graph, best, MatchMethod.STRUCTURE, round(1.0 - rel, 6),
+                                           f"same shape and values (rel. L2 {rel:.1e})")
+                    taken.add(best)
+        p = pairs.get(a.index)
+        if p is not None and p.tensor in graph.producer:
+            lo = max(lo, graph.order_of(p.tensor))
 
 
 ABSENT = "absent from the ONNX graph"

@@ -1,0 +1,184 @@
+"""Bad input of every kind ends in exit status 2 and one actionable line, never a traceback."""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+from conftest import make_tiny_model_dir, run_cli, tiny_onnx, write_source
+
+EMBEDDING_SOURCE = """
+    import torch
+
+    class Embed(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+
+        def forward(self, input_ids):
+            return self.emb(input_ids)
+"""
+
+TWO_CLASSES_SOURCE = """
+    import torch
+
+    class Encoder(torch.nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    class Decoder(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+"""
+
+# torch.linalg.svdvals has no ONNX lowering in either exporter (torch 2.13):
+# dynamo finds no ONNX function for aten._linalg_svd, TorchScript has no symbolic.
+UNEXPORTABLE_SOURCE = """
+    import torch
+
+    class Spectrum(torch.nn.Module):
+        def forward(self, x):
+            return torch.linalg.svdvals(x)
+
+    def get_inputs():
+        return (torch.randn(3, 3),)
+"""
+
+
+def _duplicated_attribute_onnx(d: Path) -> Path:
+    node = helper.make_node("LeakyRelu", ["x"], ["y"], name="leaky", alpha=0.1)
+    node.attribute.append(helper.make_attribute("alpha", 0.2))
+    onnx.save(tiny_onnx(node), d / "dup.onnx")
+    return d / "dup.onnx"
+
+
+def _npy(d: Path, name: str, array: np.ndarray) -> Path:
+    np.save(d / name, array)
+    return d / name
+
+
+def _savez(d: Path, name: str, **arrays) -> Path:
+    np.savez(d / name, **arrays)
+    return d / name
+
+
+def _file(d: Path, name: str, data: bytes) -> Path:
+    (d / name).write_bytes(data)
+    return d / name
+
+
+# (argv builder given the tiny_model_dir, phrase the error must contain)
+CASES = {
+    "missing-model-file": (lambda d: [d / "nope.py"], "does not exist"),
+    "model-syntax-error": (lambda d: [write_source(d / "bad.py", "def forward(:\n")], "SyntaxError"),
+    "model-import-raises": (
+        lambda d: [write_source(d / "bad.py", "raise RuntimeError('no GPU here')\n")], "no GPU here"),
+    "model-file-defines-no-model": (lambda d: [write_source(d / "empty.py", "x = 1\n")], "defines no model"),
+    "several-classes-no-get-model": (
+        lambda d: [write_source(d / "two.py", TWO_CLASSES_SOURCE)], "several nn.Module classes"),
+    "name-missing": (lambda d: [f"{d / 'mlp.py'}:Nope"], "has no attribute 'Nope'"),
+    "get-model-raises": (
+        lambda d: [write_source(d / "gm.py", "def get_model():\n    raise ValueError('checkpoint missing')\n")],
+        "checkpoint missing"),
+    "missing-input-file": (lambda d: [d / "mlp.py", "--input", d / "nope.npy"], "Check the --input path"),
+    "corrupt-npy": (
+        lambda d: [d / "mlp.py", "--input", _file(d, "bad.npy", b"\x93NUMPY garbage")], "Could not read input file"),
+    "too-many-inputs": (
+        lambda d: [d / "mlp.py", "--input", d / "x.npy", "--input", d / "x.npy"], "2 inputs given but forward() takes 1"),
+    "wrong-shape": (
+        lambda d: [d / "mlp.py", "--input", _npy(d, "x5.npy", np.zeros((2, 5), np.float32))],
+        "Running the PyTorch model on the given inputs failed"),
+    "wrong-dtype": (
+        lambda d: [write_source(d / "emb.py", EMBEDDING_SOURCE), "--input",
+                   _npy(d, "ids.npy", np.array([[1.0, 2.0]], np.float32))],
+        "input_ids: torch.float32"),
+    "npz-keys-match-no-parameter": (
+        lambda d: [d / "mlp.py", "--input", _savez(d, "in.npz", tokens=np.zeros((2, 4), np.float32))],
+        "match none"),
+    "no-input-no-get-inputs": (lambda d: [write_source(d / "emb.py", EMBEDDING_SOURCE)], "no get_inputs()"),
+    "onnx-missing": (lambda d: [d / "mlp.py", "--onnx", d / "nope.onnx"], "ONNX file"),
+    "onnx-garbage": (
+        lambda d: [d / "mlp.py", "--onnx", _file(d, "junk.onnx", b"\xff\xfenot a protobuf\x00" * 8)],
+        "is not a loadable ONNX model"),
+    "onnx-fails-checker": (
+        lambda d: [d / "mlp.py", "--onnx", _duplicated_attribute_onnx(d)], "does not pass onnx.checker"),
+    "onnx-input-shape-mismatch": (
+        lambda d: [d / "mlp.py", "--onnx", d / "relu.onnx", "--input", _npy(d, "x3.npy", np.zeros((3, 4), np.float32))],
+        "expects [2, 4]"),
+    "export-fails-both-exporters": (
+        lambda d: [write_source(d / "svd.py", UNEXPORTABLE_SOURCE)], "Exporting the model to ONNX failed"),
+    "unknown-provider": (lambda d: [d / "mlp.py", "--provider", "NopeExecutionProvider"], "is not available"),
+    "negative-atol": (lambda d: [d / "mlp.py", "--atol", "-1"], "must be non-negative"),
+    "json-is-the-model-file": (lambda d: [d / "mlp.py", "--json", d / "mlp.py"], "Refusing to overwrite"),
+    "json-is-a-directory": (lambda d: [d / "mlp.py", "--json", d], "is a directory"),
+}
+
+
+def _snapshot(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*"))
+            if p.is_file() and "__pycache__" not in p.parts}
+
+
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory):
+    """Each case's (result, files before, files after), every case in its own folder.
+
+    The runs are subprocesses that spend ~2 s importing torch, so they run a few
+    at a time to keep this file fast.
+    """
+    def run_case(case_id):
+        folder = make_tiny_model_dir(tmp_path_factory.mktemp(case_id))
+        argv = CASES[case_id][0](folder)
+        before = _snapshot(folder)
+        result = run_cli(*argv)
+        return result, before, _snapshot(folder)
+
+    with ThreadPoolExecutor(max_workers=(os.cpu_count() or 1) + 1) as pool:
+        return dict(zip(CASES, pool.map(run_case, CASES)))
+
+
+@pytest.mark.parametrize("case_id", CASES)
+def test_bad_input_is_one_clear_error(outcomes, case_id):
+    result, before, after = outcomes[case_id]
+    assert result.exit_status == 2, result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("onnx-bisect: error:")
+    assert CASES[case_id][1] in lines[0]
+    # The user's files (model, inputs, ONNX) are read, never written; nothing new appears beside them.
+    assert after == before
+
+
+def test_json_pointing_at_the_model_leaves_it_intact(outcomes):
+    result, before, after = outcomes["json-is-the-model-file"]
+    assert result.exit_status == 2 and result.json is None
+    assert after["mlp.py"] == before["mlp.py"]
+
+
+def test_script_code_run_at_import_is_named(tmp_path):
+    model = write_source(tmp_path / "train.py", """
+        import argparse
+        parser = argparse.ArgumentParser()
+        parser.add_argument("--epochs", type=int, required=True)
+        args = parser.parse_args()
+    """)
+    result = run_cli(model)
+    assert result.exit_status == 2
+    assert "Traceback" not in result.stderr
+    # argparse prints its own usage first; our line comes last and names the fix.
+    assert result.stderr.strip().splitlines()[-1].startswith("onnx-bisect: error: Importing")
+    assert '__name__ == "__main__"' in result.stderr
+
+
+def test_debug_reraises_with_traceback(tiny_model_dir):
+    result = run_cli(tiny_model_dir / "nope.py", "--debug")
+    assert result.exit_status == 1  # an uncaught exception
+    assert "Traceback" in result.stderr
+    assert "ModelLoadError" in result.stderr
