@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import onnx
 
-from . import align, capture, compare, diagnose, expose, export, feeds, graph, load, localize, weights
+from . import align, capture, compare, expose, export, feeds, graph, load, localize, weights
+from .diagnose import DiagnosisContext, diagnose
 from .backends import make_backend
 from .errors import InputError
 from .progress import Progress
@@ -117,12 +118,16 @@ def bisect_loaded(
         pairs = align.align_activations(captured, index, scopes, probed)
         cuts = localize.cut_points(pairs, index)
     with progress.step("local", f"measuring local error at {len(cuts)} cut points"):
+        references = {t: _as_onnx_dtype(p.activation.value, probed[t]) for t, p in cuts.items()}
         ref_feeds = dict(model_feeds)
-        for tensor, pair in cuts.items():
-            ref_feeds[expose.reference_input_name(tensor)] = _as_onnx_dtype(pair.activation.value, probed[tensor])
-        local_values = backend.run(
-            expose.cut_at_tensors(skeleton, list(cuts)), ref_feeds, list(cuts), weight_store, one_shot=True
-        )
+        ref_feeds.update({expose.reference_input_name(t): v for t, v in references.items()})
+
+        def local_run(model, store, optimize: bool = True):
+            """Run ``model`` cut at the same tensors, every segment fed PyTorch values."""
+            return backend.run(expose.cut_at_tensors(model, list(cuts)), ref_feeds, list(cuts), store,
+                               one_shot=True, optimize=optimize)
+
+        local_values = local_run(skeleton, weight_store)
     with progress.step("final", "running the unmodified ONNX model"):
         # The same graph and the same weight bytes as the user's file, with the
         # user's session settings: only the weights' storage differs.
@@ -133,15 +138,21 @@ def bisect_loaded(
         outputs = _compare_outputs(captured, index, final, tolerance)
         ok = all(o.diff.ok for o in outputs)
         warnings = list(feed_warnings) + _warnings(loaded, captured, index, outputs, probed, tolerance)
-        first = None
+        first, layer, introduced = None, None, False
         if not ok:
             layer, introduced = localize.first_divergence(layers)
-            first = diagnose.diagnose(layer, introduced, tolerance) if layer else None
             if layer is None:
                 warnings.append(
                     "The final outputs diverge, but no aligned tensor does: the divergence lies after the "
                     "last aligned tensor or in a part of the graph no activation maps to."
                 )
+    if not ok and layer is not None:
+        with progress.step("diagnose", "diagnosing the first divergence"):
+            first = diagnose(DiagnosisContext(
+                layer=layer, introduced=introduced, layers=layers, graph=index, skeleton=skeleton,
+                weights=weight_store, loaded=loaded, exported=exported, capture=captured, references=references,
+                feeds=model_feeds, tolerance=tolerance, local_run=local_run, compare=cmp,
+            ))
     return Report(
         ok=ok, tolerance=tolerance, exporter=exported.exporter, opset=exported.opset, provider=backend.name,
         outputs=outputs, first_divergence=first, layers=layers, warnings=tuple(warnings),

@@ -191,8 +191,12 @@ class Divergence:
 
     layer: LayerResult
     introduced: bool  # True: the segment's local error exceeds tolerance
-    cause: str
+    cause: str  # a diagnosis slug, e.g. "gelu-approximation"; "unknown" when no rule matched
     explanation: str
+    confidence: float = 0.0
+    evidence: dict[str, Any] = field(default_factory=dict)  # numbers supporting the cause
+    fix: str = ""
+    confirmed: bool | None = None  # re-run with the fix applied: True/False; None = not attempted
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,15 @@ def _verdict(report: Report) -> str:
             f"First divergence: module {p.activation.name} ({p.activation.module_type}) → ONNX node "
             f"{p.node} ({p.op_type}), tensor '{p.tensor}'. Segment nodes: {nodes or p.node}."
         )
-        lines.append(f"Cause: {fd.cause}. {fd.explanation}")
+        if fd.cause == "unknown":
+            lines.append(f"Cause: unknown. {fd.explanation}")
+        else:
+            proof = {True: "confirmed: re-running with the fix removes the divergence",
+                     False: "not confirmed: re-running with the fix did not remove the divergence",
+                     None: "a hypothesis: the fix could not be re-run automatically"}[fd.confirmed]
+            lines.append(f"Cause: {fd.cause} (confidence {fd.confidence:.0%}; {proof}). {fd.explanation}")
+            if fd.fix:
+                lines.append(f"Fix: {fd.fix}")
     return "\n".join(lines)
 
 
@@ -149,6 +157,10 @@ def to_json(report: Report) -> dict[str, Any]:
             "local_max_abs": _f(fd.layer.local.max_abs) if fd.layer.local else None,
             "introduced": fd.introduced,
             "cause": fd.cause,
+            "confidence": fd.confidence,
+            "evidence": _jsonable(fd.evidence),
+            "fix": fd.fix,
+            "confirmed": fd.confirmed,
             "explanation": fd.explanation,
         },
         "layers": [_layer_json(r) for r in report.layers],
@@ -174,6 +186,19 @@ def _layer_json(r: LayerResult) -> dict[str, Any]:
 
 def _diff(d: TensorDiff | None, key: str):
     return None if d is None else _f(getattr(d, key))
+
+
+def _jsonable(value):
+    """Evidence values may be numpy scalars/arrays or nested containers."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _jsonable(value.tolist())
+    if isinstance(value, float):
+        return _f(value)
+    return value
 
 
 def _f(x: float):

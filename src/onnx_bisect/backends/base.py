@@ -21,6 +21,7 @@ class Backend(Protocol):
         outputs: Sequence[str] | None = None,
         weights: Weights | None = None,
         one_shot: bool = False,
+        optimize: bool = True,
     ) -> dict[str, np.ndarray]:
         """Run ``model`` (a proto, or a file path) once; return outputs by name.
 
@@ -29,5 +30,6 @@ class Backend(Protocol):
         ``one_shot`` marks an instrumented graph that runs once: the backend may
         skip work that only pays off over many runs.  The user's graph is never
         run one-shot, so its numbers are exactly what the user would get.
+        ``optimize=False`` turns the backend's graph optimizations off.
         """
         ...

@@ -25,8 +25,10 @@ class OnnxRuntimeBackend:
         self.provider = provider
         self.name = f"onnxruntime {ort.__version__} ({provider})"
 
-    def _options(self, weights: Weights | None, one_shot: bool) -> ort.SessionOptions:
+    def _options(self, weights: Weights | None, one_shot: bool, optimize: bool) -> ort.SessionOptions:
         so = ort.SessionOptions()
+        if not optimize:
+            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         if one_shot:
             # Pre-packing weights pays off over many runs; for one run it only costs
             # time and a second copy of every MatMul weight.
@@ -48,11 +50,12 @@ class OnnxRuntimeBackend:
         outputs: Sequence[str] | None = None,
         weights: Weights | None = None,
         one_shot: bool = False,
+        optimize: bool = True,
     ) -> dict[str, np.ndarray]:
         """Create a session, run once, return the outputs by name."""
         source = model if isinstance(model, str) else model.SerializeToString()
         try:
-            session = ort.InferenceSession(source, self._options(weights, one_shot), providers=[self.provider])
+            session = ort.InferenceSession(source, self._options(weights, one_shot, optimize), providers=[self.provider])
         except Exception as exc:
             raise BackendError(
                 f"ONNX Runtime could not load the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "

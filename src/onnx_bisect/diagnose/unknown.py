@@ -1,23 +1,13 @@
-"""Diagnose stage: turn the first divergence into a cause and a plain-words explanation.
-
-Cause-specific rules arrive with the diagnosis work; until then the cause is
-``unknown`` and the explanation states only what was measured.
-"""
+"""The honest fallback when no rule matches: say what was measured, nothing more."""
 from __future__ import annotations
 
 from collections import Counter
 
-from .records import Divergence, LayerResult, Tolerance
-
-UNKNOWN = "unknown"
+from ..records import LayerResult, Tolerance
 
 
-def diagnose(layer: LayerResult, introduced: bool, tol: Tolerance) -> Divergence:
-    """Describe ``layer``'s divergence from the evidence we have."""
-    return Divergence(layer=layer, introduced=introduced, cause=UNKNOWN, explanation=_explain(layer, introduced, tol))
-
-
-def _explain(layer: LayerResult, introduced: bool, tol: Tolerance) -> str:
+def explain_unknown(layer: LayerResult, introduced: bool, tol: Tolerance) -> str:
+    """Describe ``layer``'s divergence from the measured numbers alone."""
     p = layer.pair
     ops = ", ".join(f"{op}×{n}" if n > 1 else op for op, n in Counter(layer.segment_ops).items()) or p.op_type or "?"
     acc = f"{layer.diff.max_abs:.3g}" if layer.diff else "n/a"
