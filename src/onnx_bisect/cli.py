@@ -31,6 +31,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--opset", type=int, metavar="N", help="ONNX opset for the export")
     p.add_argument("--save-onnx", metavar="PATH", help="also write the exported ONNX model here")
     p.add_argument("--provider", default="CPUExecutionProvider", help="ONNX Runtime execution provider")
+    p.add_argument("--ort-opt-level", choices=["disable", "basic", "extended", "all"], default="all",
+                   help="ONNX Runtime graph optimization level (default all, as ONNX Runtime)")
+    p.add_argument("--ort-config", action="append", default=[], metavar="KEY=VALUE",
+                   help="ONNX Runtime session config entry, e.g. optimization.enable_gelu_approximation=1")
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     p.add_argument("--json", metavar="FILE", help="write the machine-readable report here")
@@ -54,7 +58,11 @@ def config_from_args(args: argparse.Namespace) -> Config:
             raise UsageError(f"Output path '{out}' is a directory; name a file in it instead.")
     if args.onnx and args.save_onnx:
         raise UsageError("--save-onnx writes the exported model; it cannot be combined with --onnx.")
+    bad = [kv for kv in args.ort_config if "=" not in kv]
+    if bad:
+        raise UsageError(f"--ort-config takes KEY=VALUE, got {bad[0]!r}.")
     return Config(
+        ort_config=tuple(tuple(kv.split("=", 1)) for kv in args.ort_config), ort_opt_level=args.ort_opt_level,
         model=args.model, inputs=tuple(args.input), onnx=args.onnx,
         exporter=Exporter(args.exporter) if args.exporter else None, opset=args.opset, provider=args.provider,
         tolerance=Tolerance(args.atol, args.rtol), save_onnx=args.save_onnx,
@@ -72,6 +80,11 @@ def _write_report(report, path: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns the exit status (0 agree, 1 diverged, 2 bad input)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["coverage"]:
+        from .coverage.cli import main as coverage_main
+
+        return coverage_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -31,6 +31,8 @@ class Config:
     provider: str = "CPUExecutionProvider"
     tolerance: Tolerance = field(default_factory=Tolerance)
     save_onnx: str | None = None
+    ort_config: tuple[tuple[str, str], ...] = ()  # ONNX Runtime session config entries
+    ort_opt_level: str = "all"
 
 
 def run(config: Config, progress: Progress | None = None) -> Report:
@@ -42,6 +44,7 @@ def run(config: Config, progress: Progress | None = None) -> Report:
     return bisect_loaded(
         loaded, inputs, onnx_path=config.onnx, exporter=config.exporter, opset=config.opset,
         provider=config.provider, tolerance=config.tolerance, save_onnx=config.save_onnx, progress=progress,
+        ort_config=dict(config.ort_config), ort_opt_level=config.ort_opt_level,
     )
 
 
@@ -56,6 +59,8 @@ def bisect(
     opset: int | None = None,
     provider: str = "CPUExecutionProvider",
     save_onnx: str | None = None,
+    ort_config: dict[str, str] | None = None,
+    ort_opt_level: str = "all",
 ) -> Report:
     """Bisect a PyTorch ``model`` against its ONNX export (or the given ONNX model).
 
@@ -70,7 +75,8 @@ def bisect(
     model_inputs = load.to_model_inputs(inputs, loaded)
     return bisect_loaded(
         loaded, model_inputs, onnx_path=onnx, exporter=Exporter(exporter) if exporter else None, opset=opset,
-        provider=provider, tolerance=Tolerance(atol, rtol), save_onnx=save_onnx,
+        provider=provider, tolerance=Tolerance(atol, rtol), save_onnx=save_onnx, ort_config=ort_config,
+        ort_opt_level=ort_opt_level,
     )
 
 
@@ -85,10 +91,12 @@ def bisect_loaded(
     tolerance: Tolerance,
     save_onnx: str | None = None,
     progress: Progress | None = None,
+    ort_config: dict[str, str] | None = None,
+    ort_opt_level: str = "all",
 ) -> Report:
     """Run every stage on an already loaded model and inputs."""
     progress = progress or Progress(enabled=False)
-    backend = make_backend(provider)
+    backend = make_backend(provider, ort_config, ort_opt_level)
     with progress.step("capture", "running PyTorch with forward hooks"):
         captured = _capture(loaded, inputs)
     if onnx_path is None:

@@ -11,10 +11,23 @@ from ..errors import BackendError, UsageError
 from ..weights import Weights
 
 
-class OnnxRuntimeBackend:
-    """Runs models with one ONNX Runtime execution provider."""
+OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
 
-    def __init__(self, provider: str = "CPUExecutionProvider"):
+
+class OnnxRuntimeBackend:
+    """Runs models with one ONNX Runtime execution provider and the user's session settings."""
+
+    def __init__(self, provider: str = "CPUExecutionProvider", session_config: Mapping[str, str] | None = None,
+                 opt_level: str = "all"):
+        if opt_level not in OPT_LEVELS:
+            raise UsageError(f"Unknown optimization level '{opt_level}'; use one of {', '.join(OPT_LEVELS)}.")
+        self.session_config = dict(session_config or {})
+        self.opt_level = opt_level
         available = ort.get_available_providers()
         if provider not in available:
             raise UsageError(
@@ -27,8 +40,12 @@ class OnnxRuntimeBackend:
 
     def _options(self, weights: Weights | None, one_shot: bool, optimize: bool) -> ort.SessionOptions:
         so = ort.SessionOptions()
-        if not optimize:
-            so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.graph_optimization_level = OPT_LEVELS["disable" if not optimize else self.opt_level]
+        for key, value in self.session_config.items():
+            try:
+                so.add_session_config_entry(key, value)
+            except Exception as exc:
+                raise UsageError(f"ONNX Runtime rejected session option {key}={value}: {exc}") from exc
         if one_shot:
             # Pre-packing weights pays off over many runs; for one run it only costs
             # time and a second copy of every MatMul weight.
