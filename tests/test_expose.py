@@ -42,11 +42,11 @@ def test_expose_adds_typed_outputs_without_touching_the_original():
 def test_cut_feeds_consumers_the_reference_value():
     model = _chain()
     before = model.SerializeToString()
-    cut = cut_at_tensors(model, ["a", "b"])
-    assert model.SerializeToString() == before
     x = np.array([-1.0, 0.5, 2.0], np.float32)
     ref_a = np.array([10.0, 20.0, 30.0], np.float32)
     ref_b = np.array([100.0, 200.0, 300.0], np.float32)
+    cut = cut_at_tensors(model, {"a": ref_a, "b": ref_b})
+    assert model.SerializeToString() == before
     out = _run(cut, {"x": x, reference_input_name("a"): ref_a, reference_input_name("b"): ref_b})
     # each segment computes from the reference at its input, not from upstream nodes
     np.testing.assert_allclose(out["a"], [0.0, 0.5, 2.0])  # Relu(x)

@@ -24,6 +24,7 @@ from .records import Activation, Capture, MatchMethod, TensorPair
 
 _CALL_SUFFIX = re.compile(r"^(.*)_(\d+)$")
 STRUCTURE_MAX_REL = 1e-4  # relative L2 distance for a structural pair: float noise only
+WEAK_MAX_REL = 1e-3  # the same for a scope output read by a node of unknown scope
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,10 @@ class ScopeMap:
 
     module_of: dict[int, str]  # node index -> qualified module name
     boundary: dict[str, tuple[str, ...]]  # module -> tensors leaving its scope, graph order
+    # Tensors read by a node of unknown scope (an optimizer's fused node, a renamed
+    # node): the scope's real output may have been fused away, so such a tensor
+    # is paired only when its values agree.
+    weak: frozenset[str] = frozenset()
 
 
 def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
@@ -46,6 +51,7 @@ def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
         if resolved is not None:
             module_of[node.index] = resolved
     boundary: dict[str, list[str]] = defaultdict(list)
+    weak: set[str] = set()
     outputs = set(graph.graph_outputs)
     for node in graph.nodes:
         q = module_of.get(node.index)
@@ -55,12 +61,14 @@ def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
             if not t:
                 continue
             consumer_scopes = [module_of.get(i) for i in graph.consumers.get(t, ())]
+            if None in consumer_scopes:
+                weak.add(t)
             for s in _ancestors(q):
                 if t in outputs or any(c is None or not _within(c, s) for c in consumer_scopes):
                     boundary[s].append(t)
                 else:
                     break
-    return ScopeMap(module_of=module_of, boundary={k: tuple(v) for k, v in boundary.items()})
+    return ScopeMap(module_of=module_of, boundary={k: tuple(v) for k, v in boundary.items()}, weak=frozenset(weak))
 
 
 def _common_prefix(graph: GraphIndex, known: set[str]) -> int:
@@ -162,6 +170,12 @@ def _pair_by_scope(acts, graph, scopes: ScopeMap, values, pairs) -> None:
         tensors = [t for t in scopes.boundary.get(module, ()) if t in values]
         if not tensors:
             continue
+        if any(t in scopes.weak for t in tensors):
+            refs = [a.value for a in group]
+            tensors = [t for t in tensors if t not in scopes.weak
+                       or any(_fits(values[t], r) and _distance(values[t], r) <= WEAK_MAX_REL for r in refs)]
+            if not tensors:
+                continue
         method = _scope_method(graph, tensors[0])
         last = -1
         for a in sorted(group, key=lambda a: (a.call, a.index)):

@@ -5,7 +5,7 @@ imports a copy into onnx-graphsurgeon, edits it and exports a new ModelProto.
 """
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import numpy as np
 import onnx
@@ -24,28 +24,27 @@ def expose_tensors(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelPr
         t = tensors.get(name)
         if t is None or name in have or isinstance(t, gs.Constant):
             continue
-        graph.outputs.append(_typed(t, model))
+        graph.outputs.append(t)
         have.add(name)
     return _export(graph, model)
 
 
-def cut_at_tensors(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
-    """A copy of ``model`` in which the consumers of each tensor in ``names`` read a
-    new graph input ``<name>::reference`` instead, and each such tensor is an output.
+def cut_at_tensors(model: onnx.ModelProto, references: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` in which the consumers of each tensor named in ``references``
+    read a new graph input ``<name>::reference`` instead, and each such tensor is an output.
 
     Feeding the PyTorch reference values to those inputs makes every segment
     between two cut tensors compute from exact inputs, so one run measures each
-    segment's *local* error.
+    segment's *local* error.  The new inputs take the references' dtypes and shapes.
     """
     graph = gs.import_onnx(model)
     tensors = graph.tensors()
     have = {t.name for t in graph.outputs}
-    for name in names:
+    for name, value in references.items():
         t = tensors.get(name)
         if t is None or isinstance(t, gs.Constant) or t in graph.inputs:
             continue
-        t = _typed(t, model)
-        ref = gs.Variable(name + REF_SUFFIX, dtype=t.dtype, shape=t.shape)
+        ref = gs.Variable(name + REF_SUFFIX, dtype=value.dtype, shape=list(value.shape))
         for node in list(t.outputs):
             node.inputs = [ref if x is t else x for x in node.inputs]
             _rename_outer(node, t.name, ref.name)
@@ -59,12 +58,6 @@ def cut_at_tensors(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelPr
 def reference_input_name(tensor: str) -> str:
     """The graph input that carries the PyTorch value of ``tensor`` in a cut graph."""
     return tensor + REF_SUFFIX
-
-
-def _typed(t: gs.Variable, model: onnx.ModelProto) -> gs.Variable:
-    if t.dtype is None:
-        raise ValueError(f"tensor {t.name} has no known element type")
-    return t
 
 
 def _rename_outer(node: gs.Node, old: str, new: str) -> None:
@@ -87,4 +80,9 @@ def _export(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
     for f in original.functions:
         if f.name not in {x.name for x in out.functions}:
             out.functions.append(f)
+    for vi in out.graph.output:
+        # Outputs of ops shape inference does not know (contrib ops of an
+        # optimized file) stay untyped; ONNX Runtime infers their types itself.
+        if vi.type.tensor_type.elem_type == onnx.TensorProto.UNDEFINED:
+            vi.ClearField("type")
     return out

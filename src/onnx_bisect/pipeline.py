@@ -132,7 +132,7 @@ def bisect_loaded(
 
         def local_run(model, store, optimize: bool = True):
             """Run ``model`` cut at the same tensors, every segment fed PyTorch values."""
-            return backend.run(expose.cut_at_tensors(model, list(cuts)), ref_feeds, list(cuts), store,
+            return backend.run(expose.cut_at_tensors(model, references), ref_feeds, list(cuts), store,
                                one_shot=True, optimize=optimize)
 
         local_values = local_run(skeleton, weight_store)
