@@ -33,7 +33,8 @@ def run_cli(*argv: Any, cwd: str | Path | None = None) -> CliResult:
     )
     report = None
     if "--json" in args and proc.returncode in (0, 1):
-        report = json.loads(Path(cwd or ".", args[args.index("--json") + 1]).read_text())
+        path = Path(cwd or ".", args[args.index("--json") + 1])
+        report = json.loads(path.read_text()) if path.is_file() else None
     return CliResult(proc.stdout, proc.stderr, proc.returncode, report)
 
 
@@ -71,7 +72,7 @@ def tiny_onnx(node: onnx.NodeProto | None = None, shape=(2, 4)) -> onnx.ModelPro
     graph = helper.make_graph(
         [node], "tiny",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, list(shape))],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 

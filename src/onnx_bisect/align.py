@@ -118,20 +118,21 @@ def candidate_tensors(capture: Capture, graph: GraphIndex, scopes: ScopeMap) -> 
     for tensors in scopes.boundary.values():
         names.update(dict.fromkeys(tensors))
     scoped = set(scopes.boundary)
-    shapes = {a.value.shape for a in capture.activations if a.module not in scoped}
-    if shapes:
+    sizes = {a.value.size for a in capture.activations if a.module not in scoped}
+    if sizes:
         for node in graph.nodes:
             for t in node.outputs:
-                if t and _may_have_shape(graph.shapes.get(t), shapes):
+                if t and _may_have_shape(graph.shapes.get(t), sizes):
                     names[t] = None
     return [n for n in names if n not in graph.initializers and n not in graph.graph_inputs]
 
 
-def _may_have_shape(static: tuple | None, shapes: set[tuple]) -> bool:
-    """Whether a tensor whose inferred shape is ``static`` (None = unknown) may fit."""
-    if static is None:
+def _may_have_shape(static: tuple | None, sizes: set[int]) -> bool:
+    """Whether a tensor whose inferred shape is ``static`` (None = unknown) may hold
+    as many elements as one of the activations (it may be reshaped or transposed)."""
+    if static is None or any(d is None for d in static):
         return True
-    return any(len(s) == len(static) and all(d is None or d == x for d, x in zip(static, s)) for s in shapes)
+    return int(np.prod(static, dtype=np.int64)) in sizes
 
 
 def align_activations(
@@ -143,9 +144,26 @@ def align_activations(
     _pair_graph_outputs(acts, graph, values, pairs)
     _pair_by_scope(acts, graph, scopes, values, pairs)
     _pair_fusions(acts, graph, scopes, values, pairs)
+    _pair_shared(acts, pairs)
     _pair_identities(acts, graph, pairs)
     _pair_by_structure(acts, graph, values, pairs)
+    _pair_shared(acts, pairs)
+    _pair_identities(acts, graph, pairs)
     return tuple(pairs.get(a.index) or _unmatched(a, scopes) for a in acts)
+
+
+def _pair_shared(acts, pairs) -> None:
+    """A container returning its last child's tensor unchanged shares that child's pair."""
+    by_value: dict[int, TensorPair] = {}
+    for a in acts:
+        p = pairs.get(a.index)
+        if p is not None and p.tensor is not None:
+            by_value.setdefault(id(a.value), p)
+    for a in acts:
+        src = by_value.get(id(a.value))
+        if a.index not in pairs and src is not None:
+            pairs[a.index] = TensorPair(a, src.tensor, src.node, src.op_type, src.method, src.confidence,
+                                        f"returns the tensor of {src.activation.name}", src.perm)
 
 
 def _pair(a: Activation, graph: GraphIndex, tensor: str, method: MatchMethod, confidence=1.0, note="") -> TensorPair:
@@ -284,26 +302,84 @@ def _pair_identities(acts, graph: GraphIndex, pairs) -> None:
 
 
 def _pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
-    """Same shape, after the tensors of earlier activations in graph order, confirmed by value."""
+    """Same elements (up to a reshape or transpose), after the tensors of earlier
+    activations in graph order, confirmed by value.
+
+    A permutation-invariant signature (size, sum, sum of squares) filters the
+    candidates, so only tensors that can hold the same numbers are compared.
+    """
     taken = {p.tensor for p in pairs.values() if p.tensor}
     ordered = [t for t in values if t in graph.producer]
+    signatures = {t: _signature(values[t]) for t in ordered}
     lo = -1  # graph position of the latest tensor paired to an earlier activation
     for a in acts:
         if a.index not in pairs and a.value.size:
+            sig = _signature(a.value)
             fits = [t for t in ordered if (a.passthrough or t not in taken) and graph.order_of(t) > lo
-                    and _fits(values[t], a.value)]
-            if fits:
-                best = min(fits, key=lambda t: _distance(values[t], a.value))
-                rel = _distance(values[best], a.value)
-                if rel <= STRUCTURE_MAX_REL:
-                    # Position alone proves nothing: a structural pair must agree in value,
-                    # or a wrongly paired tensor would show up as a divergence.
-                    pairs[a.index] = _pair(a, graph, best, MatchMethod.STRUCTURE, round(1.0 - rel, 6),
-                                           f"same shape and values (rel. L2 {rel:.1e})")
-                    taken.add(best)
+                    and _kind(values[t]) == _kind(a.value) and _same_signature(signatures[t], sig)]
+            found = _best_layout(a.value, fits, values)
+            if found is not None:
+                tensor, perm, rel = found
+                # Position alone proves nothing: a structural pair must agree in value,
+                # or a wrongly paired tensor would show up as a divergence.
+                layout = "" if perm is None else f", transposed {list(perm)}"
+                pairs[a.index] = TensorPair(
+                    a, tensor, graph.node_of(tensor).name, graph.node_of(tensor).op_type, MatchMethod.STRUCTURE,
+                    round(1.0 - rel, 6), f"same values (rel. L2 {rel:.1e}{layout})", perm)
+                taken.add(tensor)
         p = pairs.get(a.index)
         if p is not None and p.tensor in graph.producer:
             lo = max(lo, graph.order_of(p.tensor))
+
+
+def _signature(v: np.ndarray) -> tuple[int, float, float] | None:
+    if v.dtype.kind not in "fiub" or v.size == 0:
+        return None
+    x = v.astype(np.float64, copy=False)
+    if not np.isfinite(x).all():
+        return None
+    return v.size, float(x.sum()), float(np.square(x).sum())
+
+
+def _same_signature(s, ref) -> bool:
+    if s is None or ref is None:
+        return s is ref
+    size, total, squares = ref
+    if s[0] != size:
+        return False
+    scale = max(squares, 1e-30) ** 0.5 * size ** 0.5
+    return abs(s[1] - total) <= 1e-3 * scale and abs(s[2] - squares) <= 1e-3 * max(squares, 1e-30)
+
+
+def _best_layout(ref: np.ndarray, fits: list[str], values) -> tuple[str, tuple[int, ...] | None, float] | None:
+    """The candidate (and axis permutation of ``ref``) holding the same values."""
+    best = None
+    for t in fits:
+        v = values[t]
+        for perm in _perms(ref, v):
+            r = ref if perm is None else ref.transpose(perm)
+            rel = _distance(v.reshape(r.shape), r)
+            if rel <= STRUCTURE_MAX_REL and (best is None or rel < best[2]):
+                best = (t, perm, rel)
+            if rel <= STRUCTURE_MAX_REL:
+                break
+    return best
+
+
+def _perms(ref: np.ndarray, v: np.ndarray):
+    """Identity first, then axis permutations of ``ref`` compatible with ``v``'s shape."""
+    yield None
+    if ref.ndim > 5 or ref.ndim < 2:
+        return
+    import itertools
+
+    dims = [d for d in v.shape if d != 1]
+    for perm in itertools.permutations(range(ref.ndim)):
+        if perm == tuple(range(ref.ndim)):
+            continue
+        shape = [ref.shape[i] for i in perm]
+        if [d for d in shape if d != 1] == dims:
+            yield perm
 
 
 ABSENT = "absent from the ONNX graph"

@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_args(args: argparse.Namespace) -> Config:
     """Validate the parsed arguments into a Config."""
     if args.atol < 0 or args.rtol < 0:
-        raise UsageError("--atol and --rtol must be non-negative.")
+        raise UsageError(f"--atol and --rtol must be non-negative (got --atol {args.atol:g} --rtol {args.rtol:g}).")
     if args.opset is not None and not 7 <= args.opset <= 30:
         raise UsageError(f"--opset {args.opset} is not a valid ONNX opset; use a value such as 17 or 18.")
     protected = {Path(x).resolve() for x in [args.model.split(":")[0], *args.input, args.onnx] if x}

@@ -55,6 +55,8 @@ def _import_file(path: Path):
         raise ModelLoadError(f"'{path}' cannot be imported as Python. Pass a .py file.")
     module = importlib.util.module_from_spec(spec)
     sys.path.insert(0, str(path.parent.resolve()))
+    # Importing would write __pycache__ next to the user's file: never touch their folder.
+    saved_flag, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         spec.loader.exec_module(module)
     except SystemExit as exc:  # argparse or sys.exit() in script code at module level
@@ -70,6 +72,7 @@ def _import_file(path: Path):
             "or use --debug."
         ) from exc
     finally:
+        sys.dont_write_bytecode = saved_flag
         sys.path.remove(str(path.parent.resolve()))
     return module
 
@@ -227,7 +230,7 @@ def _match_npz(arrays: dict, path: Path, loaded: LoadedModel) -> dict:
         raise InputError(
             f"'{path}' holds arrays {sorted(arrays)} but the forward parameters are "
             f"{list(params)}; {unknown} match none. Name the arrays after the parameters "
-            "(numpy.savez(path, input_ids=..., attention_mask=...))."
+            f"(numpy.savez(path, {', '.join(f'{n}=...' for n in params)}))."
         )
     return {k: _as_tensor(v, f"{path}[{k}]") for k, v in arrays.items()}
 

@@ -41,7 +41,8 @@ def localize(
     """One LayerResult per pair, sorted in graph order."""
     compare = _memoised(compare)
     stops = frozenset(cuts)
-    local_diffs = {t: compare(local[t], p.activation.value) for t, p in cuts.items() if t in local}
+    refs = {p.activation.index: p.reference() for p in pairs}  # kept alive: the memo keys on ids
+    local_diffs = {t: compare(local[t], refs[p.activation.index]) for t, p in cuts.items() if t in local}
     rows: list[LayerResult] = []
     order = -1.0
     for p in pairs:
@@ -49,16 +50,16 @@ def localize(
             order = float(graph.order_of(p.tensor))
         else:
             order += 1e-3  # keep unmatched rows next to their neighbours in call order
-        rows.append(_layer(p, graph, accumulated, local_diffs, stops, compare, order))
+        rows.append(_layer(p, refs[p.activation.index], graph, accumulated, local_diffs, stops, compare, order))
     return tuple(sorted(rows, key=lambda r: (r.order, r.pair.activation.index)))
 
 
-def _layer(p, graph, accumulated, local_diffs, stops, compare, order) -> LayerResult:
+def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order) -> LayerResult:
     if p.tensor is None:
         status = Status.FUSED if p.method is MatchMethod.FUSED else Status.UNMATCHED
         return LayerResult(p, None, None, status, ErrorOrigin.NONE, order=order)
     value = accumulated.get(p.tensor)
-    diff = compare(value, p.activation.value) if value is not None else None
+    diff = compare(value, reference) if value is not None else None
     local = local_diffs.get(p.tensor)
     seg = graph.segment(p.tensor, stops) if p.tensor in graph.producer else ()
     # A segment that is exact on its real inputs but wrong on the references has

@@ -14,7 +14,7 @@ import onnx
 from . import align, capture, compare, expose, export, feeds, graph, load, localize, weights
 from .diagnose import DiagnosisContext, diagnose
 from .backends import make_backend
-from .errors import InputError
+from .errors import InputError, UsageError
 from .progress import Progress
 from .records import Exporter, LoadedModel, ModelInputs, OutputResult, Report, Tolerance
 
@@ -126,7 +126,7 @@ def bisect_loaded(
         pairs = align.align_activations(captured, index, scopes, probed)
         cuts = localize.cut_points(pairs, index)
     with progress.step("local", f"measuring local error at {len(cuts)} cut points"):
-        references = {t: _as_onnx_dtype(p.activation.value, probed[t]) for t, p in cuts.items()}
+        references = {t: _in_onnx_layout(p.reference(), probed[t]) for t, p in cuts.items()}
         ref_feeds = dict(model_feeds)
         ref_feeds.update({expose.reference_input_name(t): v for t, v in references.items()})
 
@@ -219,11 +219,20 @@ def _warnings(loaded, captured, index, outputs, probed, tol) -> list[str]:
     return notes
 
 
-def _as_onnx_dtype(reference: np.ndarray, onnx_value: np.ndarray) -> np.ndarray:
-    return np.ascontiguousarray(reference.astype(onnx_value.dtype, copy=False))
+def _in_onnx_layout(reference: np.ndarray, onnx_value: np.ndarray) -> np.ndarray:
+    """The reference with the ONNX tensor's dtype and shape, ready to feed."""
+    return np.ascontiguousarray(reference.astype(onnx_value.dtype, copy=False).reshape(onnx_value.shape))
 
 
 def _save(proto: onnx.ModelProto, path: str) -> None:
     from .report import write_atomic
 
-    write_atomic(path, proto.SerializeToString())
+    try:
+        data = proto.SerializeToString()
+    except ValueError as exc:  # protobuf refuses messages over 2 GB
+        raise UsageError(f"The model is too large for one ONNX file ({exc}); save it with external data "
+                         "yourself (onnx.save_model(..., save_as_external_data=True)).") from exc
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        raise UsageError(f"Cannot write --save-onnx '{path}': {exc.strerror or exc}. Choose a writable path.") from exc

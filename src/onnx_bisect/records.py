@@ -140,6 +140,12 @@ class TensorPair:
     method: MatchMethod
     confidence: float = 1.0
     note: str = ""
+    perm: tuple[int, ...] | None = None  # the ONNX tensor holds value.transpose(perm), possibly reshaped
+
+    def reference(self) -> np.ndarray:
+        """The PyTorch value laid out as the ONNX tensor holds it (up to a reshape)."""
+        value = self.activation.value
+        return value if self.perm is None else value.transpose(self.perm)
 
     @property
     def cuttable(self) -> bool:

@@ -36,7 +36,7 @@ def _confirm(ctx: DiagnosisContext, finding: Finding) -> bool:
     tensor = ctx.layer.pair.tensor
     if tensor not in values:
         return False
-    return ctx.compare(values[tensor], ctx.layer.pair.activation.value).ok
+    return ctx.compare(values[tensor], ctx.layer.pair.reference()).ok
 
 
 __all__ = ["diagnose", "DiagnosisContext", "Finding", "Rule", "RULES"]
