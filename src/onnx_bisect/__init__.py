@@ -1,8 +1,23 @@
 """onnx-bisect: find the first ONNX node that diverges from the PyTorch model, and say why."""
+from __future__ import annotations
+
 __version__ = "0.1.0"
 
-from .errors import BisectError  # noqa: E402
-from .pipeline import Config, bisect  # noqa: E402
-from .records import Report  # noqa: E402
-
 __all__ = ["bisect", "Config", "Report", "BisectError", "__version__"]
+
+
+def __getattr__(name: str):
+    # Lazy: `onnx-bisect --help` and usage errors should not wait for torch to import.
+    if name in ("bisect", "Config"):
+        from . import pipeline
+
+        return getattr(pipeline, name)
+    if name == "Report":
+        from .records import Report
+
+        return Report
+    if name == "BisectError":
+        from .errors import BisectError
+
+        return BisectError
+    raise AttributeError(f"module 'onnx_bisect' has no attribute {name!r}")

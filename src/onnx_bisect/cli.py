@@ -8,10 +8,8 @@ from typing import Sequence
 
 from . import __version__
 from .errors import BisectError, UsageError
-from .pipeline import Config, run
 from .progress import Progress
 from .records import ExitStatus, Exporter, Tolerance
-from .report import render_text, write_json
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def config_from_args(args: argparse.Namespace) -> Config:
+def config_from_args(args: argparse.Namespace):
     """Validate the parsed arguments into a Config."""
     if args.atol < 0 or args.rtol < 0:
         raise UsageError(f"--atol and --rtol must be non-negative (got --atol {args.atol:g} --rtol {args.rtol:g}).")
@@ -61,6 +59,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
     bad = [kv for kv in args.ort_config if "=" not in kv]
     if bad:
         raise UsageError(f"--ort-config takes KEY=VALUE, got {bad[0]!r}.")
+    from .pipeline import Config
+
     return Config(
         ort_config=tuple(tuple(kv.split("=", 1)) for kv in args.ort_config), ort_opt_level=args.ort_opt_level,
         model=args.model, inputs=tuple(args.input), onnx=args.onnx,
@@ -70,6 +70,8 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
 
 def _write_report(report, path: str) -> None:
+    from .report import write_json
+
     try:
         write_json(report, path)
     except OSError as exc:
@@ -89,6 +91,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
+        from .pipeline import run
+
         report = run(config, Progress())
         if args.json:
             _write_report(report, args.json)
@@ -99,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitStatus.USAGE
     except KeyboardInterrupt:
         return 130
+    from .report import render_text
+
     sys.stdout.write(render_text(report, show_all=args.all))
     return report.exit_status
 
