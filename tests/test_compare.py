@@ -54,3 +54,22 @@ def test_integer_and_bool_tensors_compare_exactly():
     assert not compare_tensors(np.array([1, 2, 4]), ids, Tolerance()).ok
     mask = np.array([True, False])
     assert compare_tensors(mask, mask.copy(), Tolerance()).ok
+
+
+def test_sqnr_is_measured():
+    b = np.ones(100, np.float32)
+    a = b + np.float32(0.1)
+    d = compare_tensors(a, b, Tolerance())
+    assert d.sqnr_db == pytest.approx(20.0, abs=0.01)  # signal 1, noise 0.01 per element
+
+
+def test_float16_tensor_passes_within_its_resolution_and_reports_ulps():
+    rng = np.random.default_rng(0)
+    ref = rng.normal(size=1000).astype(np.float32)
+    half = ref.astype(np.float16)  # exact rounding: at most half a step off
+    d = compare_tensors(half, ref, Tolerance(1e-5, 1e-5))
+    assert d.ok and d.ulps is not None and d.ulps <= 0.5 + 1e-6
+    assert d.tol_ratio > 1  # the raw error alone would fail this tolerance
+    wrong = (ref * 1.05).astype(np.float16)
+    assert not compare_tensors(wrong, ref, Tolerance(1e-5, 1e-5)).ok
+    assert compare_tensors(ref.copy(), ref, Tolerance()).ulps is None  # float32: plain allclose

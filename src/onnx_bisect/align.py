@@ -60,7 +60,7 @@ def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
         for t in node.outputs:
             if not t:
                 continue
-            consumer_scopes = [module_of.get(i) for i in graph.consumers.get(t, ())]
+            consumer_scopes = [module_of.get(i) for i in _effective_consumers(graph, t, module_of)]
             if None in consumer_scopes:
                 weak.add(t)
             for s in _ancestors(q):
@@ -69,6 +69,28 @@ def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
                 else:
                     break
     return ScopeMap(module_of=module_of, boundary={k: tuple(v) for k, v in boundary.items()}, weak=frozenset(weak))
+
+
+#: nodes that converters insert around a tensor without changing what it means
+#: (fp16 casts, QDQ pairs); scope analysis looks through them to the real consumers.
+TRANSPARENT_OPS = frozenset({"Cast", "QuantizeLinear", "DequantizeLinear", "Identity"})
+
+
+def _effective_consumers(graph: GraphIndex, tensor: str, module_of: dict[int, str]) -> list[int]:
+    """Consumers of ``tensor``, looking through unscoped casts and quantize/dequantize pairs."""
+    out, stack, seen = [], list(graph.consumers.get(tensor, ())), set()
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        node = graph.nodes[i]
+        if node.op_type in TRANSPARENT_OPS and i not in module_of:
+            for o in node.outputs:
+                stack.extend(graph.consumers.get(o, ()))
+        else:
+            out.append(i)
+    return out
 
 
 def _common_prefix(graph: GraphIndex, known: set[str]) -> int:

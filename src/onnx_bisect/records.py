@@ -167,6 +167,9 @@ class TensorDiff:
     ok: bool
     shape: tuple[int, ...]
     nonfinite: int = 0  # elements that are NaN/inf in ONNX but finite in PyTorch
+    sqnr_db: float = float("inf")  # 10·log10(Σ ref² / Σ (onnx − ref)²)
+    dtype: str = ""  # the ONNX tensor's dtype
+    ulps: float | None = None  # for float16: max error in units of the dtype's resolution at |ref|
 
 
 @dataclass(frozen=True)

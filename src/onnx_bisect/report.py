@@ -144,7 +144,8 @@ def to_json(report: Report) -> dict[str, Any]:
         "opset": report.opset,
         "provider": report.provider,
         "outputs": [{"name": o.name, "max_abs": _f(o.diff.max_abs), "max_rel": _f(o.diff.max_rel),
-                     "cosine": _f(o.diff.cosine), "ok": o.diff.ok} for o in report.outputs],
+                     "cosine": _f(o.diff.cosine), "sqnr_db": _f(o.diff.sqnr_db), "ok": o.diff.ok}
+                    for o in report.outputs],
         "first_divergence": None if fd is None else {
             "module": fd.layer.pair.activation.module,
             "module_name": fd.layer.pair.activation.name,
@@ -179,6 +180,8 @@ def _layer_json(r: LayerResult) -> dict[str, Any]:
         "shape": list(a.value.shape), "match": p.method.value, "confidence": p.confidence, "note": p.note,
         "max_abs": _diff(r.diff, "max_abs"), "max_rel": _diff(r.diff, "max_rel"),
         "mean_abs": _diff(r.diff, "mean_abs"), "cosine": _diff(r.diff, "cosine"),
+        "sqnr_db": _diff(r.diff, "sqnr_db"), "dtype": r.diff.dtype if r.diff else None,
+        "ulps": r.diff.ulps if r.diff else None,
         "local_max_abs": _diff(r.local, "max_abs"), "local_max_rel": _diff(r.local, "max_rel"),
         "status": r.status.value, "origin": r.origin.value, "segment": list(r.segment),
     }
