@@ -25,6 +25,13 @@ def render_text(report: Report, show_all: bool = False) -> str:
     if table:
         parts.append(table)
     parts.append(_summary(report))
+    unaligned = [r for r in report.layers if r.status is Status.UNMATCHED and r.pair.activation.is_leaf
+                 and r.pair.activation.module]
+    if unaligned:
+        shown = "\n".join(f"  {r.pair.activation.name} ({r.pair.activation.module_type}): {r.pair.note}"
+                          for r in unaligned[:8])
+        more = f"\n  … and {len(unaligned) - 8} more (see the JSON coverage)" if len(unaligned) > 8 else ""
+        parts.append(f"Unaligned leaf modules:\n{shown}{more}")
     for w in report.warnings:
         parts.append(f"warning: {w}")
     for n in report.notes:
@@ -164,10 +171,25 @@ def to_json(report: Report) -> dict[str, Any]:
             "confirmed": fd.confirmed,
             "explanation": fd.explanation,
         },
+        "coverage": _coverage_json(report),
         "layers": [_layer_json(r) for r in report.layers],
         "warnings": list(report.warnings),
         "notes": list(report.notes),
         "timings": {k: round(v, 4) for k, v in report.timings.items()},
+    }
+
+
+def _coverage_json(report: Report) -> dict[str, Any]:
+    aligned, total, absent = leaf_coverage(report.layers)
+    leaves = [r for r in report.layers if r.pair.activation.is_leaf and r.pair.activation.module]
+    return {
+        "leaf_activations": total,
+        "aligned": aligned,
+        "absent_from_graph": absent,
+        "fraction": round(aligned / (total - absent), 4) if total - absent else 1.0,
+        "by_method": dict(Counter(r.pair.method.value for r in leaves if r.pair.method.value != "none")),
+        "unaligned": [{"module": r.pair.activation.name, "module_type": r.pair.activation.module_type,
+                       "reason": r.pair.note} for r in leaves if r.status is Status.UNMATCHED],
     }
 
 
