@@ -118,6 +118,11 @@ def bisect_loaded(
         candidates = align.candidate_tensors(captured, index, scopes)
     if save_onnx:
         _save(weights.join_weights(skeleton, weight_store) if exported.weights is not None else exported.proto, save_onnx)
+    # First, while no instrumented values are held: its session has the largest footprint.
+    with progress.step("final", "running the unmodified ONNX model"):
+        # The same graph and the same weight bytes as the user's file, with the
+        # user's session settings: only the weights' storage differs.
+        final = backend.run(skeleton, model_feeds, None, weight_store)
     with progress.step("probe", f"running ONNX Runtime with {len(candidates)} tensors exposed"):
         probed = backend.run(
             expose.expose_tensors(skeleton, candidates), model_feeds, candidates, weight_store, one_shot=True
@@ -125,6 +130,8 @@ def bisect_loaded(
     with progress.step("align", "aligning PyTorch activations with ONNX tensors"):
         pairs = align.align_activations(captured, index, scopes, probed)
         cuts = localize.cut_points(pairs, index)
+        kept = {p.tensor for p in pairs} | set(index.graph_outputs)
+        probed = {t: v for t, v in probed.items() if t in kept}  # free the candidates nobody matched
     with progress.step("local", f"measuring local error at {len(cuts)} cut points"):
         references = {t: _in_onnx_layout(p.reference(), probed[t]) for t, p in cuts.items()}
         ref_feeds = dict(model_feeds)
@@ -136,10 +143,6 @@ def bisect_loaded(
                                one_shot=True, optimize=optimize)
 
         local_values = local_run(skeleton, weight_store)
-    with progress.step("final", "running the unmodified ONNX model"):
-        # The same graph and the same weight bytes as the user's file, with the
-        # user's session settings: only the weights' storage differs.
-        final = backend.run(skeleton, model_feeds, None, weight_store)
     with progress.step("report", "comparing"):
         cmp = functools.partial(_compare, tol=tolerance)
         layers = localize.localize(pairs, index, probed, local_values, cuts, cmp)
