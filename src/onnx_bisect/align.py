@@ -25,6 +25,7 @@ from .records import Activation, Capture, MatchMethod, TensorPair
 _CALL_SUFFIX = re.compile(r"^(.*)_(\d+)$")
 STRUCTURE_MAX_REL = 1e-4  # relative L2 distance for a structural pair: float noise only
 WEAK_MAX_REL = 1e-3  # the same for a scope output read by a node of unknown scope
+FUSED_MAX_REL = 0.2  # a neighbour's value computed by another module's node: near it, not merely nearer
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,12 @@ def _pair_by_scope(acts, graph, scopes: ScopeMap, values, pairs) -> None:
         for a in sorted(group, key=lambda a: (a.call, a.index)):
             fits = [t for t in tensors if graph.order_of(t) > last and _fits(values[t], a.value)]
             if not fits:
+                # a rewritten graph may reshape the module's output inside the same node
+                # chain (Reshape→Gemm→Reshape): accept that only when the values agree
+                fits = [t for t in tensors if graph.order_of(t) > last and values[t].size == a.value.size
+                        and _kind(values[t]) == _kind(a.value)
+                        and _distance(values[t].reshape(a.value.shape), a.value) <= STRUCTURE_MAX_REL]
+            if not fits:
                 continue
             if len(fits) == 1 or _same_count(group, a, tensors, values):
                 chosen, conf = fits[0], 1.0
@@ -291,7 +298,9 @@ def _pair_fusions(acts, graph: GraphIndex, scopes: ScopeMap, values, pairs) -> N
         v = values.get(pa.tensor)
         if v is None or not _fits(v, b.value):
             continue
-        if _distance(v, b.value) < _distance(v, a.value):
+        # The node computes B rather than A, and within float noise: an optimizer that
+        # fused more (Conv+BN+ReLU) must not make B look diverged.
+        if _distance(v, b.value) < _distance(v, a.value) and _distance(v, b.value) <= FUSED_MAX_REL:
             note = f"{a.name} and {b.name} are computed by one ONNX node"
             pairs[b.index] = _pair(b, graph, pa.tensor, MatchMethod.FUSED, pa.confidence, note)
             pairs[a.index] = TensorPair(a, None, pa.node, pa.op_type, MatchMethod.FUSED, pa.confidence,
@@ -333,9 +342,14 @@ def _pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
     taken = {p.tensor for p in pairs.values() if p.tensor}
     ordered = [t for t in values if t in graph.producer]
     signatures = {t: _signature(values[t]) for t in ordered}
-    lo = -1  # graph position of the latest tensor paired to an earlier activation
+    # ``reach[i]``: the latest graph position among the tensors of activation i and of
+    # the activations it consumed, directly or not.  A structural match must come
+    # after what its own inputs came from, not after unrelated branches that the
+    # ONNX graph happens to schedule later.
+    reach: dict[int, int] = {}
     for a in acts:
         if a.index not in pairs and a.value.size:
+            lo = max((reach.get(i, -1) for i in a.inputs), default=-1)
             sig = _signature(a.value)
             fits = [t for t in ordered if (a.passthrough or t not in taken) and graph.order_of(t) > lo
                     and _kind(values[t]) == _kind(a.value) and _same_signature(signatures[t], sig)]
@@ -350,8 +364,8 @@ def _pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
                     round(1.0 - rel, 6), f"same values (rel. L2 {rel:.1e}{layout})", perm)
                 taken.add(tensor)
         p = pairs.get(a.index)
-        if p is not None and p.tensor in graph.producer:
-            lo = max(lo, graph.order_of(p.tensor))
+        own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
+        reach[a.index] = max([own] + [reach.get(i, -1) for i in a.inputs])
 
 
 def _signature(v: np.ndarray) -> tuple[int, float, float] | None:

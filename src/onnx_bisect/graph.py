@@ -147,6 +147,7 @@ def _outer_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
 
 
 _TS_NAME = re.compile(r"^/(.+)/[^/]+$")
+_TS_TENSOR = re.compile(r"^/(.+)/[^/]+_output_\d+$")
 
 
 def _scope(node: onnx.NodeProto, meta: dict[str, str]) -> tuple[tuple[str, ...] | None, str]:
@@ -162,7 +163,26 @@ def _scope(node: onnx.NodeProto, meta: dict[str, str]) -> tuple[tuple[str, ...] 
             # FX node; the one before it is the innermost module's qualified name.
             module = parts[-2] if len(parts) >= 2 else ""
             return (tuple(module.split(".")) if module else ()), "metadata"
-    m = _TS_NAME.match(node.name or "")
+    # An optimizer that fuses nodes keeps the first node's name but the last node's
+    # output tensor (ONNX Runtime's FusedConv: node /conv1/Conv, output
+    # /relu1/Relu_output_0): the output's scope says what the node computes.
+    m = _TS_TENSOR.match(node.output[0]) if node.output else None
+    m = m or _TS_NAME.match(node.name or "")
     if m:
-        return tuple(p for comp in m.group(1).split("/") for p in comp.split(".") if p), "name"
+        return _ts_parts(m.group(1)), "name"
     return None, ""
+
+
+def _ts_parts(path: str) -> tuple[str, ...]:
+    """``model/layer/layer.0/conv`` → ('model', 'layer', '0', 'conv').
+
+    TorchScript names a Sequential's child after the Sequential *and* the child
+    (``layer/layer.0``); the second component already contains the first.
+    """
+    comps: list[str] = []
+    for comp in (c for c in path.split("/") if c):
+        if comps and comp.startswith(comps[-1] + "."):
+            comps[-1] = comp
+        else:
+            comps.append(comp)
+    return tuple(p for comp in comps for p in comp.split(".") if p)
