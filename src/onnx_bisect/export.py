@@ -47,7 +47,19 @@ def export_model(
             for w, e in failures
         )
         return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), notes=notes)
-    raise ExportError(_export_failure_message(failures)) from failures[-1][1]
+    raise ExportError(_export_failure_message(failures) + _triage(loaded, inputs, failures)) from failures[-1][1]
+
+
+def _triage(loaded: LoadedModel, inputs: ModelInputs, failures) -> str:
+    """The coverage triage of the failures: operator, source line, exporter message ("" when it cannot tell)."""
+    try:
+        from .coverage.export_triage import explain_export_failures
+
+        lines = explain_export_failures(loaded.module, inputs, [(w.value, e) for w, e in failures], loaded.source)
+    except Exception:  # the triage must never hide the export error itself
+        return ""
+    return f" What could not be exported: {'; '.join(lines)}. Run `onnx-bisect coverage {loaded.source}` for the " \
+        "full triage." if lines else ""
 
 
 def _export_dynamo(model, inputs: ModelInputs, opset: int | None) -> onnx.ModelProto:
