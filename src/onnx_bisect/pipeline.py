@@ -163,6 +163,7 @@ def bisect_loaded(
                 layer=layer, introduced=introduced, layers=layers, graph=index, skeleton=skeleton,
                 weights=weight_store, loaded=loaded, exported=exported, capture=captured, references=references,
                 feeds=model_feeds, tolerance=tolerance, local_run=local_run, compare=cmp,
+                backend=backend, inputs=inputs,
             ))
     return Report(
         ok=ok, tolerance=tolerance, exporter=exported.exporter, opset=exported.opset, provider=backend.name,

@@ -1,0 +1,96 @@
+"""Weights: an initializer the segment reads differs from the PyTorch parameter it was exported from."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import edits, layout
+from .base import DiagnosisContext, Finding, Rule
+
+QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+
+
+class WeightMismatch(Rule):
+    """Pair each float initializer of the segment with its PyTorch tensor (by name, else by value; transposes and BatchNorm folds allowed)."""
+
+    cause = "weight-mismatch"
+
+    def match(self, ctx: DiagnosisContext) -> Finding | None:
+        if not ctx.significant(ctx.layer.local):
+            return None
+        candidates = layout.torch_candidates(ctx)
+        differing = []
+        for name in _segment_initializers(ctx):
+            value = ctx.initializer(name)
+            if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
+                continue
+            best = _best(value, name, candidates) or _best(value, name, _everything(ctx, value.size))
+            if best is None or best[1].equal or best[1].correlation < 0.5:
+                continue
+            if best[0].startswith("fold(") and _is_refold(ctx, value, name):
+                continue  # a per-channel rescale of the conv weight: the BatchNorm fold rule's case
+            differing.append((name, *best))
+        if not differing:
+            return None
+        rows = [{"initializer": n, "parameter": p, "layout": r.layout, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
+                 "fraction_differing": r.fraction_differing, "correlation": r.correlation}
+                for n, p, r, _ in differing]
+        listed = "; ".join(f"'{n}' vs {p} ({r.layout}): max abs {r.max_abs:.2g}, relative L2 {r.rel_l2:.2g}, "
+                           f"{r.fraction_differing:.0%} of elements differ" for n, p, r, _ in differing)
+        summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. The "
+                   f"values are correlated (same layer) but not equal, as from another checkpoint.")
+        fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
+               "check the export script loads the weights before torch.onnx.export.")
+        return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
+                       counterfactual=lambda c: _restore(c, differing))
+
+
+def _segment_initializers(ctx: DiagnosisContext) -> list[str]:
+    names = []
+    for p in ctx.segment_protos:
+        if p.op_type in QDQ_OPS:
+            continue
+        names += [t for t in p.input if t and (t in ctx.weights.arrays or t in ctx.graph.initializers)]
+    return list(dict.fromkeys(names))
+
+
+def _everything(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
+    """Every floating parameter and buffer of the model with ``size`` elements (the fallback search)."""
+    tensors = list(ctx.loaded.module.named_parameters()) + list(ctx.loaded.module.named_buffers())
+    return {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point() and t.numel() == size}
+
+
+def _best(value: np.ndarray, name: str, candidates: dict[str, np.ndarray]):
+    """``(parameter, relation, torch value)`` of the closest candidate (an exact name match is preferred)."""
+    scored = []
+    for pname, tensor in candidates.items():
+        rel = layout.relate(value, tensor)
+        if rel is not None:
+            scored.append((rel.equal, pname == name, -rel.rel_l2, pname, rel, tensor))
+    if not scored:
+        return None
+    _, _, _, pname, rel, tensor = max(scored, key=lambda s: s[:3])
+    return pname, rel, tensor
+
+
+def _is_refold(ctx: DiagnosisContext, value: np.ndarray, name: str) -> bool:
+    pair = layout.conv_bn_pair(ctx)
+    site = next((s for s in layout.weight_sites(ctx) if s.weight == name), None)
+    if pair is None or site is None:
+        return False
+    w = layout.as_out_in(site, value)
+    wc = pair[1].weight.detach().double().cpu().numpy()
+    if w is None or w.shape != wc.shape:
+        return False
+    w2, wc2 = w.astype(np.float64).reshape(w.shape[0], -1), wc.reshape(wc.shape[0], -1)
+    ratio = np.sum(w2 * wc2, axis=1) / np.maximum(np.sum(wc2 * wc2, axis=1), 1e-300)
+    residual = np.linalg.norm(w2 - ratio[:, None] * wc2, axis=1) / np.maximum(np.linalg.norm(w2, axis=1), 1e-30)
+    return bool(residual.max() <= 1e-3)
+
+
+def _restore(ctx: DiagnosisContext, differing) -> tuple:
+    model, weights = edits.copy_model(ctx.skeleton), ctx.weights
+    for name, _, rel, tensor in differing:
+        onnx_value = ctx.initializer(name)
+        fixed = tensor.T if rel.layout == "transposed" else tensor.reshape(onnx_value.shape)
+        model, weights = edits.replace_array(model, weights, name, fixed)
+    return model, weights
