@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import onnx
+import onnx.inliner
 
 from ..errors import OnnxLoadError, UsageError
 from ..weights import split_weights, split_weights_from_file

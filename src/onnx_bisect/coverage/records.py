@@ -215,6 +215,7 @@ class Validation:
     inference_error: str | None
     versions: tuple[VersionCheck, ...]
     issues: tuple[str, ...] = ()  # further findings, e.g. duplicate node names
+    runtime_refuses: bool = False  # onnxruntime will not load the file as it is (versions, duplicate names)
 
     @property
     def ok(self) -> bool:
@@ -342,8 +343,9 @@ class CoverageReport:
 
     @property
     def runtime_refused(self) -> bool:
-        """ONNX Runtime refused the whole model (not one node): nothing can run."""
-        return self.placement is not None and self.placement.error is not None
+        """ONNX Runtime refuses the whole model (not one node): nothing can run."""
+        return ((self.placement is not None and self.placement.error is not None)
+                or (self.validation is not None and self.validation.runtime_refuses))
 
     @property
     def exit_status(self) -> int:

@@ -29,9 +29,11 @@ def validate_model(skeleton: onnx.ModelProto) -> tuple[Validation, onnx.ModelPro
             inferred = onnx.shape_inference.infer_shapes(view, strict_mode=False)
         except Exception:
             inferred = view
+    versions, issues = _versions(skeleton), _name_issues(skeleton)
+    too_new = any(v.ort_max is not None and v.version > v.ort_max for v in versions)
     return Validation(
-        checker_error=checker_error, inference_error=inference_error,
-        versions=_versions(skeleton), issues=tuple(_name_issues(skeleton)),
+        checker_error=checker_error, inference_error=inference_error, versions=tuple(versions),
+        issues=tuple(issues), runtime_refuses=bool(issues) or too_new,
     ), inferred
 
 
