@@ -38,6 +38,8 @@ def classify_node(node: NodeInfo, kernels: tuple[KernelCheck, ...], providers: t
     if runs_on != preferred and not unassessed:
         if why is None or why.verdict is KernelVerdict.NOT_ASSESSED:
             gap = f"the session did not place it on {preferred}"
+        elif why.verdict.runs:  # e.g. CUDA keeps shape computations on the CPU on purpose
+            gap = f"{preferred} has a kernel but the session did not give it the node"
         else:
             gap = f"{preferred}: {why.detail or why.verdict.value}"
         return NodeFinding(status=Status.FALLS_BACK, reason=f"{gap}; runs on {runs_on}", **common)

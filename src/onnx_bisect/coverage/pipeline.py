@@ -40,7 +40,7 @@ def run_coverage(config: CoverageConfig) -> CoverageReport:
         exports, source = (), "the given file"
     elif path.suffix.lower() == ".py":
         exports, proto, source = _export(config)
-        timings["export"] = time.perf_counter() - start
+        timings["export"] = round(time.perf_counter() - start, 4)
         if proto is None:
             return CoverageReport(target=config.target, exports=exports, onnx_source="", validation=None,
                                   providers=providers, placement=None, findings=(), opset_target=config.opset,

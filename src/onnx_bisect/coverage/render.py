@@ -101,7 +101,7 @@ def _exports(report: CoverageReport) -> list[str]:
         status = "ok" if a.ok else "FAILED"
         head = f"  {a.exporter:<12} {status:<7} {a.seconds:5.1f}s"
         if a.ok:
-            ops = ", ".join(f"{op} ×{n}" for op, n in a.onnx_ops[:12]) + (" …" if len(a.onnx_ops) > 12 else "")
+            ops = ", ".join(f"{op} ×{n}" for op, n in a.onnx_ops[:8]) + (" …" if len(a.onnx_ops) > 8 else "")
             lines.append(f"{head}  opset {a.opset}: {ops}")
         else:
             lines.append(head)
@@ -139,8 +139,12 @@ def _summary(report: CoverageReport) -> str:
     unassessed = [p.name for p in report.providers if p.state is RegistryState.NOT_IN_BUILD]
     tail = f" Not assessed: {', '.join(unassessed)} (registry not available in this build)." if unassessed else ""
     falls = report.count(Status.FALLS_BACK)
-    verdict = ("BLOCKED: " + "; ".join(blocked) if blocked else
-               "Every node can run" + (f", {falls} not where asked (falls back)" if falls else ""))
+    requested = [p for p in report.providers if not p.implicit]
+    if not blocked and requested and all(p.state is RegistryState.NOT_IN_BUILD for p in requested):
+        verdict = "Not assessed: no requested provider is in this build; the rows show ONNX Runtime's CPU fallback"
+    else:
+        verdict = ("BLOCKED: " + "; ".join(blocked) if blocked else
+                   "Every node can run" + (f", {falls} not where asked (falls back)" if falls else ""))
     return f"{verdict}. Nodes: {counts}.{tail}"
 
 
