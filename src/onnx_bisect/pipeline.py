@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from . import align, capture, compare, expose, export, feeds, graph, load, localize, weights
+from . import align, capture, compare, expose, export, feeds, graph, load, localize, preflight, weights
 from .diagnose import DiagnosisContext, diagnose
 from .backends import make_backend
 from .errors import InputError, UsageError
@@ -116,6 +116,8 @@ def bisect_loaded(
         index = graph.index_graph(skeleton)
         scopes = align.map_scopes(captured, index)
         candidates = align.candidate_tensors(captured, index, scopes)
+    with progress.step("preflight", "checking the model before running it"):
+        preflight_warnings = preflight.check_model(loaded, inputs, skeleton, weight_store, exported, backend, captured)
     if save_onnx:
         _save(weights.join_weights(skeleton, weight_store) if exported.weights is not None else exported.proto, save_onnx)
     # First, while no instrumented values are held: its session has the largest footprint.
@@ -148,7 +150,7 @@ def bisect_loaded(
         layers = localize.localize(pairs, index, probed, local_values, cuts, cmp)
         outputs = _compare_outputs(captured, index, final, tolerance)
         ok = all(o.diff.ok for o in outputs)
-        warnings = list(feed_warnings) + _warnings(loaded, captured, index, outputs, probed, tolerance)
+        warnings = list(feed_warnings) + list(preflight_warnings) + _warnings(loaded, captured, index, outputs, probed, tolerance)
         first, layer, introduced = None, None, False
         if not ok:
             layer, introduced = localize.first_divergence(layers)

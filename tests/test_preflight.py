@@ -1,0 +1,107 @@
+"""Preflight: the checks that need no ONNX forward pass, each with its fix."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+import plant  # noqa: E402
+
+import onnx_bisect  # noqa: E402
+from onnx_bisect import preflight  # noqa: E402
+from onnx_bisect.backends import make_backend  # noqa: E402
+from onnx_bisect.errors import OnnxLoadError  # noqa: E402
+from onnx_bisect.records import LoadedModel, ModelInputs  # noqa: E402
+from onnx_bisect.weights import split_weights  # noqa: E402
+
+from conftest import tiny_onnx  # noqa: E402
+
+
+def _loaded(model):
+    return LoadedModel(model, type(model).__name__, "<test>", False, ("x",))
+
+
+def test_training_mode_graph():
+    _, _, proto = dc.clean("mlp", "torchscript", training=True)
+    [warning] = preflight.training_mode_nodes(proto)
+    assert "BatchNormalization" in warning and "Dropout" in warning and "model.eval()" in warning
+
+
+def test_float64_model_against_float32_graph():
+    exported, reference, inputs = dc.dm.build_centered("mlp")
+    proto = dc.export(exported, (inputs[0].float(),), "dynamo")
+    [warning] = preflight.float64_model(_loaded(reference), ModelInputs(inputs, {}, ("x",)), proto)
+    assert "float64" in warning and "inputs x" in warning and "model.double()" in warning
+    model, inputs32, proto = dc.clean("mlp", "dynamo")
+    assert preflight.float64_model(_loaded(model), ModelInputs(inputs32, {}, ("x",)), proto) == []
+
+
+def test_checker_full_check_finds_what_the_basic_check_lets_through():
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    graph = helper.make_graph([node], "bad", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT64, [2, 4])])  # wrong output type
+    bad = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(bad)  # the basic check passes
+    [warning] = preflight.checker_errors(bad)
+    assert "onnx.checker" in warning and "Fix" in warning
+    assert preflight.checker_errors(tiny_onnx()) == []
+
+
+def test_opset_newer_than_onnxruntime_supports():
+    backend = make_backend()
+    too_new = tiny_onnx()
+    too_new.ir_version, too_new.opset_import[0].version = 8, 40
+    message = preflight.runtime_support(too_new, backend)
+    assert "opset 40 (it supports up to" in message and "opset_version=" in message
+    too_new.ir_version, too_new.opset_import[0].version = 99, 17
+    assert "IR version 99 (it reads up to" in preflight.runtime_support(too_new, backend)
+    too_new.ir_version = 8
+    assert preflight.runtime_support(too_new, backend) is None
+    model, inputs, proto = dc.clean("mlp", "dynamo")
+    too_new_model = onnx.ModelProto()
+    too_new_model.CopyFrom(proto)
+    too_new_model.opset_import[0].version = 40
+    with pytest.raises(OnnxLoadError, match="opset 40"):
+        onnx_bisect.bisect(model, inputs, onnx=too_new_model)
+
+
+def test_fixed_batch_axis_of_a_given_file():
+    [warning] = preflight.static_batch(tiny_onnx(shape=(2, 4)))
+    assert "'x' (batch 2)" in warning and "dynamic_shapes" in warning and "dynamic_axes" in warning
+    dynamic = tiny_onnx(shape=(2, 4))
+    dynamic.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    assert preflight.static_batch(dynamic) == []
+
+
+def test_stale_weight_under_a_generated_name():
+    """The dynamo exporter stores Linear weights transposed under names like val_12: paired by value."""
+    model, inputs, proto = dc.clean("transformer", "dynamo")
+    skeleton, weights = split_weights(proto)
+    assert preflight.compare_weights(_loaded(model), skeleton, weights) == []
+    init = plant.weight_of(proto, plant.find_nodes(proto, "MatMul", "blocks.1.fc1")[0].name)
+    skeleton, weights = split_weights(plant.perturb_initializer(proto, init, rel=0.05))
+    [diff] = preflight.compare_weights(_loaded(model), skeleton, weights)
+    assert diff.initializer == init and diff.parameter == "blocks.1.fc1.weight" and 0.03 < diff.rel_l2 < 0.08
+
+
+def test_folded_batchnorm_is_not_stale_but_a_wrong_fold_is_reported():
+    case = dc.batchnorm_fold("cnn", "dynamo")
+    report = onnx_bisect.bisect(case.model, case.inputs, onnx=case.proto)
+    assert any("BatchNorm folded in, but not with the BatchNorm's parameters" in w for w in report.warnings)
+    model, inputs, proto = dc.clean("cnn", "dynamo")
+    report = onnx_bisect.bisect(model, inputs, onnx=proto)
+    assert not [w for w in report.warnings if "initializer" in w or "folded" in w]
+
+
+def test_clean_model_gets_no_preflight_warning_but_the_batch_axis():
+    model, inputs, proto = dc.clean("transformer", "torchscript")
+    report = onnx_bisect.bisect(model, inputs, onnx=proto)
+    assert [w for w in report.warnings if "batch size" not in w] == []
+    assert "preflight" in report.timings
