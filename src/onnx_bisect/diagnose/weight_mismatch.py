@@ -18,16 +18,20 @@ class WeightMismatch(Rule):
         if not ctx.significant(ctx.layer.local):
             return None
         candidates = layout.torch_candidates(ctx)
+        refolded = {t for s in layout.weight_sites(ctx) if _is_refold(ctx, ctx.initializer(s.weight), s.weight)
+                    for t in (s.weight, s.bias) if t}  # a per-channel rescale: the BatchNorm fold rule's case
         differing = []
         for name in _segment_initializers(ctx):
+            if name in refolded:
+                continue
             value = ctx.initializer(name)
             if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
                 continue
             best = _best(value, name, candidates) or _best(value, name, _everything(ctx, value.size))
             if best is None or best[1].equal or best[1].correlation < 0.5:
                 continue
-            if best[0].startswith("fold(") and _is_refold(ctx, value, name):
-                continue  # a per-channel rescale of the conv weight: the BatchNorm fold rule's case
+            if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
+                continue  # float16 conversion saturated the large weights: the precision rule's case
             differing.append((name, *best))
         if not differing:
             return None
@@ -85,6 +89,15 @@ def _is_refold(ctx: DiagnosisContext, value: np.ndarray, name: str) -> bool:
     ratio = np.sum(w2 * wc2, axis=1) / np.maximum(np.sum(wc2 * wc2, axis=1), 1e-300)
     residual = np.linalg.norm(w2 - ratio[:, None] * wc2, axis=1) / np.maximum(np.linalg.norm(w2, axis=1), 1e-30)
     return bool(residual.max() <= 1e-3)
+
+
+def _only_clamped(value: np.ndarray, tensor: np.ndarray, layout_name: str) -> bool:
+    """Whether the float16 initializer equals PyTorch's tensor except where a converter clamped large values."""
+    ref = tensor.T if layout_name == "transposed" else tensor.reshape(value.shape)
+    limit = float(np.max(np.abs(value.astype(np.float64))))
+    inside = np.abs(ref) < limit
+    rounded = ref.astype(np.float16).astype(np.float64)
+    return bool(np.allclose(value.astype(np.float64)[inside], rounded[inside], rtol=2e-3, atol=0))
 
 
 def _restore(ctx: DiagnosisContext, differing) -> tuple:

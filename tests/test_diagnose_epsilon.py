@@ -1,0 +1,47 @@
+"""Epsilon rule: a normalization's epsilon against the module's eps."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+import plant  # noqa: E402
+from diagnosis_suite import bisect_case  # noqa: E402
+
+from onnx_bisect.diagnose.epsilon import EpsilonMismatch  # noqa: E402
+
+
+def test_layernorm_epsilon_attribute():
+    report, _ = bisect_case(dc.epsilon("transformer", "torchscript"))
+    fd = report.first_divergence
+    assert fd.cause == "epsilon-mismatch" and fd.confirmed is True
+    [row] = fd.evidence["mismatches"]
+    assert abs(row["onnx_epsilon"] - 0.05) < 1e-6 and row["pytorch_eps"] == 1e-6
+    assert row["module"] == "blocks.0.ln2"
+
+
+def test_groupnorm_exported_as_instancenorm():
+    report, _ = bisect_case(dc.epsilon("cnn", "dynamo"))
+    fd = report.first_divergence
+    assert fd.cause == "epsilon-mismatch" and fd.confirmed is True
+    assert fd.evidence["mismatches"][0]["module"] == "gn"
+
+
+def test_constant_of_a_decomposed_norm():
+    """TorchScript at opset 16 decomposes LayerNorm; its eps is the constant added before Sqrt."""
+    model, inputs = dc.dm.build("mlp")
+    proto = dc.export_opset(model, inputs, 16)
+    add = next(n for n in plant.find_nodes(proto, "Add", "norm")
+               if any(plant._constant(proto, i) is not None and plant._constant(proto, i).size == 1 for i in n.input))
+    const = next(i for i in add.input if plant._constant(proto, i) is not None)
+    bad = plant.set_constant(proto, const, 0.05)
+    report, _ = bisect_case(dc.Case("decomposed", "epsilon-mismatch", "mlp", "torchscript", model, inputs, bad))
+    fd = report.first_divergence
+    assert fd.cause == "epsilon-mismatch" and fd.confirmed is True
+    assert "constant" in fd.evidence["mismatches"][0]["where"]
+
+
+def test_silent_when_epsilons_agree():
+    _, ctx = bisect_case(dc.gelu("transformer", "dynamo"))
+    assert EpsilonMismatch().match(ctx) is None

@@ -1,0 +1,58 @@
+"""Precision rule: half-precision segments and paths, confirmed by re-running them in float32."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+import plant  # noqa: E402
+from diagnosis_suite import bisect_case  # noqa: E402
+
+
+def test_float16_segment():
+    report, _ = bisect_case(dc.precision("transformer", "onnxslim"))  # one block converted by onnxconverter-common
+    fd = report.first_divergence
+    assert fd.cause == "precision" and fd.confirmed is True
+    ev = fd.evidence
+    assert ev["scope"] == "segment" and ev["n_low_precision_nodes"] >= 1
+    assert ev["max_abs_in_float32"] < 1e-5 < ev["max_abs"]
+    assert "node_block_list" in fd.fix
+
+
+def test_errors_that_build_up_over_a_float16_path():
+    """No single segment exceeds the tolerance; the path from the inputs is re-run in float32."""
+    report, _ = bisect_case(dc.precision("mlp", "dynamo"))
+    fd = report.first_divergence
+    assert not fd.introduced
+    assert fd.cause == "precision" and fd.confirmed is True
+    assert fd.evidence["scope"] == "path from the graph inputs"
+    assert "Gemm" in fd.evidence["accumulating_ops_in_low_precision"]
+
+
+class _Big(torch.nn.Module):
+    """fc's outputs reach about 1e5, beyond float16's 65504; the model scales them back down."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc, self.out = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+        with torch.no_grad():
+            self.fc.weight.mul_(100.0)
+
+    def forward(self, x):
+        return self.out(self.fc(x) / 1e5)
+
+
+def test_overflow_beyond_float16_range():
+    torch.manual_seed(0)
+    model = _Big().eval()
+    inputs = (torch.randn(4, 8) * 1000.0,)
+    proto = plant.to_float16(dc.export(model, inputs, "torchscript"))
+    report, _ = bisect_case(dc.Case("overflow", "precision", "mlp", "torchscript", model, inputs, proto))
+    fd = report.first_divergence
+    assert fd.cause == "precision" and fd.confirmed is True
+    assert fd.evidence["nonfinite_in_onnx"] > 0
+    assert fd.evidence["values_beyond_float16_max"] > 0 and fd.evidence["largest_magnitude"] > 65504
+    assert "exceed float16's range" in fd.explanation
