@@ -54,18 +54,23 @@ def _import_file(path: Path):
     if spec is None or spec.loader is None:
         raise ModelLoadError(f"'{path}' cannot be imported as Python. Pass a .py file.")
     module = importlib.util.module_from_spec(spec)
+    # Registered like any imported module: torch.export and pickling look classes up
+    # through sys.modules by their __module__.
+    sys.modules[mod_name] = module
     sys.path.insert(0, str(path.parent.resolve()))
     # Importing would write __pycache__ next to the user's file: never touch their folder.
     saved_flag, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     try:
         spec.loader.exec_module(module)
     except SystemExit as exc:  # argparse or sys.exit() in script code at module level
+        sys.modules.pop(mod_name, None)
         raise ModelLoadError(
             f"Importing '{path}' called sys.exit({exc.code!r}): the file runs script code, such as "
             "argparse, when it is imported. Move that code under `if __name__ == \"__main__\":`, "
             "or build the model in get_model()."
         ) from exc
     except Exception as exc:  # the user's code may raise anything
+        sys.modules.pop(mod_name, None)
         raise ModelLoadError(
             f"Importing '{path}' failed: {type(exc).__name__}: {exc}. "
             "Fix the error in the model file (run it with python to see the traceback), "
