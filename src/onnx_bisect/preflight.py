@@ -337,22 +337,26 @@ def _match_by_value(unmatched: dict[str, np.ndarray], free: dict[str, np.ndarray
     by_size: dict[int, list[str]] = {}
     for n, a in pool.items():
         by_size.setdefault(a.size, []).append(n)
-    sums = {}
-    diffs = []
-    for name, value in unmatched.items():
+    sums: dict[str, np.ndarray] = {}
+    leftover = {}
+    for name, value in unmatched.items():  # first every exact pairing, so renamed equal weights leave the pool
         candidates = [c for c in by_size.get(value.size, ()) if c in pool]
-        if not candidates:
-            continue
-        key = _fingerprint(value)
         for c in candidates:
             if c not in sums:
                 sums[c] = _fingerprint(pool[c])
+        key = _fingerprint(value) if candidates else None
         exact = [c for c in candidates if np.allclose(sums[c], key, rtol=1e-4, atol=1e-6) and _sample_equal(value, pool[c])]
         if exact:
             pool.pop(exact[0])
+        elif candidates and value.ndim >= 2:
+            leftover[name] = value
+    diffs = []
+    for name, value in leftover.items():  # then the close but unequal ones: same layer, other values
+        candidates = [c for c in by_size.get(value.size, ()) if c in pool]
+        if not candidates:
             continue
         best = max(candidates, key=lambda c: _correlation(value, pool[c]))
-        if value.ndim >= 2 and _correlation(value, pool[best]) > 0.9:
+        if _correlation(value, pool[best]) > 0.9:
             diff = _difference(name, best, value, pool[best])
             raw = best.replace(" (+ folded BatchNorm)", "")
             if raw in folded and raw in pool and _per_channel_rescale(value, pool[raw]):
