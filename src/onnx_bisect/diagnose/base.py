@@ -224,6 +224,8 @@ class DiagnosisContext:
         ``from_inputs`` runs everything upstream from the graph inputs instead
         (for errors that build up over many segments).
         """
+        if self.backend is None:
+            raise RuntimeError("this DiagnosisContext has no backend: segments cannot be re-run")
         key = (tuple(outputs), optimize, from_inputs)
         if model is None and weights is None and feeds is None and key in self._runs:
             return self._runs[key]

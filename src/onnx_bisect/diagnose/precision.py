@@ -47,27 +47,7 @@ class LowPrecision(Rule):
                     "low_precision_inputs": low_inputs, "max_abs": error.max_abs,
                     "max_abs_in_float32": after.max_abs if after else None,
                     "nonfinite_in_onnx": error.nonfinite, "accumulating_ops_in_low_precision": reduce_ops, **stats}
-        reasons = []
-        if stats["values_beyond_float16_max"]:
-            reasons.append(f"{stats['values_beyond_float16_max']} values exceed float16's range ({FP16.max:g}), "
-                           f"largest {stats['largest_magnitude']:.3g}")
-        if error.nonfinite:
-            reasons.append(f"{error.nonfinite} outputs are inf/NaN in ONNX but finite in PyTorch")
-        if stats["values_underflowing_float16"]:
-            reasons.append(f"{stats['values_underflowing_float16']} non-zero values underflow to zero in float16")
-        if reduce_ops:
-            reasons.append(f"{', '.join(reduce_ops)} accumulate in half precision")
-        if path:
-            reasons.append("each segment stays within float16's rounding but the errors add up along the path")
-        if not reasons:
-            reasons.append("float16 rounding (about 3 decimal digits) of values and intermediate results")
-        where = "the path from the graph inputs" if path else "the segment"
-        fp32_text = (f"re-run in float32 {where} differs by {after.max_abs:.2g}"
-                     + (" (within tolerance)" if after.ok else " (still beyond tolerance)")) if after else \
-            f"{where} could not be re-run in float32"
-        summary = (f"{where[0].upper() + where[1:]} computing {ctx.layer.pair.activation.name} runs in half precision "
-                   f"({len(low)} of {len(nodes)} node(s){', inputs ' + ', '.join(low_inputs) if low_inputs else ''}) "
-                   f"and differs by {error.max_abs:.2g}: {'; '.join(reasons)}; {fp32_text}.")
+        summary = _summary(ctx, path, low, nodes, low_inputs, error, after, stats, reduce_ops)
         block = sorted(low)[:8]
         fix = (f"Keep these nodes in float32, e.g. onnxconverter_common.float16.convert_float_to_float16(model, "
                f"keep_io_types=True, node_block_list={block}{' …' if len(low) > 8 else ''}) or op_block_list="
@@ -78,6 +58,30 @@ class LowPrecision(Rule):
         confidence = 0.85 if after is not None and after.ok else (0.6 if after is None else 0.35)
         return Finding(self.cause, confidence, summary, fix, evidence,
                        counterfactual=lambda c: _float32(c, nodes, path), from_inputs=path)
+
+
+def _summary(ctx: DiagnosisContext, path: bool, low, nodes, low_inputs, error, after, stats, reduce_ops) -> str:
+    reasons = []
+    if stats["values_beyond_float16_max"]:
+        reasons.append(f"{stats['values_beyond_float16_max']} values exceed float16's range ({FP16.max:g}), "
+                       f"largest {stats['largest_magnitude']:.3g}")
+    if error.nonfinite:
+        reasons.append(f"{error.nonfinite} outputs are inf/NaN in ONNX but finite in PyTorch")
+    if stats["values_underflowing_float16"]:
+        reasons.append(f"{stats['values_underflowing_float16']} non-zero values underflow to zero in float16")
+    if reduce_ops:
+        reasons.append(f"{', '.join(reduce_ops)} accumulate in half precision")
+    if path:
+        reasons.append("each segment stays within float16's rounding but the errors add up along the path")
+    if not reasons:
+        reasons.append("float16 rounding (about 3 decimal digits) of values and intermediate results")
+    where = "the path from the graph inputs" if path else "the segment"
+    fp32_text = (f"re-run in float32 {where} differs by {after.max_abs:.2g}"
+                 + (" (within tolerance)" if after.ok else " (still beyond tolerance)")) if after else \
+        f"{where} could not be re-run in float32"
+    return (f"{where[0].upper() + where[1:]} computing {ctx.layer.pair.activation.name} runs in half precision "
+            f"({len(low)} of {len(nodes)} node(s){', inputs ' + ', '.join(low_inputs) if low_inputs else ''}) "
+            f"and differs by {error.max_abs:.2g}: {'; '.join(reasons)}; {fp32_text}.")
 
 
 def _low_precision_nodes(ctx: DiagnosisContext, names: set[str]) -> set[str]:
