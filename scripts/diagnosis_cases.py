@@ -239,8 +239,13 @@ def quantization(arch: str, prov: str) -> Case:
 
 def training_mode(arch: str, prov: str) -> Case:
     if prov == "dynamo":
-        raise NotImplementedError("the dynamo exporter folds BatchNorm with its running statistics even in "
-                                  "training mode, and ONNX Runtime removes Dropout")
+        # The dynamo exporter folds BatchNorm with its running statistics even in training mode; what it can
+        # leave is an active Dropout, which ONNX Runtime's optimizer deletes: it shows with optimizations off
+        # (as in runtimes that honour training_mode).
+        model, inputs, proto = clean(arch, prov)
+        bad = plant.insert_dropout(proto, output_of(proto, ACTIVATION[arch]), 0.2)
+        return Case("", "training-mode", arch, prov, model, inputs, bad, options={"ort_opt_level": "disable"},
+                    detail=f"active Dropout after {ACTIVATION[arch]}, session without graph optimizations")
     model, inputs, proto = clean(arch, prov, training=True)
     torch.manual_seed(0)
     return Case("", "training-mode", arch, prov, model, inputs, proto, detail="exported with TrainingMode.TRAINING")

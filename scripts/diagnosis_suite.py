@@ -7,6 +7,8 @@ A planted case passes when the report diverges and names the planted cause
 with confidence >= 0.5; a clean case passes when no cause is named with
 confidence >= 0.5 (at the default tolerance a clean export does not diverge at
 all; at tolerance 1e-9 float32 rounding diverges and must stay "unknown").
+Cells: ok, wrong:<cause>, weak (no confident cause), no-loc (the outputs
+diverge but no layer does, so there is nothing to diagnose), no-div, error.
 """
 from __future__ import annotations
 
@@ -66,13 +68,28 @@ def run_case(case: dc.Case) -> dict:
     return row
 
 
+def _status(row: dict) -> str:
+    """ok; wrong:<cause> (a confident other cause); weak (right or no cause below 0.5); no-loc (outputs diverge,
+    no layer does); no-div (the planted fault stays within tolerance); error."""
+    if row["passed"]:
+        return "ok"
+    if "error" in row:
+        return "error"
+    if not row.get("diverged"):
+        return "no-div"
+    if "cause" not in row:
+        return "no-loc"
+    if row["cause"] != row["expected"] and row["confidence"] >= CONFIDENT and row["cause"] != "unknown":
+        return f"wrong:{row['cause'][:6]}"
+    return "weak"
+
+
 def table(rows: list[dict]) -> str:
     """Cause × architecture × provenance, ✓/✗ per case, with totals."""
     cells = defaultdict(dict)
     for r in rows:
         label = r["case"].split("/")[0]
-        cells[label][(r["arch"], r["provenance"])] = "ok" if r["passed"] else (
-            "FAIL" if r.get("diverged", True) else "no-div")
+        cells[label][(r["arch"], r["provenance"])] = _status(r)
     cols = [(a, p) for a in dm.ARCHS for p in dc.PROVENANCES]
     head = ["cause"] + [f"{a}/{p[:5]}" for a, p in cols]
     lines = [" | ".join(f"{h:<28}" if i == 0 else f"{h:<12}" for i, h in enumerate(head))]
