@@ -35,9 +35,7 @@ def diagnose(ctx: DiagnosisContext) -> Divergence:
         more, more_failures = _findings(ctx, [r for r in RULES if r.expensive])
         findings, failures = findings + more, failures | more_failures
     if not findings:
-        explanation = explain_unknown(ctx.layer, ctx.introduced, ctx.tolerance)
-        return Divergence(layer=ctx.layer, introduced=ctx.introduced, cause="unknown", explanation=explanation,
-                          evidence=_unknown_evidence(ctx, failures))
+        return _unknown(ctx, failures)
     ranked = sorted(findings, key=lambda f: -f.confidence)
     chosen, confirmed, after = ranked[0], None, None
     for finding in ranked[:CONFIRM_AT_MOST]:
@@ -53,6 +51,8 @@ def diagnose(ctx: DiagnosisContext) -> Divergence:
         confidence = max(confidence, 0.95)
     elif confirmed is False:
         confidence = round(confidence * 0.6, 3)  # the fix did not remove the divergence: a weaker lead
+    if confidence < CONFIDENT:
+        return _unknown(ctx, failures, lead=(chosen, confidence, confirmed))
     evidence = dict(chosen.evidence)
     if after is not None:
         evidence["local_max_abs_before_fix"] = ctx.layer.local.max_abs if ctx.layer.local else None
@@ -100,15 +100,24 @@ def _confirm(ctx: DiagnosisContext, finding: Finding):
     return diff.ok, diff
 
 
-def _unknown_evidence(ctx: DiagnosisContext, failures: dict[str, str]) -> dict:
+def _unknown(ctx: DiagnosisContext, failures: dict[str, str], lead=None) -> Divergence:
+    """No confident cause: the measured numbers, what was ruled out, and a weak lead if there is one."""
+    causes = list(dict.fromkeys(r.cause for r in RULES))
+    explanation = explain_unknown(ctx.layer, ctx.introduced, ctx.tolerance)
+    explanation += f" None of the known causes fits ({', '.join(causes)} checked)."
     local = ctx.layer.local
-    evidence = {"segment_ops": sorted(set(ctx.layer.segment_ops)),
-                "checked": list(dict.fromkeys(r.cause for r in RULES))}
+    evidence = {"segment_ops": sorted(set(ctx.layer.segment_ops)), "checked": causes}
     if local is not None:
         evidence.update(local_max_abs=local.max_abs, local_max_rel=local.max_rel, tolerance_ratio=local.tol_ratio)
+    if lead is not None:
+        finding, confidence, confirmed = lead
+        explanation += (f" A weak lead ({finding.cause}, confidence {confidence:.0%}"
+                        f"{', its fix did not remove the divergence' if confirmed is False else ''}): {finding.summary}")
+        evidence["weak_lead"] = {"cause": finding.cause, "confidence": confidence, "evidence": dict(finding.evidence)}
     if failures:
         evidence["rules_failed"] = failures
-    return evidence
+    return Divergence(layer=ctx.layer, introduced=ctx.introduced, cause="unknown", explanation=explanation,
+                      evidence=evidence)
 
 
 __all__ = ["diagnose", "DiagnosisContext", "Finding", "Rule", "RULES", "CONFIDENT"]

@@ -26,8 +26,10 @@ class Quantization(Rule):
         acts = [_activation(ctx, q, values[q.input[0]]) for q in quantizers if q.input[0] in values]
         acts = [a for a in acts if a is not None]
         weights = [w for w in (_weight(ctx, p) for p in protos if p.op_type == "DequantizeLinear") if w is not None]
+        inside = set(ctx.layer.segment)
         compute = sorted({ctx.graph.nodes[i].name for p in protos if p.op_type == "DequantizeLinear"
-                          for i in ctx.graph.consumers.get(p.output[0], ()) if ctx.graph.nodes[i].op_type not in QUANT_OPS})
+                          for i in ctx.graph.consumers.get(p.output[0], ())
+                          if ctx.graph.nodes[i].op_type not in QUANT_OPS and ctx.graph.nodes[i].name in inside})
         advice = _advice(acts, weights, compute)
         parts = [f"{a['node']}: {a['clip_fraction']:.1%} of the activation clipped, SQNR {a['sqnr_db']:.1f} dB" for a in acts]
         parts += [f"{w['initializer']} ({'per-channel' if w['per_channel'] else 'per-tensor'}): SQNR {w['sqnr_db']:.1f} dB"
@@ -92,13 +94,12 @@ def _dequantized_weight(ctx: DiagnosisContext, dq) -> np.ndarray | None:
 
 
 def _torch_weight(ctx: DiagnosisContext, w: np.ndarray):
+    """``(name, PyTorch value in w's layout)`` of the parameter (or Conv + BatchNorm fold) ``w`` quantizes."""
     best = None
-    for qualname, module in ctx.modules_near():
-        for pname, tensor in module.named_parameters(recurse=False):
-            rel = layout.relate(w, tensor.detach().double().cpu().numpy())
-            if rel is not None and rel.correlation > 0.9 and (best is None or rel.rel_l2 < best[0]):
-                t = tensor.detach().double().cpu().numpy()
-                best = (rel.rel_l2, f"{qualname}.{pname}", t.T if rel.layout == "transposed" else t.reshape(w.shape))
+    for name, tensor in layout.torch_candidates(ctx).items():
+        rel = layout.relate(w, tensor)
+        if rel is not None and rel.correlation > 0.9 and (best is None or rel.rel_l2 < best[0]):
+            best = (rel.rel_l2, name, tensor.T if rel.layout == "transposed" else tensor.reshape(w.shape))
     return None if best is None else best[1:]
 
 
@@ -112,7 +113,7 @@ def _symmetric(w: np.ndarray, axis: int) -> np.ndarray:
 def _sqnr(ref: np.ndarray, approx: np.ndarray) -> float:
     noise = float(np.sum((ref - approx) ** 2))
     signal = float(np.sum(ref ** 2))
-    return float("inf") if noise == 0 else (10 * np.log10(signal / noise) if signal > 0 else float("-inf"))
+    return float("inf") if noise == 0 else (float(10 * np.log10(signal / noise)) if signal > 0 else float("-inf"))
 
 
 def _advice(acts: list[dict], weights: list[dict], compute: list[str]) -> str:
