@@ -237,6 +237,13 @@ def quantization(arch: str, prov: str) -> Case:
     return Case("", "quantization", arch, prov, model, inputs, bad, detail=f"{module} output int8, scale {scale:.3g}")
 
 
+def quantization_static(arch: str, prov: str) -> Case:
+    model, inputs, proto = clean(arch, prov)
+    with quiet():
+        bad = plant.quantize_static_qdq(proto, {proto.graph.input[0].name: inputs[0].numpy()})
+    return Case("", "quantization", arch, prov, model, inputs, bad, detail="onnxruntime quantize_static, QDQ int8")
+
+
 def training_mode(arch: str, prov: str) -> Case:
     if prov == "dynamo":
         # The dynamo exporter folds BatchNorm with its running statistics even in training mode; what it can
@@ -288,14 +295,24 @@ def dtype(arch: str, prov: str) -> Case:
     return Case("", "dtype", arch, prov, reference, inputs, proto, detail="float64 model and inputs, float32 ONNX")
 
 
+def unknown(arch: str, prov: str) -> Case:
+    model, inputs, proto = clean(arch, prov)
+    values = activation_of(model, inputs, ACTIVATION[arch])
+    channels = values.shape[1] if arch == "cnn" else values.shape[-1]
+    offset = np.random.default_rng(7).normal(0.0, 0.05, channels).astype(np.float32)
+    bad = plant.insert_offset(proto, output_of(proto, ACTIVATION[arch]), offset.reshape(-1, 1, 1) if arch == "cnn" else offset)
+    return Case("", "unknown", arch, prov, model, inputs, bad, detail=f"stray Add of a random vector after {ACTIVATION[arch]}")
+
+
 PLANTERS: dict[str, Callable[[str, str], Case]] = {
     "gelu-approximation": gelu, "gelu-approximation (reverse)": gelu_reverse, "batchnorm-fold": batchnorm_fold,
     "epsilon-mismatch": epsilon, "weight-mismatch": weight, "attribute-mismatch": attribute,
-    "precision": precision, "quantization": quantization, "training-mode": training_mode,
-    "resize-mode": resize, "runtime-optimization": runtime, "dtype": dtype,
+    "precision": precision, "quantization": quantization, "quantization (static)": quantization_static,
+    "training-mode": training_mode,
+    "resize-mode": resize, "runtime-optimization": runtime, "dtype": dtype, "unknown": unknown,
 }
-#: the variants that run only in the dynamo export (one per architecture is enough)
-ONLY = {"gelu-approximation (reverse)": ("dynamo",)}
+#: the variants that run in one provenance only (one per architecture is enough)
+ONLY = {"gelu-approximation (reverse)": ("dynamo",), "quantization (static)": ("torchscript",)}
 
 
 def planted_cases(causes=None, archs=dm.ARCHS, provenances=PROVENANCES):
@@ -307,7 +324,7 @@ def planted_cases(causes=None, archs=dm.ARCHS, provenances=PROVENANCES):
             for prov in provenances:
                 if prov not in ONLY.get(label, PROVENANCES):
                     continue
-                name = f"{label.replace(' (reverse)', '.reverse')}/{arch}/{prov}"
+                name = f"{label.replace(' (', '.').rstrip(')')}/{arch}/{prov}"
                 try:
                     case = planter(arch, prov)
                 except NotImplementedError as exc:

@@ -4,7 +4,8 @@ plus the clean exports, and print the accuracy table.
     python scripts/diagnosis_suite.py [--cause CAUSE ...] [--arch ARCH ...] [--json results.json]
 
 A planted case passes when the report diverges and names the planted cause
-with confidence >= 0.5; a clean case passes when no cause is named with
+with confidence >= 0.5 (for the "unknown" fault, a stray constant no rule
+knows, when it diverges and no cause reaches 0.5); a clean case passes when no cause is named with
 confidence >= 0.5 (at the default tolerance a clean export does not diverge at
 all; at tolerance 1e-9 float32 rounding diverges and must stay "unknown").
 Cells: ok, wrong:<cause>, weak (no confident cause), no-loc (the outputs
@@ -63,6 +64,8 @@ def run_case(case: dc.Case) -> dict:
     named = fd is not None and fd.confidence >= CONFIDENT and fd.cause != "unknown"
     if case.cause is None:
         row["passed"] = not named
+    elif case.cause == "unknown":  # a fault no rule knows: it must diverge and get no confident cause
+        row["passed"] = not report.ok and fd is not None and not named
     else:
         row["passed"] = not report.ok and named and fd.cause == case.cause
     return row

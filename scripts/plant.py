@@ -340,6 +340,46 @@ def quantize_initializer(model: onnx.ModelProto, init_name: str, per_channel_axi
     return out
 
 
+def quantize_static_qdq(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) -> onnx.ModelProto:
+    """``model`` quantized by onnxruntime.quantization.quantize_static (QDQ, int8, per-tensor, MinMax),
+    calibrated on ``feeds``: a real quantizer's output."""
+    import os
+    import tempfile
+
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    class _Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = [feeds]
+
+        def get_next(self):
+            return self.batches.pop() if self.batches else None
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source, target = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "qdq.onnx")
+        onnx.save(model, source)
+        quantize_static(source, target, _Reader(), quant_format=QuantFormat.QDQ)
+        return onnx.load(target)
+
+
+def insert_offset(model: onnx.ModelProto, tensor: str, offset: np.ndarray) -> onnx.ModelProto:
+    """Copy of ``model`` whose consumers of ``tensor`` read ``tensor + offset``: a fault none of the known
+    causes explains (a stray constant from a hand edit)."""
+    out = _copy(model)
+    base = tensor.replace("/", "_").replace(":", "_")
+    c, y = f"{base}_stray_offset", f"{base}_offset"
+    out.graph.initializer.append(numpy_helper.from_array(np.asarray(offset, np.float32), c))
+    for n in out.graph.node:
+        n.input[:] = [y if x == tensor else x for x in n.input]
+    producer = next(k for k, n in enumerate(out.graph.node) if tensor in n.output)
+    add = onnx.helper.make_node("Add", [tensor, c], [y], name=f"{base}_stray_Add")
+    add.metadata_props.extend(out.graph.node[producer].metadata_props)
+    nodes = list(out.graph.node)
+    out.graph.ClearField("node")
+    out.graph.node.extend(nodes[:producer + 1] + [add] + nodes[producer + 1:])
+    return out
+
+
 def insert_dropout(model: onnx.ModelProto, tensor: str, ratio: float = 0.2) -> onnx.ModelProto:
     """Copy of ``model`` with an active (training_mode=True) Dropout on ``tensor``: what exporting a model in
     training mode leaves in the graph."""
