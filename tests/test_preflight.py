@@ -4,10 +4,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import numpy as np
 import onnx
 import pytest
-import torch
 from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
