@@ -37,8 +37,15 @@ def localize(
     local: dict[str, np.ndarray],
     cuts: dict[str, TensorPair],
     compare: Compare,
+    accumulated_reliable: bool = True,
 ) -> tuple[LayerResult, ...]:
-    """One LayerResult per pair, sorted in graph order."""
+    """One LayerResult per pair, sorted in graph order.
+
+    ``accumulated_reliable`` is False when the instrumented run does not
+    reproduce the unmodified model's verdict (exposing tensors stopped a fusion):
+    local errors, measured on a graph that keeps its fusions, are then trusted
+    even where the accumulated run looks exact.
+    """
     compare = _memoised(compare)
     stops = frozenset(cuts)
     refs = {p.activation.index: p.reference() for p in pairs}  # kept alive: the memo keys on ids
@@ -50,11 +57,12 @@ def localize(
             order = float(graph.order_of(p.tensor))
         else:
             order += 1e-3  # keep unmatched rows next to their neighbours in call order
-        rows.append(_layer(p, refs[p.activation.index], graph, accumulated, local_diffs, stops, compare, order))
+        rows.append(_layer(p, refs[p.activation.index], graph, accumulated, local_diffs, stops, compare, order,
+                           accumulated_reliable))
     return tuple(sorted(rows, key=lambda r: (r.order, r.pair.activation.index)))
 
 
-def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order) -> LayerResult:
+def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order, accumulated_reliable) -> LayerResult:
     if p.tensor is None:
         status = Status.FUSED if p.method is MatchMethod.FUSED else Status.UNMATCHED
         return LayerResult(p, None, None, status, ErrorOrigin.NONE, order=order)
@@ -65,7 +73,7 @@ def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order)
     # A segment that is exact on its real inputs but wrong on the references has
     # been fed a reference that does not belong there (a doubtful pair upstream),
     # not a fault of its own: it is not reported as introducing error.
-    if local is not None and not local.ok and (diff is None or not diff.ok):
+    if local is not None and not local.ok and (diff is None or not diff.ok or not accumulated_reliable):
         status, origin = Status.DIVERGED, ErrorOrigin.INTRODUCED
     elif diff is not None and not diff.ok:
         status, origin = Status.DIVERGED, ErrorOrigin.INHERITED
