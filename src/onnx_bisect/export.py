@@ -213,7 +213,7 @@ def validate_onnx(proto: onnx.ModelProto, where: str, input_shapes: dict | None 
     Pass a model whose large initializers were split off (see ``weights``): the
     checker and shape inference then run in milliseconds instead of seconds.
     """
-    view = _checkable(proto)
+    view = checkable_view(proto)
     try:
         onnx.checker.check_model(view)
     except onnx.checker.ValidationError as exc:
@@ -238,7 +238,7 @@ def validate_onnx(proto: onnx.ModelProto, where: str, input_shapes: dict | None 
     return out
 
 
-def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto:
+def checkable_view(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A copy in which initializers whose data lives elsewhere are typed graph inputs.
 
     ``onnx.checker`` insists that external data files exist; a split-off

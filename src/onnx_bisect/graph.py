@@ -83,7 +83,7 @@ def index_graph(model: onnx.ModelProto) -> GraphIndex:
         scope, source = _scope(node, meta)
         info = NodeInfo(
             index=i, name=node.name or f"{node.op_type}_{i}", op_type=node.op_type, domain=node.domain,
-            inputs=tuple(node.input) + _outer_inputs(node), outputs=tuple(node.output),
+            inputs=tuple(node.input) + outer_inputs(node), outputs=tuple(node.output),
             scope=scope, scope_source=source, rewrite_rule=meta.get(REWRITE_RULE_KEY, ""),
         )
         nodes.append(info)
@@ -118,7 +118,7 @@ def _topological(nodes: list, available: set[str]) -> list:
     while pending:
         progressed, rest = False, []
         for node in pending:
-            needs = [i for i in list(node.input) + list(_outer_inputs(node)) if i]
+            needs = [i for i in list(node.input) + list(outer_inputs(node)) if i]
             if all(i in ready for i in needs):
                 ordered.append(node)
                 ready.update(o for o in node.output if o)
@@ -132,7 +132,7 @@ def _topological(nodes: list, available: set[str]) -> list:
     return ordered
 
 
-def _outer_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
+def outer_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
     """Outer-scope tensors read by the subgraphs of If/Loop/Scan nodes."""
     names: list[str] = []
     for attr in node.attribute:
@@ -141,7 +141,7 @@ def _outer_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
             for n in sub.node:
                 defined.update(n.output)
             for n in sub.node:
-                names.extend(i for i in list(n.input) + list(_outer_inputs(n)) if i and i not in defined)
+                names.extend(i for i in list(n.input) + list(outer_inputs(n)) if i and i not in defined)
             names.extend(o.name for o in sub.output if o.name not in defined)
     return tuple(dict.fromkeys(names))
 

@@ -8,6 +8,7 @@ import onnx
 
 from .records import Validation, VersionCheck
 from .schemas import normalise_domain
+from ..export import checkable_view
 
 _OFFICIAL_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
 
@@ -18,7 +19,7 @@ def validate_model(skeleton: onnx.ModelProto) -> tuple[Validation, onnx.ModelPro
     Nothing here raises on a bad model: every failure becomes a finding, and the
     copy carries whatever types non-strict inference could still work out.
     """
-    view = _checkable(skeleton)
+    view = checkable_view(skeleton)
     checker_error = _first_line(_try(lambda: onnx.checker.check_model(view)))
     inference_error = None
     try:
@@ -103,27 +104,6 @@ def _ort_refusal(ir_version: int, domain: str, opset: int) -> str | None:
     except Exception as exc:
         return str(exc)
     return None
-
-
-def _checkable(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy in which initializers whose data lives elsewhere are typed graph inputs.
-
-    onnx.checker insists that external data files exist; a split-off
-    initializer has none, but as a typed input it checks and infers the same.
-    """
-    view = onnx.ModelProto()
-    view.CopyFrom(proto)
-    external = [i for i in view.graph.initializer if i.data_location == onnx.TensorProto.EXTERNAL]
-    if not external:
-        return view
-    keep = [i for i in view.graph.initializer if i.data_location != onnx.TensorProto.EXTERNAL]
-    declared = {i.name for i in view.graph.input}
-    for init in external:
-        if init.name not in declared:
-            view.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
-    view.graph.ClearField("initializer")
-    view.graph.initializer.extend(keep)
-    return view
 
 
 def _try(fn) -> Exception | None:

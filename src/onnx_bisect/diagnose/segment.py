@@ -12,6 +12,8 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..graph import outer_inputs
+
 
 def extract(model: onnx.ModelProto, outputs: list[str], stops: set[str]) -> tuple[onnx.ModelProto, list[str], set[str]]:
     """``(submodel, boundary inputs, initializers used)`` computing ``outputs``.
@@ -64,20 +66,6 @@ def with_inputs(sub: onnx.ModelProto, values: Mapping[str, np.ndarray]) -> onnx.
         sub.graph.input.append(helper.make_tensor_value_info(
             name, helper.np_dtype_to_tensor_dtype(value.dtype), list(value.shape)))
     return sub
-
-
-def outer_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
-    """Outer-scope tensors read by the subgraphs of If/Loop/Scan nodes."""
-    names: list[str] = []
-    for attr in node.attribute:
-        for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
-            defined = {i.name for i in sub.input} | {i.name for i in sub.initializer}
-            for n in sub.node:
-                defined.update(n.output)
-            for n in sub.node:
-                names.extend(i for i in list(n.input) + list(outer_inputs(n)) if i and i not in defined)
-            names.extend(o.name for o in sub.output if o.name not in defined)
-    return tuple(dict.fromkeys(names))
 
 
 def downstream(model: onnx.ModelProto, sources: Iterable[str], within: set[str]) -> set[str]:
