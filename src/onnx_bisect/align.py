@@ -13,6 +13,7 @@ Methods, in order of trust:
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -430,3 +431,23 @@ def _unmatched(a: Activation, scopes: ScopeMap) -> TensorPair:
     else:
         note = "the graph carries no scope information and no tensor with equal values was found"
     return TensorPair(a, None, None, None, MatchMethod.NONE, 0.0, note)
+
+
+def reuse_alignment(template: tuple[TensorPair, ...], capture: Capture) -> tuple[TensorPair, ...]:
+    """The pairs found for one input case, carried over to another capture of the same model.
+
+    Activations are matched by module, call and output path; the pairing is a
+    property of the model and the graph, so a case whose values cannot be
+    matched by value (all zeros) still gets it.  An activation the template
+    lacks (other control flow) is unmatched, with that reason.
+    """
+    by_key = {(p.activation.module, p.activation.call, p.activation.path): p for p in template}
+    pairs = []
+    for a in capture.activations:
+        p = by_key.get((a.module, a.call, a.path))
+        if p is None:
+            pairs.append(TensorPair(a, None, None, None, MatchMethod.NONE, 0.0,
+                                    "not called on the input the alignment was made on"))
+        else:
+            pairs.append(dataclasses.replace(p, activation=a))
+    return tuple(pairs)

@@ -20,11 +20,16 @@ from .weights import split_weights_from_file
 
 
 def export_model(
-    loaded: LoadedModel, inputs: ModelInputs, exporter: Exporter | None = None, opset: int | None = None
+    loaded: LoadedModel, inputs: ModelInputs, exporter: Exporter | None = None, opset: int | None = None,
+    dynamic_axes: dict[str, dict[int, str]] | None = None,
 ) -> ExportedModel:
     """Export with the dynamo exporter, falling back to TorchScript when it fails.
 
     ``exporter`` forces one path (no fallback).  The model is exported in eval mode.
+    ``dynamic_axes`` (``{input name: {axis: dimension name}}``) leaves those
+    dimensions free: dynamic shapes for the dynamo exporter, ``dynamic_axes``
+    for the TorchScript one.  Export from example sizes of at least 2 there
+    (``torch.export`` specializes sizes 0 and 1).
     """
     model = loaded.module
     model.eval()
@@ -36,9 +41,8 @@ def export_model(
     failures: list[tuple[Exporter, BaseException]] = []
     for which in order:
         try:
-            proto = _export_dynamo(model, inputs, opset) if which is Exporter.DYNAMO else _export_torchscript(
-                model, inputs, opset
-            )
+            proto = _export_dynamo(model, inputs, opset, dynamic_axes) if which is Exporter.DYNAMO else \
+                _export_torchscript(model, inputs, opset, dynamic_axes)
         except Exception as exc:  # exporters raise a zoo of types
             failures.append((which, exc))
             continue
@@ -62,11 +66,18 @@ def _triage(loaded: LoadedModel, inputs: ModelInputs, failures) -> str:
         "full triage." if lines else ""
 
 
-def _export_dynamo(model, inputs: ModelInputs, opset: int | None) -> onnx.ModelProto:
+def _export_dynamo(model, inputs: ModelInputs, opset: int | None, dynamic_axes=None) -> onnx.ModelProto:
+    shapes = None
+    if dynamic_axes:
+        # keyed by forward parameter name, as torch.export matches them to the signature;
+        # every argument given needs an entry (None: static)
+        given = list(inputs.names) + list(inputs.kwargs)
+        shapes = {name: ({axis: torch.export.Dim.DYNAMIC for axis in dynamic_axes[name]} if name in dynamic_axes
+                         else None) for name in given}
     with _quiet():
         program = torch.onnx.export(
             model, tuple(inputs.args), kwargs=dict(inputs.kwargs) or None, dynamo=True,
-            opset_version=opset, verbose=False, report=False,
+            opset_version=opset, verbose=False, report=False, dynamic_shapes=shapes,
         )
     return program.model_proto
 
@@ -88,20 +99,27 @@ class _KeywordAdapter(torch.nn.Module):
         return self.model(**dict(zip(self._names, args)))
 
 
-def _export_torchscript(model, inputs: ModelInputs, opset: int | None) -> onnx.ModelProto:
+def _export_torchscript(model, inputs: ModelInputs, opset: int | None, dynamic_axes=None) -> onnx.ModelProto:
     args = tuple(inputs.args) + ((dict(inputs.kwargs),) if inputs.kwargs else ())
+    naming = {}
+    if dynamic_axes:
+        if inputs.kwargs or not all(isinstance(a, torch.Tensor) for a in inputs.args):
+            raise ExportError("The TorchScript exporter can mark dynamic axes only for plain positional tensor "
+                              "inputs; pass the inputs positionally or use the dynamo exporter.")
+        # graph inputs named after the forward parameters, so dynamic_axes can name them
+        naming = {"input_names": list(inputs.names), "dynamic_axes": {n: dict(a) for n, a in dynamic_axes.items()}}
     try:
-        return _trace(model, args, opset)
+        return _trace(model, args, opset, **naming)
     except TypeError:
         if inputs.kwargs:
             raise
-        return _trace(_KeywordAdapter(model, inputs.names), tuple(inputs.args), opset)
+        return _trace(_KeywordAdapter(model, inputs.names), tuple(inputs.args), opset, **naming)
 
 
-def _trace(model, args, opset):
+def _trace(model, args, opset, **naming):
     buffer = io.BytesIO()
     with _quiet():
-        torch.onnx.export(model, args, buffer, dynamo=False, opset_version=opset or 17)
+        torch.onnx.export(model, args, buffer, dynamo=False, opset_version=opset or 17, **naming)
     return onnx.load_from_string(buffer.getvalue())
 
 
@@ -204,12 +222,11 @@ def load_onnx(path: str) -> ExportedModel:
                          weights=store)
 
 
-def validate_onnx(proto: onnx.ModelProto, where: str, input_shapes: dict | None = None) -> onnx.ModelProto:
+def validate_onnx(proto: onnx.ModelProto, where: str) -> onnx.ModelProto:
     """Run ``onnx.checker`` and shape inference; return a copy carrying the inferred types.
 
-    ``input_shapes`` pins dynamic input dimensions to the sample's, so the
-    inferred intermediate shapes are concrete.
-
+    Dimensions the graph leaves free stay symbolic, so the copy runs at any
+    size the graph allows (see :func:`pin_shapes` for concrete shapes).
     Pass a model whose large initializers were split off (see ``weights``): the
     checker and shape inference then run in milliseconds instead of seconds.
     """
@@ -221,21 +238,35 @@ def validate_onnx(proto: onnx.ModelProto, where: str, input_shapes: dict | None 
             f"{where} does not pass onnx.checker: {str(exc).strip().splitlines()[0][:300].rstrip('.')}. "
             "Re-export the model or repair the reported node."
         ) from exc
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    out.graph.ClearField("value_info")
+    out.graph.value_info.extend(_infer(view, where).graph.value_info)
+    return out
+
+
+def pin_shapes(skeleton: onnx.ModelProto, input_shapes: dict, where: str) -> onnx.ModelProto:
+    """A copy of ``skeleton`` whose value infos are inferred with the inputs' free dimensions
+    pinned to ``input_shapes``, so intermediate shapes are concrete (for indexing, not for running)."""
+    view = checkable_view(skeleton)
     for inp in view.graph.input:
-        shape = (input_shapes or {}).get(inp.name)
+        shape = input_shapes.get(inp.name)
         if shape is not None and len(shape) == len(inp.type.tensor_type.shape.dim):
             for dim, size in zip(inp.type.tensor_type.shape.dim, shape):
                 dim.Clear()
                 dim.dim_value = int(size)
+    out = onnx.ModelProto()
+    out.CopyFrom(skeleton)
+    out.graph.ClearField("value_info")
+    out.graph.value_info.extend(_infer(view, where).graph.value_info)
+    return out
+
+
+def _infer(view: onnx.ModelProto, where: str) -> onnx.ModelProto:
     try:
-        inferred = onnx.shape_inference.infer_shapes(view, check_type=False, strict_mode=False, data_prop=True)
+        return onnx.shape_inference.infer_shapes(view, check_type=False, strict_mode=False, data_prop=True)
     except Exception as exc:
         raise OnnxLoadError(f"Shape inference failed on {where}: {str(exc)[:300]}.") from exc
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    out.graph.ClearField("value_info")
-    out.graph.value_info.extend(inferred.graph.value_info)
-    return out
 
 
 def checkable_view(proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -35,7 +35,9 @@ def cut_at_tensors(model: onnx.ModelProto, references: Mapping[str, np.ndarray])
 
     Feeding the PyTorch reference values to those inputs makes every segment
     between two cut tensors compute from exact inputs, so one run measures each
-    segment's *local* error.  The new inputs take the references' dtypes and shapes.
+    segment's *local* error.  The new inputs take the references' dtypes and the
+    tensors' own declared shapes (symbolic where the graph leaves a dimension
+    free, so one cut graph serves every input size), else the references' shapes.
     """
     graph = gs.import_onnx(model)
     tensors = graph.tensors()
@@ -44,7 +46,8 @@ def cut_at_tensors(model: onnx.ModelProto, references: Mapping[str, np.ndarray])
         t = tensors.get(name)
         if t is None or isinstance(t, gs.Constant) or t in graph.inputs:
             continue
-        ref = gs.Variable(name + REF_SUFFIX, dtype=value.dtype, shape=list(value.shape))
+        declared = t.shape if t.shape is not None and len(t.shape) == value.ndim else None
+        ref = gs.Variable(name + REF_SUFFIX, dtype=value.dtype, shape=list(declared or value.shape))
         for node in list(t.outputs):
             node.inputs = [ref if x is t else x for x in node.inputs]
             _rename_outer(node, t.name, ref.name)

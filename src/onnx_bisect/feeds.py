@@ -18,6 +18,18 @@ def make_feeds(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tupl
     and drop ``None``).  A float argument of another precision than the graph
     expects is cast with a warning; any other mismatch is an error.
     """
+    feeds: dict[str, np.ndarray] = {}
+    warnings: list[str] = []
+    for info, value, given in _match(inputs, model, forward_params):
+        feeds[info.name], note = _check(info, value, given)
+        if note:
+            warnings.append(note)
+    return feeds, tuple(warnings)
+
+
+def _match(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tuple[str, ...]):
+    """``[(graph input, value, given name)]``: by name when the graph's input names are forward
+    parameter names, else by position."""
     inits = {i.name for i in model.graph.initializer}
     graph_inputs = [i for i in model.graph.input if i.name not in inits]
     by_name = dict(zip(inputs.names, inputs.args)) | dict(inputs.kwargs)
@@ -25,22 +37,34 @@ def make_feeds(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tupl
     flat = [(f"{n}{path}", to_numpy(t)) for n, v in ordered for path, t in flatten_outputs(v)]
     names = {i.name for i in graph_inputs}
     if names and names <= {n for n, _ in flat}:
-        chosen = [(i, dict(flat)[i.name], i.name) for i in graph_inputs]
-    elif len(flat) == len(graph_inputs):
-        chosen = [(i, value, given) for i, (given, value) in zip(graph_inputs, flat)]
-    else:
-        raise OnnxLoadError(
-            f"The ONNX model takes {len(graph_inputs)} input(s) ({_describe(graph_inputs)}) but "
-            f"{len(flat)} tensor(s) were given ({', '.join(f'{n} {v.dtype}{list(v.shape)}' for n, v in flat)}). "
-            "Pass one --input per ONNX input, in order."
-        )
-    feeds: dict[str, np.ndarray] = {}
-    warnings: list[str] = []
-    for info, value, given in chosen:
-        feeds[info.name], note = _check(info, value, given)
-        if note:
-            warnings.append(note)
-    return feeds, tuple(warnings)
+        return [(i, dict(flat)[i.name], i.name) for i in graph_inputs]
+    if len(flat) == len(graph_inputs):
+        return [(i, value, given) for i, (given, value) in zip(graph_inputs, flat)]
+    raise OnnxLoadError(
+        f"The ONNX model takes {len(graph_inputs)} input(s) ({_describe(graph_inputs)}) but "
+        f"{len(flat)} tensor(s) were given ({', '.join(f'{n} {v.dtype}{list(v.shape)}' for n, v in flat)}). "
+        "Pass one --input per ONNX input, in order."
+    )
+
+
+def fixed_dimension_conflicts(inputs: ModelInputs, model: onnx.ModelProto,
+                              forward_params: tuple[str, ...]) -> list[str]:
+    """Where ``inputs`` need a size the graph fixes: ``"'x' axis 0 is fixed to 4 (needs 8)"``; [] if none."""
+    conflicts = []
+    for info, value, _ in _match(inputs, model, forward_params):
+        dims = _dims(info)
+        if dims is None or len(dims) != value.ndim:
+            continue
+        conflicts += [f"'{info.name}' axis {axis} is fixed to {d} (needs {s})"
+                      for axis, (d, s) in enumerate(zip(dims, value.shape)) if d is not None and d != s]
+    return conflicts
+
+
+def _dims(info: onnx.ValueInfoProto) -> list[int | None] | None:
+    tt = info.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
 
 
 def _check(info: onnx.ValueInfoProto, value: np.ndarray, given: str) -> tuple[np.ndarray, str]:
@@ -57,7 +81,7 @@ def _check(info: onnx.ValueInfoProto, value: np.ndarray, given: str) -> tuple[np
                 f"Input '{given}' has dtype {value.dtype} but the ONNX input '{info.name}' expects "
                 f"{np.dtype(want)}. Save the input with dtype {np.dtype(want)}."
             )
-    dims = [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim] if tt.HasField("shape") else None
+    dims = _dims(info)
     if dims is not None and (len(dims) != value.ndim or any(d is not None and d != s for d, s in zip(dims, value.shape))):
         shown = ["?" if d is None else d for d in dims]
         raise OnnxLoadError(

@@ -1,6 +1,11 @@
 """The only module that knows the order of the stages.
 
 load → export → capture → expose/run → align → compare → localize → diagnose → report
+
+:func:`prepare` does what every input case shares (export, graph index, scope
+map, preflight); :class:`Runner` holds one runtime setting's ONNX Runtime
+sessions; :func:`bisect_case` runs one input case through them.  A single
+bisection is one of each; ``verify`` runs many cases over the same three.
 """
 from __future__ import annotations
 
@@ -11,17 +16,24 @@ from typing import Any
 import numpy as np
 import onnx
 
-from . import align, capture, compare, expose, export, feeds, graph, load, localize, preflight, weights
+from . import align, capture, compare, expose, export, feeds, graph, load, localize, observe, preflight, weights
+from .align import ScopeMap
+from .backends import Backend, Session, make_backend
 from .diagnose import DiagnosisContext, diagnose
-from .backends import make_backend
 from .errors import InputError, UsageError
+from .graph import GraphIndex
 from .progress import Progress
-from .records import Exporter, LoadedModel, ModelInputs, OutputResult, Report, Tolerance
+from .records import (Capture, ErrorOrigin, Exporter, ExportedModel, LayerResult, LoadedModel, ModelInputs,
+                      OutputResult, Report, Reproduction, RuntimeSettings, Status, TensorPair, Tolerance)
 
 
 @dataclass(frozen=True)
 class Config:
-    """Everything one bisection needs to know, independent of the command line."""
+    """Everything one run needs to know, independent of the command line.
+
+    The fields after ``ort_opt_level`` ask for a verification over several
+    configurations (see :mod:`onnx_bisect.verify`); ``is_matrix`` tells.
+    """
 
     model: str
     inputs: tuple[str, ...] = ()
@@ -33,6 +45,41 @@ class Config:
     save_onnx: str | None = None
     ort_config: tuple[tuple[str, str], ...] = ()  # ONNX Runtime session config entries
     ort_opt_level: str = "all"
+    providers: tuple[str, ...] = ()  # several: a matrix over providers ("NAME[:key=value,...]")
+    opt_levels: tuple[str, ...] = ()  # several: a matrix over optimization levels
+    ort_variants: tuple[tuple[tuple[str, str], ...], ...] = ()  # extra session-entry sets to compare
+    axes: tuple[Any, ...] = ()  # configurations.AxisSpec: batch sizes, other dynamic dimensions
+    dataset: str | None = None
+    edge_cases: bool = False
+
+    @property
+    def is_matrix(self) -> bool:
+        """Whether this asks for more than one configuration."""
+        return bool(self.axes or self.dataset or self.edge_cases or self.ort_variants
+                    or len(self.providers) > 1 or len(self.opt_levels) > 1)
+
+    @property
+    def runtime(self) -> RuntimeSettings:
+        """The runtime setting of a single bisection."""
+        from .configurations import parse_provider
+
+        name, options = parse_provider(self.providers[0] if self.providers else self.provider)
+        level = self.opt_levels[0] if self.opt_levels else self.ort_opt_level
+        return RuntimeSettings(name, options, level, self.ort_config)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What every input case shares: the model, its ONNX graph, the scope map and preflight warnings."""
+
+    loaded: LoadedModel
+    exported: ExportedModel
+    skeleton: onnx.ModelProto  # shape-inferred (free dimensions stay symbolic), large weights split off
+    weights: weights.Weights
+    index: GraphIndex  # shapes pinned to the sample's
+    scopes: ScopeMap
+    candidates: tuple[str, ...]  # the tensors the probe exposes
+    warnings: tuple[str, ...] = ()
 
 
 def run(config: Config, progress: Progress | None = None) -> Report:
@@ -43,8 +90,7 @@ def run(config: Config, progress: Progress | None = None) -> Report:
         inputs = load.load_inputs(config.inputs, loaded, file_module)
     return bisect_loaded(
         loaded, inputs, onnx_path=config.onnx, exporter=config.exporter, opset=config.opset,
-        provider=config.provider, tolerance=config.tolerance, save_onnx=config.save_onnx, progress=progress,
-        ort_config=dict(config.ort_config), ort_opt_level=config.ort_opt_level,
+        runtime=config.runtime, tolerance=config.tolerance, save_onnx=config.save_onnx, progress=progress,
     )
 
 
@@ -68,16 +114,22 @@ def bisect(
     a dict (keyword arguments).  Returns a :class:`Report`; ``report.ok`` tells
     whether the final outputs agree within ``atol``/``rtol``.
     """
-    loaded = LoadedModel(
-        module=model, name=type(model).__name__, source="<python>", was_training=bool(model.training),
-        forward_params=load._forward_params(model),
-    )
+    loaded = loaded_from_module(model)
     model_inputs = load.to_model_inputs(inputs, loaded)
+    from .configurations import parse_provider
+
+    name, options = parse_provider(provider)
     return bisect_loaded(
         loaded, model_inputs, onnx_path=onnx, exporter=Exporter(exporter) if exporter else None, opset=opset,
-        provider=provider, tolerance=Tolerance(atol, rtol), save_onnx=save_onnx, ort_config=ort_config,
-        ort_opt_level=ort_opt_level,
+        runtime=RuntimeSettings(name, options, ort_opt_level, tuple((ort_config or {}).items())),
+        tolerance=Tolerance(atol, rtol), save_onnx=save_onnx,
     )
+
+
+def loaded_from_module(model: Any) -> LoadedModel:
+    """A :class:`LoadedModel` for an ``nn.Module`` handed over from Python."""
+    return LoadedModel(module=model, name=type(model).__name__, source="<python>", was_training=bool(model.training),
+                       forward_params=load._forward_params(model))
 
 
 def bisect_loaded(
@@ -87,95 +139,116 @@ def bisect_loaded(
     onnx_path: str | onnx.ModelProto | None,
     exporter: Exporter | None,
     opset: int | None,
-    provider: str,
+    runtime: RuntimeSettings | None = None,
     tolerance: Tolerance,
     save_onnx: str | None = None,
     progress: Progress | None = None,
-    ort_config: dict[str, str] | None = None,
-    ort_opt_level: str = "all",
 ) -> Report:
     """Run every stage on an already loaded model and inputs."""
     progress = progress or Progress(enabled=False)
-    backend = make_backend(provider, ort_config, ort_opt_level)
+    backend = make_backend(runtime)
     with progress.step("capture", "running PyTorch with forward hooks"):
-        captured = _capture(loaded, inputs)
+        captured = capture_case(loaded, inputs)
+    prepared = prepare(loaded, inputs, captured, onnx_path=onnx_path, exporter=exporter, opset=opset,
+                       backend=backend, save_onnx=save_onnx, progress=progress)
+    report, _ = bisect_case(prepared, Runner(prepared, backend), inputs, captured, tolerance=tolerance,
+                            progress=progress)
+    return report
+
+
+def obtain_onnx(loaded: LoadedModel, inputs: ModelInputs, onnx_path: str | onnx.ModelProto | None,
+                exporter: Exporter | None, opset: int | None, progress: Progress,
+                dynamic_axes: dict[str, dict[int, str]] | None = None) -> ExportedModel:
+    """Export the model (``onnx_path`` None), or load the given file or proto."""
     if onnx_path is None:
         with progress.step("export", f"exporting to ONNX ({(exporter or Exporter.DYNAMO).value})"):
-            exported = export.export_model(loaded, inputs, exporter, opset)
-    elif isinstance(onnx_path, str):
-        exported = export.load_onnx(onnx_path)
-    else:
-        exported = export.ExportedModel(proto=onnx_path, exporter=Exporter.GIVEN, opset=export.opset_of(onnx_path))
+            return export.export_model(loaded, inputs, exporter, opset, dynamic_axes)
+    if isinstance(onnx_path, str):
+        return export.load_onnx(onnx_path)
+    return ExportedModel(proto=onnx_path, exporter=Exporter.GIVEN, opset=export.opset_of(onnx_path))
+
+
+def prepare(
+    loaded: LoadedModel,
+    inputs: ModelInputs,
+    captured: Capture,
+    *,
+    onnx_path: str | onnx.ModelProto | None = None,
+    exporter: Exporter | None = None,
+    opset: int | None = None,
+    backend: Backend,
+    save_onnx: str | None = None,
+    progress: Progress,
+    exported: ExportedModel | None = None,
+) -> Prepared:
+    """Export (or load), index the graph against the sample's capture and run the preflight checks."""
+    exported = exported or obtain_onnx(loaded, inputs, onnx_path, exporter, opset, progress)
     with progress.step("prepare", "indexing the ONNX graph"):
         skeleton, weight_store = (
             (exported.proto, exported.weights) if exported.weights is not None else weights.split_weights(exported.proto)
         )
-        model_feeds, feed_warnings = feeds.make_feeds(inputs, skeleton, loaded.forward_params)
+        model_feeds, _ = feeds.make_feeds(inputs, skeleton, loaded.forward_params)
         where = f"ONNX model '{exported.path}'" if exported.path else "The exported ONNX model"
-        skeleton = export.validate_onnx(skeleton, where, {k: v.shape for k, v in model_feeds.items()})
-        index = graph.index_graph(skeleton)
+        skeleton = export.validate_onnx(skeleton, where)
+        index = graph.index_graph(export.pin_shapes(skeleton, {k: v.shape for k, v in model_feeds.items()}, where))
         scopes = align.map_scopes(captured, index)
-        candidates = align.candidate_tensors(captured, index, scopes)
+        candidates = tuple(align.candidate_tensors(captured, index, scopes))
     with progress.step("preflight", "checking the model before running it"):
-        preflight_warnings = preflight.check_model(loaded, inputs, skeleton, weight_store, exported, backend, captured)
+        warnings = preflight.check_model(loaded, inputs, skeleton, weight_store, exported, backend, captured)
     if save_onnx:
         _save(weights.join_weights(skeleton, weight_store) if exported.weights is not None else exported.proto, save_onnx)
-    # First, while no instrumented values are held: its session has the largest footprint.
-    with progress.step("final", "running the unmodified ONNX model"):
-        # The same graph and the same weight bytes as the user's file, with the
-        # user's session settings: only the weights' storage differs.
-        final = backend.run(skeleton, model_feeds, None, weight_store)
-    with progress.step("probe", f"running ONNX Runtime with {len(candidates)} tensors exposed"):
-        probed = backend.run(
-            expose.expose_tensors(skeleton, candidates), model_feeds, candidates, weight_store, one_shot=True
-        )
-    with progress.step("align", "aligning PyTorch activations with ONNX tensors"):
-        pairs = align.align_activations(captured, index, scopes, probed)
-        cuts = localize.cut_points(pairs, index)
-        kept = {p.tensor for p in pairs} | set(index.graph_outputs)
-        probed = {t: v for t, v in probed.items() if t in kept}  # free the candidates nobody matched
-    with progress.step("local", f"measuring local error at {len(cuts)} cut points"):
-        references = {t: _in_onnx_layout(p.reference(), probed[t]) for t, p in cuts.items()}
-        ref_feeds = dict(model_feeds)
-        ref_feeds.update({expose.reference_input_name(t): v for t, v in references.items()})
-
-        def local_run(model, store, optimize: bool = True):
-            """Run ``model`` cut at the same tensors, every segment fed PyTorch values."""
-            return backend.run(expose.cut_at_tensors(model, references), ref_feeds, list(cuts), store,
-                               one_shot=True, optimize=optimize)
-
-        local_values = local_run(skeleton, weight_store)
-    with progress.step("report", "comparing"):
-        cmp = functools.partial(_compare, tol=tolerance)
-        reproduced = _reproduces(captured, index, probed, final, tolerance)
-        layers = localize.localize(pairs, index, probed, local_values, cuts, cmp, accumulated_reliable=reproduced)
-        outputs = _compare_outputs(captured, index, final, tolerance)
-        ok = all(o.diff.ok for o in outputs)
-        warnings = list(feed_warnings) + list(preflight_warnings) + _warnings(loaded, captured, index, outputs, probed, tolerance)
-        first, layer, introduced = None, None, False
-        if not ok:
-            layer, introduced = localize.first_divergence(layers)
-            if layer is None:
-                warnings.append(
-                    "The final outputs diverge, but no aligned tensor does: the divergence lies after the "
-                    "last aligned tensor or in a part of the graph no activation maps to."
-                )
-    if not ok and layer is not None:
-        with progress.step("diagnose", "diagnosing the first divergence"):
-            first = diagnose(DiagnosisContext(
-                layer=layer, introduced=introduced, layers=layers, graph=index, skeleton=skeleton,
-                weights=weight_store, loaded=loaded, exported=exported, capture=captured, references=references,
-                feeds=model_feeds, tolerance=tolerance, local_run=local_run, compare=cmp,
-                backend=backend, inputs=inputs,
-            ))
-    return Report(
-        ok=ok, tolerance=tolerance, exporter=exported.exporter, opset=exported.opset, provider=backend.name,
-        outputs=outputs, first_divergence=first, layers=layers, warnings=tuple(warnings),
-        notes=exported.notes, timings=dict(progress.timings), model_name=loaded.name,
-    )
+    return Prepared(loaded, exported, skeleton, weight_store, index, scopes, candidates, tuple(warnings))
 
 
-def _capture(loaded: LoadedModel, inputs: ModelInputs):
+class Runner:
+    """One runtime setting's ONNX Runtime sessions over a prepared model, created once and reused.
+
+    ``final`` is the unmodified graph with the user's settings (the true
+    outputs); ``probe`` exposes the alignment candidates; ``local`` is the graph
+    cut at the aligned tensors, every segment fed PyTorch values.
+    """
+
+    def __init__(self, prepared: Prepared, backend: Backend):
+        self.prepared = prepared
+        self.backend = backend
+        self._sessions: dict[str, Session] = {}
+        self._cut_at: tuple[str, ...] | None = None
+
+    def _session(self, role: str, build) -> Session:
+        if role not in self._sessions:
+            model, one_shot = build()
+            self._sessions[role] = self.backend.load(model, self.prepared.weights, one_shot=one_shot)
+        return self._sessions[role]
+
+    def final(self, model_feeds) -> dict[str, np.ndarray]:
+        """The unmodified model's outputs: the same graph and weight bytes as the user's file and settings."""
+        return self._session("final", lambda: (self.prepared.skeleton, False)).run(model_feeds)
+
+    def probe(self, model_feeds, wanted: list[str] | None = None) -> dict[str, np.ndarray]:
+        """Every candidate tensor (or just ``wanted`` of them) from the graph exposing them all."""
+        p = self.prepared
+        session = self._session("probe", lambda: (expose.expose_tensors(p.skeleton, p.candidates), True))
+        return session.run(model_feeds, list(p.candidates) if wanted is None else wanted)
+
+    def local(self, ref_feeds, references: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Each cut tensor as its segment computes it from the PyTorch values of the cuts upstream."""
+        cut_at = tuple(references)
+        if self._cut_at is not None and cut_at != self._cut_at:
+            self._sessions.pop("local", None)
+        self._cut_at = cut_at
+        session = self._session("local", lambda: (expose.cut_at_tensors(self.prepared.skeleton, references), True))
+        return session.run(ref_feeds, list(cut_at))
+
+    def observe(self, model_feeds, tensors) -> dict[str, np.ndarray]:
+        """A fresh session of the unmodified graph exposing only ``tensors`` (for faithful location)."""
+        p = self.prepared
+        values = self.backend.run(expose.expose_tensors(p.skeleton, tensors), model_feeds, None, p.weights,
+                                  one_shot=True)
+        return values
+
+
+def capture_case(loaded: LoadedModel, inputs: ModelInputs) -> Capture:
+    """The PyTorch reference run; a failure is the user's input problem, said in one paragraph."""
     try:
         return capture.capture_activations(loaded.module, inputs)
     except Exception as exc:
@@ -190,6 +263,150 @@ def _capture(loaded: LoadedModel, inputs: ModelInputs):
         ) from exc
 
 
+def bisect_case(
+    prepared: Prepared,
+    runner: Runner,
+    inputs: ModelInputs,
+    captured: Capture | None = None,
+    *,
+    tolerance: Tolerance,
+    template: tuple[TensorPair, ...] | None = None,
+    progress: Progress | None = None,
+    thorough: bool = True,
+) -> tuple[Report, tuple[TensorPair, ...]]:
+    """Bisect one input case; return the report and the alignment (a template for further cases).
+
+    With a ``template`` the alignment of an earlier case is reused (it is a
+    property of the model and the graph, not of the inputs: value matching on
+    zeros would be meaningless).  ``thorough=False`` skips the local run when
+    the final outputs agree (a verification of many cases needs the local
+    errors only where something diverges).
+    """
+    progress = progress or Progress(enabled=False)
+    p = prepared
+    model_feeds, feed_warnings = feeds.make_feeds(inputs, p.skeleton, p.loaded.forward_params)
+    if captured is None:
+        with progress.step("capture", "running PyTorch with forward hooks"):
+            captured = capture_case(p.loaded, inputs)
+    # First, while no instrumented values are held: its session has the largest footprint.
+    with progress.step("final", "running the unmodified ONNX model"):
+        final = runner.final(model_feeds)
+    with progress.step("probe", f"running ONNX Runtime with {len(p.candidates)} tensors exposed"):
+        probed = runner.probe(model_feeds, None if template is None else _wanted(template, p.index))
+    with progress.step("align", "aligning PyTorch activations with ONNX tensors"):
+        pairs = align.align_activations(captured, p.index, p.scopes, probed) if template is None \
+            else align.reuse_alignment(template, captured)
+        cuts = localize.cut_points(pairs, p.index)
+        kept = {q.tensor for q in pairs} | set(p.index.graph_outputs)
+        probed = {t: v for t, v in probed.items() if t in kept}  # free the candidates nobody matched
+    with progress.step("report", "comparing"):
+        cmp = functools.partial(_compare, tol=tolerance)
+        outputs = _compare_outputs(captured, p.index, final, tolerance)
+        ok = all(o.diff.ok for o in outputs)
+        reproduction, reproduction_max_abs = _reproduction(p.index, probed, final, tolerance)
+    references = {t: _in_onnx_layout(q.reference(), probed[t]) for t, q in cuts.items() if t in probed}
+    ref_feeds = {**model_feeds, **{expose.reference_input_name(t): v for t, v in references.items()}}
+    local_values: dict[str, np.ndarray] = {}
+    if thorough or not ok:
+        with progress.step("local", f"measuring local error at {len(cuts)} cut points"):
+            local_values = runner.local(ref_feeds, references)
+    with progress.step("report", "comparing"):
+        layers = localize.localize(pairs, p.index, probed, local_values, cuts, cmp,
+                                   accumulated_reliable=reproduction is not Reproduction.DIFFERENT)
+        warnings = list(feed_warnings) + list(p.warnings) + _warnings(p.loaded, captured, p.index, reproduction,
+                                                                        reproduction_max_abs)
+
+    def local_run(model, store, optimize: bool = True):
+        """Run ``model`` cut at the same tensors, every segment fed PyTorch values."""
+        return runner.backend.run(expose.cut_at_tensors(model, references), ref_feeds, list(references), store,
+                                  one_shot=True, optimize=optimize)
+
+    first, faithful = None, None
+    if not ok:
+        layer, introduced = localize.first_divergence(layers)
+        if reproduction is Reproduction.DIFFERENT:
+            with progress.step("observe", "locating the divergence with faithful exposures"):
+                located = _locate_faithfully(p, runner, pairs, model_feeds, final, cmp, tolerance)
+            if located is not None:
+                faithful, layer, introduced, references, ref_feeds = located
+                local_run = _local_run_at(runner, references, ref_feeds)
+        if layer is None:
+            warnings.append(
+                "The final outputs diverge, but no aligned tensor does: the divergence lies after the "
+                "last aligned tensor or in a part of the graph no activation maps to."
+            )
+        else:
+            with progress.step("diagnose", "diagnosing the first divergence"):
+                first = diagnose(DiagnosisContext(
+                    layer=layer, introduced=introduced, layers=layers, graph=p.index, skeleton=p.skeleton,
+                    weights=p.weights, loaded=p.loaded, exported=p.exported, capture=captured,
+                    references=references, feeds=model_feeds, tolerance=tolerance, local_run=local_run,
+                    compare=cmp, backend=runner.backend, inputs=inputs,
+                ))
+    report = Report(
+        ok=ok, tolerance=tolerance, exporter=p.exported.exporter, opset=p.exported.opset, provider=runner.backend.name,
+        outputs=outputs, first_divergence=first, layers=layers, warnings=tuple(warnings),
+        notes=p.exported.notes, timings=dict(progress.timings), model_name=p.loaded.name,
+        reproduction=reproduction, reproduction_max_abs=reproduction_max_abs, faithful=faithful,
+    )
+    return report, pairs
+
+
+def _wanted(template: tuple[TensorPair, ...], index: GraphIndex) -> list[str]:
+    """The probe outputs a case with a known alignment needs: its paired tensors and the graph outputs."""
+    return list(dict.fromkeys([q.tensor for q in template if q.tensor and q.tensor in index.producer]
+                              + list(index.graph_outputs)))
+
+
+def _locate_faithfully(p: Prepared, runner: Runner, pairs, model_feeds, final, cmp, tolerance):
+    """The first divergence from exposures that keep the shipped outputs, with its local error.
+
+    Returns ``(location, layer, introduced, references, ref_feeds)`` or None.
+    """
+    ordered = sorted({q.tensor: q for q in pairs if q.cuttable and q.tensor in p.index.producer}.values(),
+                     key=lambda q: p.index.order_of(q.tensor))
+    boundaries = frozenset(q.tensor for q in ordered if not q.activation.is_leaf)
+
+    def reproduces(values) -> bool:
+        return _reproduction(p.index, values, final, tolerance)[0] is not Reproduction.DIFFERENT
+
+    def measure(pair: TensorPair, value: np.ndarray):
+        return cmp(value, pair.reference())
+
+    location, observed = observe.locate_faithfully(
+        ordered, boundaries, lambda ts: runner.observe(model_feeds, ts), reproduces, measure)
+    if location is None:
+        return None
+    by_tensor = {q.tensor: q for q in ordered}
+    good = [t for t, d in observed.items() if d.ok]
+    bad = by_tensor[location.first_bad]
+    # Cut only where an exposure kept the shipped outputs: those cuts leave the fusions in place.
+    references = {t: np.ascontiguousarray(by_tensor[t].reference().astype(
+        np.dtype(onnx.helper.tensor_dtype_to_np_dtype(p.index.elem_types.get(t, onnx.TensorProto.FLOAT))),
+        copy=False)) for t in good}
+    ref_feeds = {**model_feeds, **{expose.reference_input_name(t): v for t, v in references.items()}}
+    cut = expose.expose_tensors(expose.cut_at_tensors(p.skeleton, references), [bad.tensor])
+    local_values = runner.backend.run(cut, ref_feeds, [bad.tensor], p.weights, one_shot=True)
+    local = cmp(local_values[bad.tensor], bad.reference())
+    seg = p.index.segment(bad.tensor, frozenset(references))
+    introduced = not local.ok
+    layer = LayerResult(
+        pair=bad, diff=observed[bad.tensor], local=local, status=Status.DIVERGED,
+        origin=ErrorOrigin.INTRODUCED if introduced else ErrorOrigin.INHERITED,
+        segment=tuple(p.index.nodes[i].name for i in seg), segment_ops=tuple(p.index.nodes[i].op_type for i in seg),
+        order=float(p.index.order_of(bad.tensor)),
+    )
+    return location, layer, introduced, references, ref_feeds
+
+
+def _local_run_at(runner: Runner, references, ref_feeds):
+    def local_run(model, store, optimize: bool = True):
+        """Run ``model`` cut at the faithful tensors, every segment fed PyTorch values."""
+        return runner.backend.run(expose.cut_at_tensors(model, references), ref_feeds, list(references), store,
+                                  one_shot=True, optimize=optimize)
+    return local_run
+
+
 def _compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance):
     return compare.compare_tensors(actual, expected, tol)
 
@@ -202,7 +419,24 @@ def _compare_outputs(captured, index, final, tol) -> tuple[OutputResult, ...]:
     return tuple(results)
 
 
-def _warnings(loaded, captured, index, outputs, probed, tol) -> list[str]:
+def _reproduction(index: GraphIndex, instrumented, final, tol: Tolerance) -> tuple[Reproduction, float]:
+    """Whether the instrumented run's graph outputs equal the unmodified run's: bit for bit, within
+    tolerance, or not; and the largest difference."""
+    verdict, worst = Reproduction.EXACT, 0.0
+    for name in index.graph_outputs:
+        a, b = instrumented.get(name), final.get(name)
+        if a is None or b is None or (a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")):
+            continue
+        diff = compare.compare_tensors(a, b, tol)
+        worst = max(worst, diff.max_abs)
+        if not diff.ok:
+            verdict = Reproduction.DIFFERENT
+        elif verdict is Reproduction.EXACT:
+            verdict = Reproduction.WITHIN_TOLERANCE
+    return verdict, worst
+
+
+def _warnings(loaded, captured, index, reproduction: Reproduction, reproduction_max_abs: float) -> list[str]:
     notes = []
     if loaded.was_training:
         notes.append(
@@ -215,26 +449,14 @@ def _warnings(loaded, captured, index, outputs, probed, tol) -> list[str]:
             f"{len(index.graph_outputs)}; only the first {min(len(captured.outputs), len(index.graph_outputs))} "
             "were compared, by position."
         )
-    if not _reproduces(captured, index, probed, {o.name: None for o in outputs}, tol, outputs):
+    if reproduction is Reproduction.DIFFERENT:
         notes.append(
-            "The instrumented run disagrees with the unmodified model at the outputs: exposing intermediate "
-            "tensors changed how ONNX Runtime optimised the graph, so the accumulated errors in the table may "
-            "not be those of the shipped graph (the local errors come from a graph that keeps those fusions)."
+            "The instrumented run disagrees with the unmodified model at the outputs (max abs "
+            f"{reproduction_max_abs:.3g}): exposing intermediate tensors changed how ONNX Runtime optimised the "
+            "graph, so the accumulated errors in the table are not those of the shipped graph. The first "
+            "divergence was located with exposures that keep the shipped outputs."
         )
     return notes
-
-
-def _reproduces(captured, index, probed, final, tol, outputs=None) -> bool:
-    """Whether the instrumented run reaches the same verdict as the unmodified one at every output."""
-    for i, name in enumerate(index.graph_outputs[: len(captured.outputs)]):
-        inst = probed.get(name)
-        if inst is None:
-            continue
-        shipped = next((o.diff.ok for o in outputs if o.name == name), None) if outputs is not None else (
-            compare.compare_tensors(final[name], captured.outputs[i], tol).ok if name in final else None)
-        if shipped is not None and shipped != compare.compare_tensors(inst, captured.outputs[i], tol).ok:
-            return False
-    return True
 
 
 def _in_onnx_layout(reference: np.ndarray, onnx_value: np.ndarray) -> np.ndarray:

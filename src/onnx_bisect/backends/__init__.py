@@ -1,10 +1,10 @@
 """Backends run an ONNX model and return the requested tensors."""
-from .base import Backend
-from .onnxruntime import OnnxRuntimeBackend
+from .base import Backend, Session
+from .onnxruntime import OnnxRuntimeBackend, available_providers
 
-__all__ = ["Backend", "OnnxRuntimeBackend", "make_backend"]
+__all__ = ["Backend", "Session", "OnnxRuntimeBackend", "available_providers", "make_backend"]
 
 
-def make_backend(provider: str = "CPUExecutionProvider", session_config=None, opt_level: str = "all") -> Backend:
-    """The backend for an execution provider name (ONNX Runtime for now) with session settings."""
-    return OnnxRuntimeBackend(provider, session_config, opt_level)
+def make_backend(settings=None) -> Backend:
+    """The backend for a :class:`~onnx_bisect.records.RuntimeSettings` (ONNX Runtime for now)."""
+    return OnnxRuntimeBackend(settings)

@@ -9,10 +9,35 @@ import onnx
 from ..weights import Weights
 
 
+class Session(Protocol):
+    """A model loaded once and run many times (one per configuration)."""
+
+    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Run once on ``feeds``; return ``outputs`` (all graph outputs when None) by name."""
+        ...
+
+
 class Backend(Protocol):
     """Something that executes ONNX models."""
 
     name: str
+
+    def load(
+        self,
+        model: onnx.ModelProto | str,
+        weights: Weights | None = None,
+        one_shot: bool = False,
+        optimize: bool = True,
+    ) -> Session:
+        """Load ``model`` (a proto, or a file path) into a reusable session.
+
+        ``weights`` supplies the data of initializers split off by
+        ``weights.split_weights``.  ``one_shot`` marks an instrumented graph: the
+        backend may skip work that only pays off over many runs; the user's graph
+        is never loaded one-shot, so its numbers are exactly what the user gets.
+        ``optimize=False`` turns the backend's graph optimizations off.
+        """
+        ...
 
     def run(
         self,
@@ -23,13 +48,5 @@ class Backend(Protocol):
         one_shot: bool = False,
         optimize: bool = True,
     ) -> dict[str, np.ndarray]:
-        """Run ``model`` (a proto, or a file path) once; return outputs by name.
-
-        ``weights`` supplies the data of initializers split off by
-        ``weights.split_weights``; ``outputs=None`` means all graph outputs.
-        ``one_shot`` marks an instrumented graph that runs once: the backend may
-        skip work that only pays off over many runs.  The user's graph is never
-        run one-shot, so its numbers are exactly what the user would get.
-        ``optimize=False`` turns the backend's graph optimizations off.
-        """
+        """``load`` then run once; return outputs by name (``outputs=None``: all graph outputs)."""
         ...

@@ -8,6 +8,7 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import BackendError, UsageError
+from ..records import RuntimeSettings
 from ..weights import Weights
 
 
@@ -19,24 +20,51 @@ OPT_LEVELS = {
 }
 
 
+def available_providers() -> list[str]:
+    """Execution providers compiled into the installed onnxruntime."""
+    return list(ort.get_available_providers())
+
+
+class OnnxRuntimeSession:
+    """One ``InferenceSession``, run as often as needed."""
+
+    def __init__(self, session: ort.InferenceSession):
+        self._session = session
+        self._inputs = {i.name for i in session.get_inputs()}
+        self.output_names = [o.name for o in session.get_outputs()]
+
+    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Run once; ONNX Runtime failures become a :class:`BackendError` naming what failed."""
+        names = list(outputs) if outputs is not None else self.output_names
+        try:
+            values = self._session.run(names, {k: v for k, v in feeds.items() if k in self._inputs})
+        except Exception as exc:
+            raise BackendError(
+                f"ONNX Runtime failed while running the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
+                "Check that the inputs' shapes and dtypes match the model's inputs."
+            ) from exc
+        return dict(zip(names, values))
+
+
 class OnnxRuntimeBackend:
     """Runs models with one ONNX Runtime execution provider and the user's session settings."""
 
-    def __init__(self, provider: str = "CPUExecutionProvider", session_config: Mapping[str, str] | None = None,
-                 opt_level: str = "all"):
-        if opt_level not in OPT_LEVELS:
-            raise UsageError(f"Unknown optimization level '{opt_level}'; use one of {', '.join(OPT_LEVELS)}.")
-        self.session_config = dict(session_config or {})
-        self.opt_level = opt_level
-        available = ort.get_available_providers()
-        if provider not in available:
+    def __init__(self, settings: RuntimeSettings | None = None):
+        settings = settings or RuntimeSettings()
+        if settings.opt_level not in OPT_LEVELS:
+            raise UsageError(f"Unknown optimization level '{settings.opt_level}'; use one of {', '.join(OPT_LEVELS)}.")
+        available = available_providers()
+        if settings.provider not in available:
             raise UsageError(
-                f"Execution provider '{provider}' is not available in this onnxruntime build "
+                f"Execution provider '{settings.provider}' is not available in this onnxruntime build "
                 f"(available: {', '.join(available)}). Install the matching onnxruntime package "
                 "or pick one of those."
             )
-        self.provider = provider
-        self.name = f"onnxruntime {ort.__version__} ({provider})"
+        self.settings = settings
+        self.provider = settings.provider
+        self.opt_level = settings.opt_level
+        self.session_config = dict(settings.session_config)
+        self.name = f"onnxruntime {ort.__version__} ({settings.provider})"
 
     def _options(self, weights: Weights | None, one_shot: bool, optimize: bool) -> ort.SessionOptions:
         so = ort.SessionOptions()
@@ -60,6 +88,28 @@ class OnnxRuntimeBackend:
             so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(weights.arrays[n]) for n in names])
         return so
 
+    def load(
+        self,
+        model: onnx.ModelProto | str,
+        weights: Weights | None = None,
+        one_shot: bool = False,
+        optimize: bool = True,
+    ) -> OnnxRuntimeSession:
+        """Create an ``InferenceSession`` with this backend's provider and settings."""
+        source = model if isinstance(model, str) else model.SerializeToString()
+        providers = [(self.provider, dict(self.settings.provider_options))] if self.settings.provider_options \
+            else [self.provider]
+        try:
+            session = ort.InferenceSession(source, self._options(weights, one_shot, optimize), providers=providers)
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise BackendError(
+                f"ONNX Runtime could not load the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
+                "Check the model's opset, custom-domain operators, the execution provider and its options."
+            ) from exc
+        return OnnxRuntimeSession(session)
+
     def run(
         self,
         model: onnx.ModelProto | str,
@@ -70,21 +120,4 @@ class OnnxRuntimeBackend:
         optimize: bool = True,
     ) -> dict[str, np.ndarray]:
         """Create a session, run once, return the outputs by name."""
-        source = model if isinstance(model, str) else model.SerializeToString()
-        try:
-            session = ort.InferenceSession(source, self._options(weights, one_shot, optimize), providers=[self.provider])
-        except Exception as exc:
-            raise BackendError(
-                f"ONNX Runtime could not load the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
-                "Check the model's opset, custom-domain operators and the execution provider."
-            ) from exc
-        names = list(outputs) if outputs is not None else [o.name for o in session.get_outputs()]
-        wanted = {i.name for i in session.get_inputs()}
-        try:
-            values = session.run(names, {k: v for k, v in feeds.items() if k in wanted})
-        except Exception as exc:
-            raise BackendError(
-                f"ONNX Runtime failed while running the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
-                "Check that the inputs' shapes and dtypes match the model's inputs."
-            ) from exc
-        return dict(zip(names, values))
+        return self.load(model, weights, one_shot, optimize).run(feeds, outputs)
