@@ -28,11 +28,28 @@ def build_parser() -> argparse.ArgumentParser:
                    help="exporter to use (default: dynamo, falling back to torchscript)")
     p.add_argument("--opset", type=int, metavar="N", help="ONNX opset for the export")
     p.add_argument("--save-onnx", metavar="PATH", help="also write the exported ONNX model here")
-    p.add_argument("--provider", default="CPUExecutionProvider", help="ONNX Runtime execution provider")
-    p.add_argument("--ort-opt-level", choices=["disable", "basic", "extended", "all"], default="all",
-                   help="ONNX Runtime graph optimization level (default all, as ONNX Runtime)")
+    p.add_argument("--provider", action="append", default=[], metavar="NAME[:KEY=VALUE,...]",
+                   help="ONNX Runtime execution provider, with provider options after a colon; repeat to verify "
+                        "several and compare them with each other (default CPUExecutionProvider)")
+    p.add_argument("--ort-opt-level", action="append", default=[], choices=["disable", "basic", "extended", "all"],
+                   help="ONNX Runtime graph optimization level (default all, as ONNX Runtime); repeat to verify "
+                        "several")
     p.add_argument("--ort-config", action="append", default=[], metavar="KEY=VALUE",
-                   help="ONNX Runtime session config entry, e.g. optimization.enable_gelu_approximation=1")
+                   help="ONNX Runtime session config entry for every run, e.g. "
+                        "optimization.enable_gelu_approximation=1")
+    p.add_argument("--ort-variant", action="append", default=[], metavar="KEY=VALUE[,KEY=VALUE]",
+                   help="also verify with these session config entries added (one runtime setting per "
+                        "--ort-variant, beside the one without)")
+    g = p.add_argument_group("configurations (several make a verification matrix)")
+    g.add_argument("--batch-sizes", metavar="N,N,...", help="re-run at these batch sizes (axis 0), built from "
+                                                            "the sample by tiling and resampling its rows")
+    g.add_argument("--vary", action="append", default=[], metavar="[INPUT[,INPUT]:]AXIS=N,N,...",
+                   help="re-run with another dynamic dimension at these sizes, e.g. input_ids,attention_mask:1=32,128 "
+                        "(without INPUT: every input whose AXIS has the first input's size)")
+    g.add_argument("--dataset", metavar="PATH", help="run every sample: a directory of .npy/.npz/.pt files (one "
+                                                     "sample each) or one .npz/.npy/.pt with the samples along axis 0")
+    g.add_argument("--edge-cases", action="store_true",
+                   help="add generated inputs: zeros, large and tiny magnitudes, the extremes of the sample's range")
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     p.add_argument("--json", metavar="FILE", help="write the machine-readable report here")
@@ -48,7 +65,7 @@ def config_from_args(args: argparse.Namespace):
         raise UsageError(f"--atol and --rtol must be non-negative (got --atol {args.atol:g} --rtol {args.rtol:g}).")
     if args.opset is not None and not 7 <= args.opset <= 30:
         raise UsageError(f"--opset {args.opset} is not a valid ONNX opset; use a value such as 17 or 18.")
-    protected = {Path(x).resolve() for x in [args.model.split(":")[0], *args.input, args.onnx] if x}
+    protected = {Path(x).resolve() for x in [args.model.split(":")[0], *args.input, args.onnx, args.dataset] if x}
     for out in (args.json, args.save_onnx):
         if out and Path(out).resolve() in protected:
             raise UsageError(f"Refusing to overwrite input file '{out}'; choose another output path.")
@@ -56,24 +73,33 @@ def config_from_args(args: argparse.Namespace):
             raise UsageError(f"Output path '{out}' is a directory; name a file in it instead.")
     if args.onnx and args.save_onnx:
         raise UsageError("--save-onnx writes the exported model; it cannot be combined with --onnx.")
-    bad = [kv for kv in args.ort_config if "=" not in kv]
-    if bad:
-        raise UsageError(f"--ort-config takes KEY=VALUE, got {bad[0]!r}.")
+    from .specs import AxisSpec, parse_config_entries, parse_sizes, parse_vary
+
+    inputs = [x for x in args.input if not Path(x).is_dir()]
+    folders = [x for x in args.input if Path(x).is_dir()]
+    if len(folders) > 1 or (folders and args.dataset):
+        raise UsageError("Give one dataset: one --dataset PATH or one --input DIRECTORY, not several.")
+    axes = [AxisSpec(axis=0, sizes=parse_sizes(args.batch_sizes, "--batch-sizes"), label="batch")] \
+        if args.batch_sizes else []
+    axes += [parse_vary(v) for v in args.vary]
     from .pipeline import Config
 
     return Config(
-        ort_config=tuple(tuple(kv.split("=", 1)) for kv in args.ort_config), ort_opt_level=args.ort_opt_level,
-        model=args.model, inputs=tuple(args.input), onnx=args.onnx,
-        exporter=Exporter(args.exporter) if args.exporter else None, opset=args.opset, provider=args.provider,
+        model=args.model, inputs=tuple(inputs), onnx=args.onnx,
+        exporter=Exporter(args.exporter) if args.exporter else None, opset=args.opset,
         tolerance=Tolerance(args.atol, args.rtol), save_onnx=args.save_onnx,
+        providers=tuple(args.provider), opt_levels=tuple(dict.fromkeys(args.ort_opt_level)),
+        ort_config=parse_config_entries(args.ort_config, "--ort-config"),
+        ort_variants=tuple(parse_config_entries([v], "--ort-variant") for v in args.ort_variant),
+        axes=tuple(axes), dataset=args.dataset or (folders[0] if folders else None), edge_cases=args.edge_cases,
     )
 
 
-def _write_report(report, path: str) -> None:
+def _write_report(report, path: str, writer=None) -> None:
     from .report import write_json
 
     try:
-        write_json(report, path)
+        (writer or write_json)(report, path)
     except OSError as exc:
         raise UsageError(
             f"Could not write the JSON report to '{path}': {exc.strerror or exc}. Choose a writable path."
@@ -91,22 +117,53 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
+        if config.is_matrix or _unavailable(config):
+            return _verify(config, args)
         from .pipeline import run
 
         report = run(config, Progress())
         if args.json:
             _write_report(report, args.json)
     except BisectError as exc:
-        if args.debug:
-            raise
-        print(f"onnx-bisect: error: {exc}", file=sys.stderr)
-        return ExitStatus.USAGE
+        return _fail(exc, args)
     except KeyboardInterrupt:
         return 130
     from .report import render_text
 
     sys.stdout.write(render_text(report, show_all=args.all))
     return report.exit_status
+
+
+def _unavailable(config) -> bool:
+    """Whether a provider asked for is not in this build (the matrix then reports it as unavailable)."""
+    from .verify import unavailable_runtimes
+
+    return bool(unavailable_runtimes([config.runtime]))
+
+
+def _verify(config, args) -> int:
+    """The verification matrix over several configurations."""
+    from .matrix_report import render_matrix, write_matrix_json
+    from .verify import run
+
+    try:
+        report = run(config, Progress())
+        if args.json:
+            _write_report(report, args.json, write_matrix_json)
+    except BisectError as exc:
+        return _fail(exc, args)
+    except KeyboardInterrupt:
+        return 130
+    sys.stdout.write(render_matrix(report, show_all=args.all))
+    return report.exit_status
+
+
+def _fail(exc: BisectError, args) -> int:
+    """The one error boundary: a one-paragraph message and exit status 2 (``--debug`` re-raises)."""
+    if args.debug:
+        raise exc
+    print(f"onnx-bisect: error: {exc}", file=sys.stderr)
+    return ExitStatus.USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover

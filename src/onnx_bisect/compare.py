@@ -16,7 +16,8 @@ def compare_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) ->
     """Compare an ONNX value with the PyTorch reference in float64.
 
     Pass/fail follows numpy's ``allclose``: ``|a - b| <= atol + rtol * |b|``
-    elementwise, ``b`` being the reference.  NaN/inf count as equal only where
+    elementwise, ``b`` being the reference.  Tensors whose sizes differ are
+    infinitely apart (``actual_shape`` says what ONNX computed).  NaN/inf count as equal only where
     both sides have the same non-finite value.  ``max_rel`` is ``|a-b| / |b|``
     over the elements whose reference is non-zero.
 
@@ -30,7 +31,7 @@ def compare_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) ->
             actual = actual.reshape(expected.shape)
         else:
             return TensorDiff(float("inf"), float("inf"), float("inf"), 0.0, float("inf"), False,
-                              tuple(actual.shape))
+                              tuple(expected.shape), dtype=str(actual.dtype), actual_shape=tuple(actual.shape))
     a = np.asarray(actual, dtype=np.float64)
     b = np.asarray(expected, dtype=np.float64)
     same_nonfinite = (~np.isfinite(a)) & (~np.isfinite(b)) & ((a == b) | (np.isnan(a) & np.isnan(b)))

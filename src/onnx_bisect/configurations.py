@@ -9,9 +9,8 @@ entries asked for.  Nothing here runs a model.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -19,48 +18,10 @@ from torch.utils._pytree import tree_map_only
 
 from .errors import InputError, UsageError
 from .records import CaseKind, InputCase, LoadedModel, ModelInputs, RuntimeSettings
+from .specs import AxisSpec, parse_provider
 
 #: seeds the resampling of rows added along the batch axis, so every run builds the same inputs
 SEED = 20261123
-
-
-@dataclass(frozen=True)
-class AxisSpec:
-    """One dimension to vary: ``axis`` of the named inputs (all inputs sharing it when ``inputs`` is empty)."""
-
-    axis: int
-    sizes: tuple[int, ...]
-    inputs: tuple[str, ...] = ()
-    label: str = ""
-
-    @property
-    def name(self) -> str:
-        """How the axis is shown: ``batch``, ``dim1`` or ``input_ids[1]``."""
-        if self.label:
-            return self.label
-        return f"{','.join(self.inputs)}[{self.axis}]" if self.inputs else f"dim{self.axis}"
-
-
-def parse_sizes(text: str, option: str) -> tuple[int, ...]:
-    """``"1,8,64"`` → ``(1, 8, 64)``; a usage error names the option otherwise."""
-    try:
-        sizes = tuple(int(s) for s in text.split(",") if s.strip())
-    except ValueError:
-        sizes = ()
-    if not sizes or any(s < 1 for s in sizes):
-        raise UsageError(f"{option} takes a comma-separated list of positive sizes, e.g. 1,8,64 (got {text!r}).")
-    return tuple(dict.fromkeys(sizes))
-
-
-def parse_vary(text: str) -> AxisSpec:
-    """``--vary AXIS=SIZES`` or ``--vary INPUT[,INPUT]:AXIS=SIZES``."""
-    spec, sep, sizes = text.partition("=")
-    names, _, axis = spec.rpartition(":")
-    if not sep or not axis.strip().lstrip("-").isdigit():
-        raise UsageError(f"--vary takes AXIS=SIZES or INPUT:AXIS=SIZES, e.g. 1=32,128 or input_ids:1=32,128 "
-                         f"(got {text!r}).")
-    inputs = tuple(n.strip() for n in names.split(",") if n.strip())
-    return AxisSpec(axis=int(axis), sizes=parse_sizes(sizes, "--vary"), inputs=inputs)
 
 
 # ---------------------------------------------------------------- named tensors
@@ -173,13 +134,15 @@ def export_example(inputs: ModelInputs, specs: Sequence[AxisSpec]) -> ModelInput
 
 
 def dataset_cases(path: str, loaded: LoadedModel, read_file: Callable[[Path, LoadedModel], Any],
-                  to_inputs: Callable[[Any, LoadedModel], ModelInputs]) -> list[InputCase]:
+                  to_inputs: Callable[[Any, LoadedModel], ModelInputs],
+                  sample: ModelInputs | None = None) -> list[InputCase]:
     """The samples of a dataset, one case each.
 
     ``path`` is a directory (each ``.npy``/``.npz``/``.pt`` file is one sample,
     read like an ``--input`` file, in name order) or one ``.npz``/``.npy``/``.pt``
-    file whose arrays hold the samples along axis 0 (sample ``i`` is row ``i``,
-    run as a batch of one).
+    file whose arrays hold the samples along axis 0.  Sample ``i`` is row ``i``
+    kept as a batch of one (``x[i:i+1]``), or, when the arrays have one more
+    axis than the ``sample`` inputs, ``x[i]`` itself (a stack of whole inputs).
     """
     p = Path(path)
     if p.is_dir():
@@ -200,11 +163,13 @@ def dataset_cases(path: str, loaded: LoadedModel, read_file: Callable[[Path, Loa
             f"Dataset '{p}' must hold the samples along axis 0 of every array, the same number in each; got "
             + ", ".join(f"{n}{list(t.shape)}" for n, t in tensors) + "."
         )
+    ranks = dict((n, t.dim()) for n, t in named_tensors(sample)) if sample is not None else {}
+    stacked = bool(ranks) and all(ranks.get(n) == t.dim() - 1 for n, t in tensors)
     count = counts.pop()
     cases = []
     for i in range(count):
-        sample = _replace(rows, {n: t[i:i + 1].clone() for n, t in tensors})
-        cases.append(InputCase(label=f"sample {i}", kind=CaseKind.DATASET, inputs=sample, sample=i))
+        row = {n: (t[i] if stacked else t[i:i + 1]).clone() for n, t in tensors}
+        cases.append(InputCase(label=f"sample {i}", kind=CaseKind.DATASET, inputs=_replace(rows, row), sample=i))
     return cases
 
 
@@ -255,33 +220,6 @@ def _extremes(t: torch.Tensor, rng) -> torch.Tensor:
 
 
 # ---------------------------------------------------------------- runtime settings
-
-
-def parse_provider(text: str) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """``NAME`` or ``NAME:key=value,key=value`` (provider options), e.g. ``CUDAExecutionProvider:device_id=0``."""
-    name, _, opts = text.partition(":")
-    options = []
-    for item in (o for o in opts.split(",") if o.strip()):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"Provider options take key=value pairs, e.g. CUDAExecutionProvider:device_id=0 "
-                             f"(got {text!r}).")
-        options.append((key.strip(), value.strip()))
-    if not name.strip():
-        raise UsageError(f"--provider needs a provider name, e.g. CPUExecutionProvider (got {text!r}).")
-    return name.strip(), tuple(options)
-
-
-def parse_config_entries(items: Iterable[str], option: str) -> tuple[tuple[str, str], ...]:
-    """``KEY=VALUE`` strings (also comma-separated within one item) → pairs."""
-    pairs = []
-    for item in items:
-        for kv in (x for x in item.split(",") if x.strip()):
-            key, sep, value = kv.partition("=")
-            if not sep or not key.strip():
-                raise UsageError(f"{option} takes KEY=VALUE, got {kv!r}.")
-            pairs.append((key.strip(), value.strip()))
-    return tuple(pairs)
 
 
 def runtime_settings(providers: Sequence[str], opt_levels: Sequence[str], base_config: Sequence[tuple[str, str]],

@@ -48,15 +48,15 @@ def _match(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tuple[st
 
 
 def fixed_dimension_conflicts(inputs: ModelInputs, model: onnx.ModelProto,
-                              forward_params: tuple[str, ...]) -> list[str]:
-    """Where ``inputs`` need a size the graph fixes: ``"'x' axis 0 is fixed to 4 (needs 8)"``; [] if none."""
+                              forward_params: tuple[str, ...]) -> list[tuple[str, int, int, int]]:
+    """Where ``inputs`` need a size the graph fixes: ``[(graph input, axis, fixed size, needed size)]``."""
     conflicts = []
     for info, value, _ in _match(inputs, model, forward_params):
         dims = _dims(info)
         if dims is None or len(dims) != value.ndim:
             continue
-        conflicts += [f"'{info.name}' axis {axis} is fixed to {d} (needs {s})"
-                      for axis, (d, s) in enumerate(zip(dims, value.shape)) if d is not None and d != s]
+        conflicts += [(info.name, axis, d, s) for axis, (d, s) in enumerate(zip(dims, value.shape))
+                      if d is not None and d != s]
     return conflicts
 
 

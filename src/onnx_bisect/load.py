@@ -200,6 +200,11 @@ def to_model_inputs(value: Any, loaded: LoadedModel) -> ModelInputs:
     return _check_arity([_as_tensor(value, "input")], {}, loaded)
 
 
+def read_input(path: str | Path, loaded: LoadedModel):
+    """One input file as a tensor, a tuple of tensors (positional) or a dict (by parameter name)."""
+    return _read_file(Path(path), loaded)
+
+
 def _read_file(path: Path, loaded: LoadedModel):
     if not path.is_file():
         raise InputError(f"Input file '{path}' does not exist. Check the --input path.")

@@ -9,6 +9,7 @@ bisection is one of each; ``verify`` runs many cases over the same three.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,7 +24,7 @@ from .diagnose import DiagnosisContext, diagnose
 from .errors import InputError, UsageError
 from .graph import GraphIndex
 from .progress import Progress
-from .records import (Capture, ErrorOrigin, Exporter, ExportedModel, LayerResult, LoadedModel, ModelInputs,
+from .records import (Capture, Divergence, ErrorOrigin, Exporter, ExportedModel, LayerResult, LoadedModel, ModelInputs,
                       OutputResult, Report, Reproduction, RuntimeSettings, Status, TensorPair, Tolerance)
 
 
@@ -48,7 +49,7 @@ class Config:
     providers: tuple[str, ...] = ()  # several: a matrix over providers ("NAME[:key=value,...]")
     opt_levels: tuple[str, ...] = ()  # several: a matrix over optimization levels
     ort_variants: tuple[tuple[tuple[str, str], ...], ...] = ()  # extra session-entry sets to compare
-    axes: tuple[Any, ...] = ()  # configurations.AxisSpec: batch sizes, other dynamic dimensions
+    axes: tuple[Any, ...] = ()  # specs.AxisSpec: batch sizes, other dynamic dimensions
     dataset: str | None = None
     edge_cases: bool = False
 
@@ -61,7 +62,7 @@ class Config:
     @property
     def runtime(self) -> RuntimeSettings:
         """The runtime setting of a single bisection."""
-        from .configurations import parse_provider
+        from .specs import parse_provider
 
         name, options = parse_provider(self.providers[0] if self.providers else self.provider)
         level = self.opt_levels[0] if self.opt_levels else self.ort_opt_level
@@ -116,7 +117,7 @@ def bisect(
     """
     loaded = loaded_from_module(model)
     model_inputs = load.to_model_inputs(inputs, loaded)
-    from .configurations import parse_provider
+    from .specs import parse_provider
 
     name, options = parse_provider(provider)
     return bisect_loaded(
@@ -151,9 +152,8 @@ def bisect_loaded(
         captured = capture_case(loaded, inputs)
     prepared = prepare(loaded, inputs, captured, onnx_path=onnx_path, exporter=exporter, opset=opset,
                        backend=backend, save_onnx=save_onnx, progress=progress)
-    report, _ = bisect_case(prepared, Runner(prepared, backend), inputs, captured, tolerance=tolerance,
-                            progress=progress)
-    return report
+    return bisect_case(prepared, Runner(prepared, backend), inputs, captured, tolerance=tolerance,
+                       progress=progress).report
 
 
 def obtain_onnx(loaded: LoadedModel, inputs: ModelInputs, onnx_path: str | onnx.ModelProto | None,
@@ -200,6 +200,17 @@ def prepare(
     return Prepared(loaded, exported, skeleton, weight_store, index, scopes, candidates, tuple(warnings))
 
 
+@dataclass(frozen=True)
+class CaseRun:
+    """One input case under one runtime setting: its report, the alignment it used, and the ONNX values
+    it observed (the unmodified model's outputs and every paired tensor of the instrumented run)."""
+
+    report: Report
+    pairs: tuple[TensorPair, ...]
+    final: dict[str, np.ndarray] = field(repr=False)
+    probed: dict[str, np.ndarray] = field(repr=False)
+
+
 class Runner:
     """One runtime setting's ONNX Runtime sessions over a prepared model, created once and reused.
 
@@ -230,13 +241,18 @@ class Runner:
         session = self._session("probe", lambda: (expose.expose_tensors(p.skeleton, p.candidates), True))
         return session.run(model_feeds, list(p.candidates) if wanted is None else wanted)
 
-    def local(self, ref_feeds, references: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Each cut tensor as its segment computes it from the PyTorch values of the cuts upstream."""
-        cut_at = tuple(references)
+    def local(self, ref_feeds, references: dict[str, np.ndarray], unfed: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
+        """Each cut tensor as its segment computes it from the PyTorch values of the cuts upstream.
+
+        ``unfed`` are cut points whose reference cannot be fed (ONNX computes
+        another size there): they are observed, not cut.
+        """
+        cut_at = tuple(references) + unfed
         if self._cut_at is not None and cut_at != self._cut_at:
             self._sessions.pop("local", None)
         self._cut_at = cut_at
-        session = self._session("local", lambda: (expose.cut_at_tensors(self.prepared.skeleton, references), True))
+        session = self._session("local", lambda: (expose.expose_tensors(
+            expose.cut_at_tensors(self.prepared.skeleton, references), unfed), True))
         return session.run(ref_feeds, list(cut_at))
 
     def observe(self, model_feeds, tensors) -> dict[str, np.ndarray]:
@@ -273,14 +289,17 @@ def bisect_case(
     template: tuple[TensorPair, ...] | None = None,
     progress: Progress | None = None,
     thorough: bool = True,
-) -> tuple[Report, tuple[TensorPair, ...]]:
-    """Bisect one input case; return the report and the alignment (a template for further cases).
+    diagnosed: dict[tuple[str, bool], Divergence] | None = None,
+) -> CaseRun:
+    """Bisect one input case; return its report, the alignment (a template for further cases) and values.
 
     With a ``template`` the alignment of an earlier case is reused (it is a
     property of the model and the graph, not of the inputs: value matching on
     zeros would be meaningless).  ``thorough=False`` skips the local run when
     the final outputs agree (a verification of many cases needs the local
-    errors only where something diverges).
+    errors only where something diverges).  ``diagnosed`` memoises diagnoses by
+    (tensor, introduced) across cases of one runtime setting: a dataset whose
+    samples all diverge at one node is diagnosed once, on the first of them.
     """
     progress = progress or Progress(enabled=False)
     p = prepared
@@ -304,12 +323,15 @@ def bisect_case(
         outputs = _compare_outputs(captured, p.index, final, tolerance)
         ok = all(o.diff.ok for o in outputs)
         reproduction, reproduction_max_abs = _reproduction(p.index, probed, final, tolerance)
-    references = {t: _in_onnx_layout(q.reference(), probed[t]) for t, q in cuts.items() if t in probed}
+    # A tensor whose ONNX size differs from PyTorch's (a shape baked into the graph) cannot be fed its reference.
+    references = {t: _in_onnx_layout(q.reference(), probed[t]) for t, q in cuts.items()
+                  if t in probed and probed[t].size == q.activation.value.size}
+    unfed = tuple(t for t in cuts if t in probed and t not in references)
     ref_feeds = {**model_feeds, **{expose.reference_input_name(t): v for t, v in references.items()}}
     local_values: dict[str, np.ndarray] = {}
     if thorough or not ok:
         with progress.step("local", f"measuring local error at {len(cuts)} cut points"):
-            local_values = runner.local(ref_feeds, references)
+            local_values = runner.local(ref_feeds, references, unfed)
     with progress.step("report", "comparing"):
         layers = localize.localize(pairs, p.index, probed, local_values, cuts, cmp,
                                    accumulated_reliable=reproduction is not Reproduction.DIFFERENT)
@@ -335,6 +357,11 @@ def bisect_case(
                 "The final outputs diverge, but no aligned tensor does: the divergence lies after the "
                 "last aligned tensor or in a part of the graph no activation maps to."
             )
+        elif diagnosed is not None and (layer.pair.tensor, introduced) in diagnosed:
+            earlier = diagnosed[(layer.pair.tensor, introduced)]
+            first = dataclasses.replace(
+                earlier, layer=layer, evidence={**earlier.evidence, "diagnosed_on_an_earlier_sample": True},
+                explanation="(Diagnosed on an earlier sample that diverges at the same tensor.) " + earlier.explanation)
         else:
             with progress.step("diagnose", "diagnosing the first divergence"):
                 first = diagnose(DiagnosisContext(
@@ -343,13 +370,15 @@ def bisect_case(
                     references=references, feeds=model_feeds, tolerance=tolerance, local_run=local_run,
                     compare=cmp, backend=runner.backend, inputs=inputs,
                 ))
+            if diagnosed is not None:
+                diagnosed[(layer.pair.tensor, introduced)] = first
     report = Report(
         ok=ok, tolerance=tolerance, exporter=p.exported.exporter, opset=p.exported.opset, provider=runner.backend.name,
         outputs=outputs, first_divergence=first, layers=layers, warnings=tuple(warnings),
         notes=p.exported.notes, timings=dict(progress.timings), model_name=p.loaded.name,
         reproduction=reproduction, reproduction_max_abs=reproduction_max_abs, faithful=faithful,
     )
-    return report, pairs
+    return CaseRun(report, pairs, final, probed)
 
 
 def _wanted(template: tuple[TensorPair, ...], index: GraphIndex) -> list[str]:
@@ -460,8 +489,10 @@ def _warnings(loaded, captured, index, reproduction: Reproduction, reproduction_
 
 
 def _in_onnx_layout(reference: np.ndarray, onnx_value: np.ndarray) -> np.ndarray:
-    """The reference with the ONNX tensor's dtype and shape, ready to feed."""
-    return np.ascontiguousarray(reference.astype(onnx_value.dtype, copy=False).reshape(onnx_value.shape))
+    """The reference with the ONNX tensor's dtype and shape, ready to feed (values beyond a float16 tensor's
+    range become inf, as they do in the graph)."""
+    with np.errstate(over="ignore"):
+        return np.ascontiguousarray(reference.astype(onnx_value.dtype, copy=False).reshape(onnx_value.shape))
 
 
 def _save(proto: onnx.ModelProto, path: str) -> None:

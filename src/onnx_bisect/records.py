@@ -178,6 +178,7 @@ class TensorDiff:
     sqnr_db: float = float("inf")  # 10·log10(Σ ref² / Σ (onnx − ref)²)
     dtype: str = ""  # the ONNX tensor's dtype
     ulps: float | None = None  # for float16: max error in units of the dtype's resolution at |ref|
+    actual_shape: tuple[int, ...] | None = None  # the ONNX shape, when its size differs from ``shape``
 
 
 @dataclass(frozen=True)
@@ -396,6 +397,13 @@ class MatrixReport:
         return all(r.status not in (ConfigStatus.DIVERGED, ConfigStatus.ERROR) for r in self.results)
 
     @property
+    def tested(self) -> int:
+        """How many configurations ran (agreed, diverged or failed in ONNX Runtime)."""
+        return sum(1 for r in self.results if r.status in (ConfigStatus.OK, ConfigStatus.DIVERGED, ConfigStatus.ERROR))
+
+    @property
     def exit_status(self) -> ExitStatus:
-        """1 if any configuration diverges or fails to run, else 0."""
+        """1 if any configuration diverges or fails to run; 2 if none could run at all; else 0."""
+        if not self.tested:
+            return ExitStatus.USAGE
         return ExitStatus.OK if self.ok else ExitStatus.DIVERGED

@@ -12,7 +12,8 @@ from typing import Any
 from tabulate import tabulate
 
 from .align import ABSENT
-from .records import ErrorOrigin, LayerResult, Report, Status, TensorDiff
+from .records import (Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Report, Reproduction, Status,
+                      TensorDiff)
 
 NEIGHBOURHOOD = 6
 SMALL_MODEL_ROWS = 40
@@ -49,8 +50,8 @@ def _verdict(report: Report) -> str:
     if report.ok:
         return head + (f"\nOK: all {len(report.outputs)} output(s) agree with PyTorch "
                        f"(worst max abs {worst.diff.max_abs:.3g}, max rel {worst.diff.max_rel:.3g}).")
-    lines = [head, f"DIVERGED: output '{worst.name}' differs from PyTorch by max abs {_num(worst.diff.max_abs)} "
-                   f"(max rel {_num(worst.diff.max_rel)}, cosine {worst.diff.cosine:.6f})."]
+    lines = [head, f"DIVERGED: output '{worst.name}' differs from PyTorch by max abs {fmt_num(worst.diff.max_abs)} "
+                   f"(max rel {fmt_num(worst.diff.max_rel)}, cosine {worst.diff.cosine:.6f})."]
     fd = report.first_divergence
     if fd is not None:
         p = fd.layer.pair
@@ -103,9 +104,9 @@ def _row(r: LayerResult, is_first: bool) -> list[str]:
         _clip(p.node or "-", 36),
         p.op_type or "-",
         "x".join(map(str, p.activation.value.shape)) or "scalar",
-        _num(r.diff.max_abs) if r.diff else "-",
-        _num(r.diff.max_rel) if r.diff else "-",
-        _num(r.local.max_abs) if r.local else "-",
+        fmt_num(r.diff.max_abs) if r.diff else "-",
+        fmt_num(r.diff.max_rel) if r.diff else "-",
+        fmt_num(r.local.max_abs) if r.local else "-",
         status,
     ]
 
@@ -129,14 +130,34 @@ def _summary(report: Report) -> str:
     how = ", ".join(f"{k} {v}" for k, v in methods.most_common())
     return (f"{len(report.layers)} activations: " + ", ".join(f"{counts.get(s, 0)} {s.value}" for s in Status)
             + f". Leaf modules aligned: {aligned}/{total}"
-            + (f" ({absent} absent from the graph)" if absent else "") + (f"; by {how}." if how else "."))
+            + (f" ({absent} absent from the graph)" if absent else "") + (f"; by {how}." if how else ".")
+            + "\n" + reproduction_line(report.reproduction, report.reproduction_max_abs, report.faithful))
+
+
+def reproduction_line(verdict: Reproduction, max_abs: float, faithful: FaithfulLocation | None) -> str:
+    """Whether the instrumented run computed the shipped outputs, and how the divergence was then located."""
+    text = {
+        Reproduction.EXACT: "The instrumented run reproduces the unmodified model's outputs bit for bit.",
+        Reproduction.WITHIN_TOLERANCE: ("The instrumented run reproduces the unmodified model's outputs within "
+                                        f"tolerance, not bit for bit (max abs {fmt_num(max_abs)})."),
+        Reproduction.DIFFERENT: ("The instrumented run does NOT reproduce the unmodified model's outputs "
+                                 f"(max abs {fmt_num(max_abs)}): exposing tensors changed ONNX Runtime's "
+                                 "optimisations."),
+    }[verdict]
+    if faithful is not None:
+        text += (f" The divergence was located with {faithful.runs} run(s) exposing few tensors each, every one "
+                 f"reproducing the shipped outputs: last agreeing tensor '{faithful.last_good or 'the inputs'}', "
+                 f"first diverging tensor '{faithful.first_bad}'"
+                 + (f"; {len(faithful.unobservable)} tensor(s) could not be observed without changing the "
+                    "outputs (inside a fusion)" if faithful.unobservable else "") + ".")
+    return text
 
 
 def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else "…" + text[-(width - 1):]
 
 
-def _num(x: float) -> str:
+def fmt_num(x: float) -> str:
     return "inf" if math.isinf(x) else ("nan" if math.isnan(x) else f"{x:.3g}")
 
 
@@ -150,33 +171,50 @@ def to_json(report: Report) -> dict[str, Any]:
         "exporter": report.exporter.value,
         "opset": report.opset,
         "provider": report.provider,
-        "outputs": [{"name": o.name, "max_abs": _f(o.diff.max_abs), "max_rel": _f(o.diff.max_rel),
-                     "cosine": _f(o.diff.cosine), "sqnr_db": _f(o.diff.sqnr_db), "ok": o.diff.ok}
+        "outputs": [{"name": o.name, "max_abs": json_float(o.diff.max_abs), "max_rel": json_float(o.diff.max_rel),
+                     "cosine": json_float(o.diff.cosine), "sqnr_db": json_float(o.diff.sqnr_db), "ok": o.diff.ok}
                     for o in report.outputs],
-        "first_divergence": None if fd is None else {
-            "module": fd.layer.pair.activation.module,
-            "module_name": fd.layer.pair.activation.name,
-            "module_type": fd.layer.pair.activation.module_type,
-            "onnx_nodes": list(fd.layer.segment) or ([fd.layer.pair.node] if fd.layer.pair.node else []),
-            "onnx_node": fd.layer.pair.node,
-            "onnx_tensor": fd.layer.pair.tensor,
-            "op_types": sorted(set(fd.layer.segment_ops)) or ([fd.layer.pair.op_type] if fd.layer.pair.op_type else []),
-            "max_abs": _f(fd.layer.diff.max_abs) if fd.layer.diff else None,
-            "local_max_abs": _f(fd.layer.local.max_abs) if fd.layer.local else None,
-            "introduced": fd.introduced,
-            "cause": fd.cause,
-            "confidence": fd.confidence,
-            "evidence": _jsonable(fd.evidence),
-            "fix": fd.fix,
-            "confirmed": fd.confirmed,
-            "explanation": fd.explanation,
-        },
+        "first_divergence": divergence_json(fd),
+        "reproduction": {"verdict": report.reproduction.value, "max_abs": json_float(report.reproduction_max_abs)},
+        "faithful_location": faithful_json(report.faithful),
         "coverage": _coverage_json(report),
         "layers": [_layer_json(r) for r in report.layers],
         "warnings": list(report.warnings),
         "notes": list(report.notes),
         "timings": {k: round(v, 4) for k, v in report.timings.items()},
     }
+
+
+def divergence_json(fd: Divergence | None) -> dict[str, Any] | None:
+    """The first divergence as JSON (module, ONNX nodes and tensor, errors, cause and evidence)."""
+    if fd is None:
+        return None
+    return {
+        "module": fd.layer.pair.activation.module,
+        "module_name": fd.layer.pair.activation.name,
+        "module_type": fd.layer.pair.activation.module_type,
+        "onnx_nodes": list(fd.layer.segment) or ([fd.layer.pair.node] if fd.layer.pair.node else []),
+        "onnx_node": fd.layer.pair.node,
+        "onnx_tensor": fd.layer.pair.tensor,
+        "op_types": sorted(set(fd.layer.segment_ops)) or ([fd.layer.pair.op_type] if fd.layer.pair.op_type else []),
+        "max_abs": json_float(fd.layer.diff.max_abs) if fd.layer.diff else None,
+        "local_max_abs": json_float(fd.layer.local.max_abs) if fd.layer.local else None,
+        "introduced": fd.introduced,
+        "cause": fd.cause,
+        "confidence": fd.confidence,
+        "evidence": _jsonable(fd.evidence),
+        "fix": fd.fix,
+        "confirmed": fd.confirmed,
+        "explanation": fd.explanation,
+    }
+
+
+def faithful_json(location: FaithfulLocation | None) -> dict[str, Any] | None:
+    """How the divergence was located when exposing every tensor changed the shipped outputs."""
+    if location is None:
+        return None
+    return {"last_good": location.last_good, "first_bad": location.first_bad, "runs": location.runs,
+            "unobservable": list(location.unobservable), "boundaries_faithful": location.boundaries_faithful}
 
 
 def _coverage_json(report: Report) -> dict[str, Any]:
@@ -210,7 +248,7 @@ def _layer_json(r: LayerResult) -> dict[str, Any]:
 
 
 def _diff(d: TensorDiff | None, key: str):
-    return None if d is None else _f(getattr(d, key))
+    return None if d is None else json_float(getattr(d, key))
 
 
 def _jsonable(value):
@@ -222,11 +260,11 @@ def _jsonable(value):
     if hasattr(value, "tolist"):
         return _jsonable(value.tolist())
     if isinstance(value, float):
-        return _f(value)
+        return json_float(value)
     return value
 
 
-def _f(x: float):
+def json_float(x: float):
     """JSON has no inf/nan: write them as strings."""
     return x if math.isfinite(x) else str(x)
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from ..records import Divergence
 from .attribute_mismatch import AttributeMismatch
+from .baked_shape import BakedShape
+from .batch_mixing import BatchMixing
 from .base import DiagnosisContext, Finding, Rule
 from .batchnorm_fold import BatchNormFold
 from .dtype import Float64Cast
@@ -20,6 +22,7 @@ from .weight_mismatch import WeightMismatch
 RULES: list[type[Rule]] = [
     RuntimeOptimization, GeluApproximation, EpsilonMismatch, BatchNormFold, WeightMismatch,
     AttributeMismatch, ResizeMode, LowPrecision, Quantization, TrainingMode, Float64Cast, NondeterministicReference,
+    BakedShape, BatchMixing,
 ]
 
 #: at or above this confidence a finding names the cause; below it, it is a lead

@@ -1,0 +1,318 @@
+"""Verify: one model over the configurations that ship — input cases × runtime settings — as one matrix.
+
+The model is exported once (dynamic axes marked for the dimensions that vary),
+the graph is indexed and aligned once, on the template case (the sample), and
+every runtime setting keeps its ONNX Runtime sessions across all input cases.
+Each configuration is then one PyTorch capture (shared by the runtime
+settings) and one run of the unmodified model plus one instrumented run; the
+local run and the diagnosis are paid only where a configuration diverges.
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from . import compare, configurations, feeds, load, pipeline
+from .backends import available_providers, make_backend
+from .errors import BackendError, InputError, UsageError
+from .pipeline import CaseRun, Config, Prepared, Runner
+from .progress import Progress
+from .records import (CaseKind, ConfigResult, ConfigStatus, InputCase, LayerAggregate, LayerError, LoadedModel,
+                      MatrixReport, ModelInputs, ProviderAgreement, RuntimeSettings, Status, Tolerance)
+
+#: the per-layer percentile reported over a dataset's samples
+PERCENTILE = 99.0
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a verification runs: the input cases, the runtime settings, and which are unavailable."""
+
+    cases: tuple[InputCase, ...]
+    runtimes: tuple[RuntimeSettings, ...]
+    unavailable: dict[RuntimeSettings, str]  # runtime → why it cannot run here
+    notes: tuple[str, ...] = ()
+
+
+def run(config: Config, progress: Progress | None = None) -> MatrixReport:
+    """Load the model, its sample and dataset named in ``config``, and verify every configuration."""
+    progress = progress or Progress(enabled=False)
+    with progress.step("load", "loading the model and the inputs"):
+        loaded, file_module = load.load_model(config.model)
+        sample = _sample(config, loaded, file_module)
+        dataset = configurations.dataset_cases(config.dataset, loaded, load.read_input, load.to_model_inputs,
+                                               sample) if config.dataset else []
+        if sample is None:
+            sample = dataset[0].inputs
+    return verify_loaded(loaded, sample, config, dataset=dataset, progress=progress)
+
+
+def _sample(config: Config, loaded: LoadedModel, file_module) -> ModelInputs | None:
+    """The ``--input`` files or ``get_inputs()``; None when only a dataset is given."""
+    if not config.inputs and config.dataset and not callable(getattr(file_module, "get_inputs", None)):
+        return None
+    return load.load_inputs(config.inputs, loaded, file_module)
+
+
+def verify_loaded(loaded: LoadedModel, sample: ModelInputs, config: Config, *,
+                  dataset: Sequence[InputCase] = (), progress: Progress | None = None) -> MatrixReport:
+    """Verify an already loaded model on ``sample`` (resized, plus edge cases) and ``dataset``."""
+    progress = progress or Progress(enabled=False)
+    specs = tuple(config.axes)
+    exporting = config.onnx is None
+    dynamic = configurations.dynamic_axes(sample, specs) if specs and exporting else None
+    example = configurations.export_example(sample, specs) if dynamic else sample
+    exported = pipeline.obtain_onnx(loaded, example, config.onnx, config.exporter, config.opset, progress, dynamic)
+    plan = make_plan(sample, specs, dataset, config)
+    untestable = _untestable(plan.cases, exported.proto, loaded)
+    template = _template(plan.cases, sample, untestable)
+    results: list[ConfigResult] = []
+    agreements: list[ProviderAgreement] = []
+    warnings: list[str] = []
+    notes = list(plan.notes) + _untestable_notes(plan.cases, untestable, exporting)
+    runnable = [rt for rt in plan.runtimes if rt not in plan.unavailable]
+    prepared = None
+    if template is not None and runnable:
+        with progress.step("capture", "running PyTorch with forward hooks"):
+            captured = pipeline.capture_case(loaded, template.inputs)
+        prepared = pipeline.prepare(loaded, template.inputs, captured, exported=exported,
+                                    backend=make_backend(runnable[0]), save_onnx=config.save_onnx, progress=progress)
+        warnings += prepared.warnings
+        outcome = _run_cases(prepared, plan, untestable, template, captured, config.tolerance, progress)
+        results, agreements = outcome
+    else:
+        results = [_skipped(case, rt, plan, untestable) for case in plan.cases for rt in plan.runtimes]
+    order = {case: i for i, case in enumerate(plan.cases)}
+    results.sort(key=lambda r: (plan.runtimes.index(r.runtime), order[r.case]))
+    return MatrixReport(
+        model_name=loaded.name, exporter=exported.exporter, opset=exported.opset, tolerance=config.tolerance,
+        results=tuple(results), dataset=tuple(aggregate_dataset(results)), agreements=tuple(agreements),
+        dynamic_axes=tuple(free_dimensions(exported.proto)), warnings=tuple(dict.fromkeys(warnings)),
+        notes=tuple(dict.fromkeys(notes + list(exported.notes))), timings=dict(progress.timings),
+    )
+
+
+def make_plan(sample: ModelInputs, specs: Sequence[configurations.AxisSpec], dataset: Sequence[InputCase],
+              config: Config) -> Plan:
+    """The input cases and runtime settings ``config`` asks for."""
+    notes: list[str] = []
+    cases = configurations.shape_cases(sample, specs) if specs else [
+        InputCase(label="sample", kind=CaseKind.SAMPLE, inputs=sample)]
+    cases += list(dataset)
+    if config.edge_cases:
+        edge, edge_notes = configurations.edge_cases(sample)
+        cases += edge
+        notes += edge_notes
+    runtimes = configurations.runtime_settings(
+        config.providers or (config.provider,), config.opt_levels or (config.ort_opt_level,), config.ort_config,
+        config.ort_variants)
+    return Plan(tuple(cases), tuple(runtimes), unavailable_runtimes(runtimes), tuple(notes))
+
+
+def unavailable_runtimes(runtimes: Sequence[RuntimeSettings]) -> dict[RuntimeSettings, str]:
+    """The runtime settings whose provider this onnxruntime build lacks, with the reason.
+
+    A name onnxruntime does not know at all is a usage error (a typo), not an
+    unavailable provider.
+    """
+    import onnxruntime as ort
+
+    known, built = set(ort.get_all_providers()), set(available_providers())
+    out = {}
+    for rt in runtimes:
+        if rt.provider not in known:
+            raise UsageError(f"Unknown execution provider '{rt.provider}'. onnxruntime knows "
+                             f"{', '.join(sorted(known))}; this build has {', '.join(sorted(built))}.")
+        if rt.provider not in built:
+            out[rt] = (f"{rt.provider} is not in this onnxruntime build (available: {', '.join(sorted(built))}); "
+                       "install the onnxruntime package built for it (e.g. onnxruntime-gpu) on a machine that has it")
+    return out
+
+
+def _untestable(cases, proto, loaded: LoadedModel) -> dict[InputCase, str]:
+    """Cases whose inputs need a size the graph fixes, with the conflicting dimensions."""
+    out = {}
+    for case in cases:
+        conflicts = feeds.fixed_dimension_conflicts(case.inputs, proto, loaded.forward_params)
+        if conflicts:
+            out[case] = "; ".join(f"'{name}' axis {axis} is fixed to {fixed} (needs {needed})"
+                                  for name, axis, fixed, needed in conflicts)
+    return out
+
+
+def _untestable_notes(cases, untestable: dict[InputCase, str], exporting: bool) -> list[str]:
+    if not untestable:
+        return []
+    fixed = sorted({part.split(" (needs")[0] for reason in untestable.values() for part in reason.split("; ")})
+    labels = ", ".join(c.label for c in cases if c in untestable)
+    if exporting:
+        fix = ("The exporter specialised those dimensions: the model's code turns them into constants "
+               "(a Python int taken from a shape, a view to a fixed size). Make the code shape-generic.")
+    else:
+        fix = ("Re-export with those dimensions dynamic (dynamic_shapes for the dynamo exporter, dynamic_axes "
+               "for the TorchScript one), or verify only the sizes the file was made for.")
+    return [f"In the ONNX graph {', '.join(fixed)}, so these configurations cannot be tested: {labels}. {fix}"]
+
+
+def _template(cases: Sequence[InputCase], sample: ModelInputs, untestable) -> InputCase | None:
+    """The case the alignment is made on: the sample itself where it is among the cases, else the first
+    testable natural case (never a generated edge case: value matching on zeros means nothing)."""
+    natural = [c for c in cases if c.kind is not CaseKind.EDGE and c not in untestable]
+    shapes = _shapes(sample)
+    return next((c for c in natural if _shapes(c.inputs) == shapes), natural[0] if natural else None)
+
+
+def _shapes(inputs: ModelInputs) -> list[tuple[str, tuple[int, ...]]]:
+    return [(n, tuple(t.shape)) for n, t in configurations.named_tensors(inputs)]
+
+
+def _run_cases(prepared: Prepared, plan: Plan, untestable, template: InputCase, captured, tolerance: Tolerance,
+               progress: Progress) -> tuple[list[ConfigResult], list[ProviderAgreement]]:
+    """Every case under every runtime setting; the template case first (it makes the alignment)."""
+    runners = {rt: Runner(prepared, make_backend(rt)) for rt in plan.runtimes if rt not in plan.unavailable}
+    diagnosed: dict[RuntimeSettings, dict] = defaultdict(dict)
+    pairs = None
+    results: list[ConfigResult] = []
+    agreements: list[ProviderAgreement] = []
+    for case in [template] + [c for c in plan.cases if c is not template]:
+        if case in untestable:
+            results += [_skipped(case, rt, plan, untestable) for rt in plan.runtimes]
+            continue
+        try:
+            case_capture = captured if case is template else _capture(prepared, case, progress)
+        except InputError as exc:
+            results += [_skipped(case, rt, plan, untestable, str(exc)) for rt in plan.runtimes]
+            continue
+        runs: dict[RuntimeSettings, CaseRun] = {}
+        for rt in plan.runtimes:
+            if rt in plan.unavailable:
+                results.append(_skipped(case, rt, plan, untestable))
+                continue
+            started = time.perf_counter()
+            try:
+                run = pipeline.bisect_case(prepared, runners[rt], case.inputs, case_capture,
+                                           tolerance=tolerance, template=pairs, progress=progress, thorough=False,
+                                           diagnosed=diagnosed[rt] if case.kind is CaseKind.DATASET else None)
+            except BackendError as exc:
+                results.append(ConfigResult(case, rt, ConfigStatus.ERROR, message=str(exc),
+                                            seconds=time.perf_counter() - started))
+                continue
+            pairs = pairs or run.pairs
+            results.append(config_result(case, rt, run, time.perf_counter() - started))
+            if len(runners) > 1:
+                runs[rt] = run
+        agreements += agree(case, runs, tolerance)
+    return results, agreements
+
+
+def _capture(prepared: Prepared, case: InputCase, progress: Progress):
+    with progress.step("capture", "running PyTorch with forward hooks"):
+        return pipeline.capture_case(prepared.loaded, case.inputs)
+
+
+def _skipped(case: InputCase, rt: RuntimeSettings, plan: Plan, untestable, message: str = "") -> ConfigResult:
+    """A configuration that did not run: unavailable provider, fixed dimension, or PyTorch failed."""
+    if rt in plan.unavailable:
+        return ConfigResult(case, rt, ConfigStatus.UNAVAILABLE, message=plan.unavailable[rt])
+    if case in untestable:
+        return ConfigResult(case, rt, ConfigStatus.UNTESTABLE, message=untestable[case])
+    return ConfigResult(case, rt, ConfigStatus.ERROR,
+                        message=message or "no input case could be aligned (every case is untestable)")
+
+
+def config_result(case: InputCase, rt: RuntimeSettings, run: CaseRun, seconds: float) -> ConfigResult:
+    """The matrix cell of one bisected case: verdict, output errors, first divergence, per-layer errors."""
+    report = run.report
+    layers = tuple(
+        LayerError(name=r.pair.activation.name, module_type=r.pair.activation.module_type, tensor=r.pair.tensor,
+                   node=r.pair.node, max_abs=r.diff.max_abs, tol_ratio=r.diff.tol_ratio, ok=r.diff.ok,
+                   order=r.order)
+        for r in report.layers if r.diff is not None and r.status is not Status.UNMATCHED
+    )
+    return ConfigResult(
+        case=case, runtime=rt, status=ConfigStatus.OK if report.ok else ConfigStatus.DIVERGED,
+        outputs=report.outputs, first_divergence=report.first_divergence, layer_errors=layers,
+        reproduction=report.reproduction, faithful=report.faithful, seconds=seconds,
+    )
+
+
+def agree(case: InputCase, runs: dict[RuntimeSettings, CaseRun], tolerance: Tolerance) -> list[ProviderAgreement]:
+    """Each pair of runtime settings compared with each other on one case (the first as the reference).
+
+    The final outputs of the unmodified runs are compared; where they differ,
+    the earliest paired tensor (graph order) whose instrumented values differ
+    beyond tolerance names where the two runtimes part.
+    """
+    out = []
+    settings = list(runs)
+    for i, a in enumerate(settings):
+        for b in settings[i + 1:]:
+            ra, rb = runs[a], runs[b]
+            diffs = [compare.compare_tensors(rb.final[name], ref, tolerance)
+                     for name, ref in ra.final.items() if name in rb.final]
+            worst = max((d.max_abs for d in diffs), default=0.0)
+            ok = all(d.ok for d in diffs)
+            first = None if ok else _first_difference(ra, rb, tolerance) or _first_divergence(ra, rb)
+            out.append(ProviderAgreement(
+                case=case.label, a=a.label, b=b.label, max_abs=worst, ok=ok,
+                first_tensor=first.tensor if first else None, first_node=first.node if first else None,
+                first_module=first.activation.name if first else None))
+    return out
+
+
+def _first_difference(ra: CaseRun, rb: CaseRun, tolerance: Tolerance):
+    """The earliest pair whose tensor differs between the two instrumented runs."""
+    order = {r.pair.tensor: r.order for r in ra.report.layers if r.pair.tensor}
+    for pair in sorted((p for p in ra.pairs if p.tensor in ra.probed and p.tensor in rb.probed),
+                       key=lambda p: order.get(p.tensor, float("inf"))):
+        if not compare.compare_tensors(rb.probed[pair.tensor], ra.probed[pair.tensor], tolerance).ok:
+            return pair
+    return None
+
+
+def _first_divergence(ra: CaseRun, rb: CaseRun):
+    """Where the runtimes part when their instrumented runs cannot show it (exposure changed what ONNX Runtime
+    computes): the first divergence from PyTorch of the one that diverges while the other agrees."""
+    diverged = [r for r in (ra, rb) if r.report.first_divergence is not None]
+    if len(diverged) == 1 and all(r.report.ok for r in (ra, rb) if r is not diverged[0]):
+        return diverged[0].report.first_divergence.layer.pair
+    return None
+
+
+def aggregate_dataset(results: Sequence[ConfigResult]) -> list[LayerAggregate]:
+    """Per runtime setting and layer, over the dataset's samples: worst error (which sample), 99th percentile,
+    how many samples diverge there."""
+    grouped: dict[tuple[str, str], list[tuple[int, LayerError]]] = defaultdict(list)
+    for r in results:
+        if r.case.kind is CaseKind.DATASET and r.layer_errors:
+            for layer in r.layer_errors:
+                grouped[(r.runtime.label, layer.name)].append((r.case.sample, layer))
+    out = []
+    for (runtime, name), rows in grouped.items():
+        errors = np.array([layer.max_abs for _, layer in rows], dtype=np.float64)
+        worst = int(np.argmax(np.nan_to_num(errors, nan=np.inf)))
+        first = rows[0][1]
+        out.append(LayerAggregate(
+            runtime=runtime, name=name, module_type=first.module_type, node=first.node,
+            worst_max_abs=float(errors[worst]), worst_sample=rows[worst][0],
+            p99_max_abs=float(np.percentile(np.nan_to_num(errors, nan=np.inf), PERCENTILE, method="higher")),
+            diverged_samples=sum(1 for _, layer in rows if not layer.ok), samples=len(rows), order=first.order,
+        ))
+    return sorted(out, key=lambda a: (a.runtime, a.order))
+
+
+def free_dimensions(proto) -> list[str]:
+    """Graph-input dimensions the ONNX model leaves free: ``"input_ids[0] (batch)"``."""
+    inits = {i.name for i in proto.graph.initializer}
+    out = []
+    for inp in proto.graph.input:
+        if inp.name in inits or not inp.type.tensor_type.HasField("shape"):
+            continue
+        for axis, dim in enumerate(inp.type.tensor_type.shape.dim):
+            if not dim.HasField("dim_value"):
+                out.append(f"{inp.name}[{axis}]" + (f" ({dim.dim_param})" if dim.dim_param else ""))
+    return out
