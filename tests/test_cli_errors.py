@@ -116,7 +116,7 @@ CASES = {
         ("Exporting the model to ONNX failed", "dynamo: DispatchError", "torchscript: UnsupportedOperatorError",
          "linalg_svd")),
     "unknown-provider": (lambda d: [d / "mlp.py", "--provider", "NopeExecutionProvider"],
-        ("'NopeExecutionProvider' is not available", "CPUExecutionProvider")),
+        ("Unknown execution provider 'NopeExecutionProvider'", "CPUExecutionProvider")),
     "negative-atol": (lambda d: [d / "mlp.py", "--atol", "-1"], "must be non-negative (got --atol -1"),
     "json-is-the-model-file": (lambda d: [d / "mlp.py", "--json", d / "mlp.py"], "Refusing to overwrite"),
     "json-is-a-directory": (lambda d: [d / "mlp.py", "--json", d], "is a directory"),

@@ -73,3 +73,25 @@ def test_float16_tensor_passes_within_its_resolution_and_reports_ulps():
     wrong = (ref * 1.05).astype(np.float16)
     assert not compare_tensors(wrong, ref, Tolerance(1e-5, 1e-5)).ok
     assert compare_tensors(ref.copy(), ref, Tolerance()).ulps is None  # float32: plain allclose
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_float32_path_agrees_with_the_float64_definition(seed):
+    """Finite float32/float16 tensors are compared in float32 scratch memory; every number and the verdict must
+    equal the float64 computation (float64 inputs take that path)."""
+    rng = np.random.default_rng(seed)
+    b = rng.normal(size=(3, 50, 7)).astype(np.float32)
+    b[0, 0, :2] = 0.0  # zeros in the reference: max_rel skips them
+    noise = rng.normal(scale=10 ** rng.uniform(-7, -2), size=b.shape)
+    a = (b + noise).astype(np.float16 if seed % 4 == 0 else np.float32)
+    tol = Tolerance(atol=float(10 ** rng.uniform(-6, -3)), rtol=float(10 ** rng.uniform(-5, -2)))
+    fast = compare_tensors(a, b.transpose(0, 2, 1).transpose(0, 2, 1), tol)  # a non-contiguous reference too
+    slow = compare_tensors(a.astype(np.float64), b.astype(np.float64), tol)
+    assert fast.ok == slow.ok or seed % 4 == 0  # float16: the ulps rule only applies to the float16 tensor
+    for key in ("max_abs", "max_rel", "mean_abs", "tol_ratio", "sqnr_db"):
+        assert getattr(fast, key) == pytest.approx(getattr(slow, key), rel=1e-4, abs=1e-12), key
+    assert fast.cosine == pytest.approx(slow.cosine, abs=1e-9)
+    edge = b.copy()
+    edge.flat[5] += np.float32((tol.atol + tol.rtol * abs(float(b.flat[5]))) * 0.999999)
+    assert compare_tensors(edge, b, tol).ok == np.allclose(edge.astype(np.float64), b.astype(np.float64),
+                                                          atol=tol.atol, rtol=tol.rtol)

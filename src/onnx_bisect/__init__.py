@@ -3,7 +3,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["bisect", "Config", "Report", "BisectError", "__version__"]
+__all__ = ["bisect", "verify", "Config", "Report", "MatrixReport", "BisectError", "__version__"]
 
 
 def __getattr__(name: str):
@@ -12,10 +12,14 @@ def __getattr__(name: str):
         from . import pipeline
 
         return getattr(pipeline, name)
-    if name == "Report":
-        from .records import Report
+    if name == "verify":
+        from .verification import verify
 
-        return Report
+        return verify
+    if name in ("Report", "MatrixReport"):
+        from . import records
+
+        return getattr(records, name)
     if name == "BisectError":
         from .errors import BisectError
 

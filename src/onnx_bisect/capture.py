@@ -14,14 +14,31 @@ from .records import Activation, Capture, ModelInputs
 def capture_activations(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
     """Run ``model`` once in eval mode under ``no_grad`` and record all module outputs.
 
-    Hooks are removed afterwards, whatever happens.  Each recorded value is a
-    copy taken when the module returns, so later in-place ops cannot change it;
-    a tensor returned unchanged by several modules (a container and its last
-    child) is copied once.  The model runs on copies of the inputs, so a forward
-    that modifies its arguments in place leaves the caller's tensors (which
-    later become the ONNX feeds) as they were.
+    Hooks are removed afterwards, whatever happens.  Each recorded value is the
+    module's output as it was when the module returned: outputs are kept without
+    a copy, and if one was later changed in place (``ReLU(inplace=True)`` after a
+    BatchNorm), the forward runs again copying exactly those at return time.  The
+    model runs on copies of the inputs, so a forward that modifies its arguments
+    in place leaves the caller's tensors (which later become the ONNX feeds) as
+    they were.
     """
-    recorder = _Recorder(model)
+    recorder = _record(model, inputs, copy=frozenset())
+    changed = recorder.changed()
+    if changed:
+        recorder = _record(model, inputs, copy=changed)
+        if recorder.changed() - changed:  # the forward took another path: copy everything
+            recorder = _record(model, inputs, copy=None)
+    flat = list(flatten_outputs(recorder.output))
+    return Capture(
+        activations=tuple(recorder.activations),
+        outputs=tuple(to_numpy(t) for _, t in flat),
+        output_names=tuple(path for path, _ in flat),
+    )
+
+
+def _record(model: torch.nn.Module, inputs: ModelInputs, copy: frozenset[int] | None) -> "_Recorder":
+    """One hooked forward; ``copy`` names the activation indices to copy at return time (None: all)."""
+    recorder = _Recorder(model, copy)
     model.eval()
     handles = []
     for name, m in model.named_modules(remove_duplicate=False):
@@ -30,25 +47,22 @@ def capture_activations(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
     args, kwargs = _copy_inputs(inputs)
     try:
         with torch.no_grad():
-            output = model(*args, **kwargs)
+            recorder.output = model(*args, **kwargs)
     finally:
         for h in handles:
             h.remove()
-    flat = list(flatten_outputs(output))
-    return Capture(
-        activations=tuple(recorder.activations),
-        outputs=tuple(to_numpy(t) for _, t in flat),
-        output_names=tuple(path for path, _ in flat),
-    )
+    return recorder
 
 
 class _Recorder:
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module, copy: frozenset[int] | None):
         self.activations: list[Activation] = []
+        self.output = None
+        self._copy = copy
         self._calls: dict[str, int] = defaultdict(int)
         self._made_by: dict[int, int] = {}  # id(tensor) -> activation index
-        self._copies: dict[tuple[int, int], np.ndarray] = {}  # (id, version) -> copy
-        self._keep: list[torch.Tensor] = []  # keeps ids unique while we run
+        self._values: dict[tuple[int, int], np.ndarray] = {}  # (id, version) -> recorded value
+        self._kept: list[tuple[int, torch.Tensor, int]] = []  # (activation index, tensor, version when recorded)
         self._leaf = {name: not any(True for _ in m.children()) for name, m in model.named_modules(remove_duplicate=False)}
         # (id, version) of each running call's inputs, taken before the call: an
         # in-place module (ReLU(inplace=True)) returns its input object with a
@@ -74,16 +88,22 @@ class _Recorder:
         in_ids = stack.pop() if stack else set()
         for path, tensor in flatten_outputs(output):
             key = (id(tensor), tensor._version)
-            if key not in self._copies:
-                self._copies[key] = to_numpy(tensor, copy=True)
-                self._keep.append(tensor)
             index = len(self.activations)
+            if key not in self._values:
+                copy = self._copy is None or index in self._copy
+                self._values[key] = to_numpy(tensor, copy=copy)
+                self._kept.append((index, tensor, tensor._version))
             self.activations.append(Activation(
                 index=index, module=name, module_type=type_name, call=call, path=path,
-                value=self._copies[key], is_leaf=self._leaf.get(name, True),
+                value=self._values[key], is_leaf=self._leaf.get(name, True),
                 inputs=consumed, passthrough=key in in_ids,
             ))
             self._made_by[id(tensor)] = index
+
+    def changed(self) -> frozenset[int]:
+        """Activations kept without a copy whose tensor was modified in place after it was recorded."""
+        return frozenset(i for i, t, version in self._kept
+                         if t._version != version and not (self._copy is None or i in self._copy))
 
 
 def _copy_inputs(inputs: ModelInputs) -> tuple[tuple, dict]:

@@ -136,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _unavailable(config) -> bool:
     """Whether a provider asked for is not in this build (the matrix then reports it as unavailable)."""
-    from .verify import unavailable_runtimes
+    from .verification import unavailable_runtimes
 
     return bool(unavailable_runtimes([config.runtime]))
 
@@ -144,7 +144,7 @@ def _unavailable(config) -> bool:
 def _verify(config, args) -> int:
     """The verification matrix over several configurations."""
     from .matrix_report import render_matrix, write_matrix_json
-    from .verify import run
+    from .verification import run
 
     try:
         report = run(config, Progress())

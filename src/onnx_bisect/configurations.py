@@ -20,7 +20,7 @@ from .errors import InputError, UsageError
 from .records import CaseKind, InputCase, LoadedModel, ModelInputs, RuntimeSettings
 from .specs import AxisSpec, parse_provider
 
-#: seeds the resampling of rows added along the batch axis, so every run builds the same inputs
+#: seeds the generated edge cases, so every run builds the same inputs
 SEED = 20261123
 
 
@@ -63,32 +63,31 @@ def resize(inputs: ModelInputs, spec: AxisSpec, size: int) -> ModelInputs:
     """``inputs`` with ``spec.axis`` of its member inputs made ``size`` long.
 
     Shorter: the first ``size`` slices.  Longer: the slices are repeated; along
-    the batch axis (0) each repeated row is also rolled by a seeded offset
-    (the same for every input, so token ids and their mask stay aligned), so
-    the rows differ and a fault that mixes rows (a reduction over the batch)
-    cannot hide behind identical rows.
+    the batch axis (0) each added row is also rolled (flattened) by its own
+    offset, spread evenly over the row and the same for every input, so token
+    ids and their mask stay aligned and rows differ: a fault that mixes rows (a
+    reduction over the batch) cannot hide behind identical rows.
     """
     new = {}
-    rng = np.random.default_rng(SEED)
-    offsets: dict[int, int] = {}
     for name in axis_members(inputs, spec):
         value = dict(named_tensors(inputs))[name]
-        new[name] = _resized(value, spec.axis % value.dim(), size, rng, offsets)
+        new[name] = _resized(value, spec.axis % value.dim(), size)
     return _replace(inputs, new)
 
 
-def _resized(value: torch.Tensor, axis: int, size: int, rng, offsets: dict[int, int]) -> torch.Tensor:
+def _resized(value: torch.Tensor, axis: int, size: int) -> torch.Tensor:
     have = value.shape[axis]
     if size <= have:
         return value.narrow(axis, 0, size).clone()
     index = torch.arange(size) % have
     out = value.index_select(axis, index).clone()
     if axis == 0:
-        for row in range(have, size):
+        added = size - have
+        for j, row in enumerate(range(have, size)):
             flat = out[row].reshape(-1)
             if flat.numel() > 1:
-                shift = offsets.setdefault(row, int(rng.integers(1, 1 << 30)))
-                out[row] = torch.roll(flat, shift % flat.numel()).reshape(out[row].shape)
+                shift = 1 + (j * max(1, (flat.numel() - 1) // added)) % (flat.numel() - 1)
+                out[row] = torch.roll(flat, shift).reshape(out[row].shape)
     return out
 
 

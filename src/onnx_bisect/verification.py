@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -21,8 +21,9 @@ from .backends import available_providers, make_backend
 from .errors import BackendError, InputError, UsageError
 from .pipeline import CaseRun, Config, Prepared, Runner
 from .progress import Progress
-from .records import (CaseKind, ConfigResult, ConfigStatus, InputCase, LayerAggregate, LayerError, LoadedModel,
-                      MatrixReport, ModelInputs, ProviderAgreement, RuntimeSettings, Status, Tolerance)
+from .records import (CaseKind, ConfigResult, ConfigStatus, Exporter, InputCase, LayerAggregate, LayerError,
+                      LoadedModel, MatrixReport, ModelInputs, ProviderAgreement, RuntimeSettings, Status, Tolerance)
+from .specs import AxisSpec, parse_vary
 
 #: the per-layer percentile reported over a dataset's samples
 PERCENTILE = 99.0
@@ -49,6 +50,50 @@ def run(config: Config, progress: Progress | None = None) -> MatrixReport:
         if sample is None:
             sample = dataset[0].inputs
     return verify_loaded(loaded, sample, config, dataset=dataset, progress=progress)
+
+
+def verify(
+    model: Any,
+    inputs: Any,
+    onnx: str | Any | None = None,
+    *,
+    batch_sizes: Sequence[int] = (),
+    vary: Sequence[str] = (),
+    dataset: str | Sequence[Any] | None = None,
+    edge_cases: bool = False,
+    providers: Sequence[str] = ("CPUExecutionProvider",),
+    opt_levels: Sequence[str] = ("all",),
+    ort_config: dict[str, str] | None = None,
+    ort_variants: Sequence[dict[str, str]] = (),
+    atol: float = 1e-4,
+    rtol: float = 1e-3,
+    exporter: str | None = None,
+    opset: int | None = None,
+) -> MatrixReport:
+    """Verify a PyTorch ``model`` against its ONNX export (or the given ONNX file or proto) in every
+    configuration asked for; returns the :class:`MatrixReport` (``report.ok``, ``report.results``).
+
+    ``inputs`` is the sample (a tensor, a tuple of them, or a dict); ``batch_sizes`` re-runs it at those sizes
+    along axis 0, ``vary`` takes ``"[INPUT:]AXIS=N,N"`` strings for other dynamic dimensions; ``dataset`` is a
+    path (as ``--dataset``) or a list of samples; ``ort_variants`` adds one runtime setting per dict of session
+    entries, beside the one without.
+    """
+    loaded = pipeline.loaded_from_module(model)
+    sample = load.to_model_inputs(inputs, loaded)
+    axes = ((AxisSpec(axis=0, sizes=tuple(batch_sizes), label="batch"),) if batch_sizes else ()) \
+        + tuple(parse_vary(v) for v in vary)
+    config = Config(
+        model=loaded.name, onnx=onnx, exporter=Exporter(exporter) if exporter else None, opset=opset,
+        tolerance=Tolerance(atol, rtol), providers=tuple(providers), opt_levels=tuple(opt_levels),
+        ort_config=tuple((ort_config or {}).items()), ort_variants=tuple(tuple(v.items()) for v in ort_variants),
+        axes=axes, edge_cases=edge_cases,
+    )
+    if isinstance(dataset, str):
+        cases = configurations.dataset_cases(dataset, loaded, load.read_input, load.to_model_inputs, sample)
+    else:
+        cases = [InputCase(label=f"sample {i}", kind=CaseKind.DATASET, inputs=load.to_model_inputs(x, loaded),
+                           sample=i) for i, x in enumerate(dataset or ())]
+    return verify_loaded(loaded, sample, config, dataset=cases)
 
 
 def _sample(config: Config, loaded: LoadedModel, file_module) -> ModelInputs | None:
@@ -100,7 +145,7 @@ def make_plan(sample: ModelInputs, specs: Sequence[configurations.AxisSpec], dat
               config: Config) -> Plan:
     """The input cases and runtime settings ``config`` asks for."""
     notes: list[str] = []
-    cases = configurations.shape_cases(sample, specs) if specs else [
+    cases = configurations.shape_cases(sample, specs) if specs else [] if dataset else [
         InputCase(label="sample", kind=CaseKind.SAMPLE, inputs=sample)]
     cases += list(dataset)
     if config.edge_cases:
@@ -201,7 +246,10 @@ def _run_cases(prepared: Prepared, plan: Plan, untestable, template: InputCase, 
                 results.append(ConfigResult(case, rt, ConfigStatus.ERROR, message=str(exc),
                                             seconds=time.perf_counter() - started))
                 continue
-            pairs = pairs or run.pairs
+            if pairs is None:
+                pairs = run.pairs
+                for runner in runners.values():
+                    runner.narrow(pipeline.paired_tensors(pairs, prepared.index))
             results.append(config_result(case, rt, run, time.perf_counter() - started))
             if len(runners) > 1:
                 runs[rt] = run
