@@ -225,6 +225,7 @@ class Runner:
         self._sessions: dict[str, Session] = {}
         self._cut_at: tuple[str, ...] | None = None
         self._exposed: tuple[str, ...] = prepared.candidates
+        self._probe_reused = False
 
     def _session(self, role: str, build) -> Session:
         if role not in self._sessions:
@@ -238,17 +239,20 @@ class Runner:
 
     def probe(self, model_feeds, wanted: list[str] | None = None) -> dict[str, np.ndarray]:
         """Every exposed tensor (or just ``wanted`` of them) from the graph exposing them all."""
-        session = self._session("probe", lambda: (expose.expose_tensors(self.prepared.skeleton, self._exposed), True))
+        session = self._session("probe", lambda: (expose.expose_tensors(self.prepared.skeleton, self._exposed),
+                                                  not self._probe_reused))
         return session.run(model_feeds, list(self._exposed) if wanted is None else wanted)
 
     def narrow(self, tensors: list[str]) -> None:
         """From now on the probe exposes only ``tensors`` (once an alignment is known: its paired tensors).
 
         Fewer outputs leave ONNX Runtime more of its fusions and memory reuse, so
-        each further case runs faster and closer to the shipped graph.
+        each further case runs faster and closer to the shipped graph; the
+        session serves many runs, so it is built as one (weights pre-packed).
         """
-        if tuple(tensors) != self._exposed:
+        if tuple(tensors) != self._exposed or not self._probe_reused:
             self._exposed = tuple(tensors)
+            self._probe_reused = True
             self._sessions.pop("probe", None)
 
     def local(self, ref_feeds, references: dict[str, np.ndarray], unfed: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
