@@ -24,6 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="forward argument as .npy/.npz/.pt; repeat once per positional argument, in order "
                         "(default: the file's get_inputs())")
     p.add_argument("--onnx", metavar="FILE", help="debug this ONNX file instead of exporting the model")
+    p.add_argument("--reference", metavar="REF.onnx",
+                   help="compare against this ONNX model instead of PyTorch; MODEL is then the ONNX file to check "
+                        "(e.g. its float16 or int8 version)")
     p.add_argument("--exporter", choices=[e.value for e in (Exporter.DYNAMO, Exporter.TORCHSCRIPT)],
                    help="exporter to use (default: dynamo, falling back to torchscript)")
     p.add_argument("--opset", type=int, metavar="N", help="ONNX opset for the export")
@@ -71,6 +74,13 @@ def config_from_args(args: argparse.Namespace):
             raise UsageError(f"Refusing to overwrite input file '{out}'; choose another output path.")
         if out and Path(out).is_dir():
             raise UsageError(f"Output path '{out}' is a directory; name a file in it instead.")
+    if args.reference:
+        if not args.model.lower().endswith(".onnx"):
+            raise UsageError(f"With --reference, MODEL is the ONNX file to check against it (got '{args.model}'): "
+                             "onnx-bisect CANDIDATE.onnx --reference REFERENCE.onnx [--input ...].")
+        if args.onnx or args.save_onnx or args.exporter or args.opset:
+            raise UsageError("--reference compares two ONNX files: --onnx, --save-onnx, --exporter and --opset do "
+                             "not apply.")
     if args.onnx and args.save_onnx:
         raise UsageError("--save-onnx writes the exported model; it cannot be combined with --onnx.")
     from .specs import AxisSpec, parse_config_entries, parse_sizes, parse_vary
@@ -92,6 +102,7 @@ def config_from_args(args: argparse.Namespace):
         ort_config=parse_config_entries(args.ort_config, "--ort-config"),
         ort_variants=tuple(parse_config_entries([v], "--ort-variant") for v in args.ort_variant),
         axes=tuple(axes), dataset=args.dataset or (folders[0] if folders else None), edge_cases=args.edge_cases,
+        reference=args.reference,
     )
 
 
@@ -117,9 +128,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
-        if config.is_matrix or _unavailable(config):
+        if config.reference:
+            if config.is_matrix:
+                raise UsageError("--reference checks one configuration; drop the matrix options (batch sizes, "
+                                 "datasets, edge cases, several providers or settings).")
+            from .reference import run
+        elif config.is_matrix or _unavailable(config):
             return _verify(config, args)
-        from .pipeline import run
+        else:
+            from .pipeline import run
 
         report = run(config, Progress())
         if args.json:

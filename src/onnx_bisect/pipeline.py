@@ -52,6 +52,7 @@ class Config:
     axes: tuple[Any, ...] = ()  # specs.AxisSpec: batch sizes, other dynamic dimensions
     dataset: str | None = None
     edge_cases: bool = False
+    reference: str | None = None  # another ONNX model as the reference (``model`` is then an ONNX file)
 
     @property
     def is_matrix(self) -> bool:
@@ -81,6 +82,7 @@ class Prepared:
     scopes: ScopeMap
     candidates: tuple[str, ...]  # the tensors the probe exposes
     warnings: tuple[str, ...] = ()
+    reference_weights: dict[str, np.ndarray] | None = field(default=None, repr=False)  # --reference's initializers
 
 
 def run(config: Config, progress: Progress | None = None) -> Report:
@@ -382,7 +384,7 @@ def bisect_case(
                     layer=layer, introduced=introduced, layers=layers, graph=p.index, skeleton=p.skeleton,
                     weights=p.weights, loaded=p.loaded, exported=p.exported, capture=captured,
                     references=references, feeds=model_feeds, tolerance=tolerance, local_run=local_run,
-                    compare=cmp, backend=runner.backend, inputs=inputs,
+                    compare=cmp, backend=runner.backend, inputs=inputs, reference_weights=p.reference_weights,
                 ))
             if diagnosed is not None:
                 diagnosed[(layer.pair.tensor, introduced)] = first

@@ -37,6 +37,7 @@ class MatchMethod(enum.Enum):
     IDENTITY = "identity"  # module returns its input unchanged (Dropout in eval)
     FUSED = "fused"  # computed by a node that also computes its neighbour
     GRAPH_OUTPUT = "graph-output"  # a model output matched to a graph output
+    NAME = "name"  # the tensor of the same name in a reference ONNX model (--reference)
     NONE = "none"
 
 
@@ -252,6 +253,7 @@ class Report:
     reproduction: Reproduction = Reproduction.EXACT
     reproduction_max_abs: float = 0.0  # largest |instrumented - unmodified| over the outputs
     faithful: FaithfulLocation | None = None
+    reference: str = "PyTorch"  # what the ONNX model was compared with ("PyTorch", or the reference ONNX file)
 
     @property
     def exit_status(self) -> ExitStatus:

@@ -48,10 +48,11 @@ def _verdict(report: Report) -> str:
     if worst is None:
         return head + "\nNo output could be compared."
     if report.ok:
-        return head + (f"\nOK: all {len(report.outputs)} output(s) agree with PyTorch "
+        return head + (f"\nOK: all {len(report.outputs)} output(s) agree with {report.reference} "
                        f"(worst max abs {worst.diff.max_abs:.3g}, max rel {worst.diff.max_rel:.3g}).")
-    lines = [head, f"DIVERGED: output '{worst.name}' differs from PyTorch by max abs {fmt_num(worst.diff.max_abs)} "
-                   f"(max rel {fmt_num(worst.diff.max_rel)}, cosine {worst.diff.cosine:.6f})."]
+    lines = [head, f"DIVERGED: output '{worst.name}' differs from {report.reference} by max abs "
+                   f"{fmt_num(worst.diff.max_abs)} (max rel {fmt_num(worst.diff.max_rel)}, "
+                   f"cosine {worst.diff.cosine:.6f})."]
     fd = report.first_divergence
     if fd is not None:
         p = fd.layer.pair
@@ -171,6 +172,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "exporter": report.exporter.value,
         "opset": report.opset,
         "provider": report.provider,
+        "reference": report.reference,
         "outputs": [{"name": o.name, "max_abs": json_float(o.diff.max_abs), "max_rel": json_float(o.diff.max_rel),
                      "cosine": json_float(o.diff.cosine), "sqnr_db": json_float(o.diff.sqnr_db), "ok": o.diff.ok}
                     for o in report.outputs],

@@ -52,6 +52,8 @@ class DiagnosisContext:
     compare: Callable[[np.ndarray, np.ndarray], TensorDiff]
     backend: Any = None  # the run stage's Backend: lets rules re-run the segment alone
     inputs: ModelInputs | None = None  # the PyTorch inputs as given, before any cast for ONNX Runtime
+    #: with an ONNX reference instead of PyTorch: its float initializers by name, standing in for the parameters
+    reference_weights: Mapping[str, np.ndarray] | None = None
 
     # ------------------------------------------------------------ the divergent tensor
 
@@ -118,7 +120,8 @@ class DiagnosisContext:
 
     @cached_property
     def _modules(self) -> dict[str, Any]:
-        return dict(self.loaded.module.named_modules())
+        # No PyTorch model when the reference is another ONNX model: rules that read modules find none.
+        return {} if self.loaded.module is None else dict(self.loaded.module.named_modules())
 
     def module_of(self, node: NodeInfo) -> tuple[str, Any] | tuple[None, None]:
         """``(qualname, module)`` of the PyTorch module that emitted ``node``, if its scope is known."""

@@ -167,6 +167,8 @@ def relate(onnx_value: np.ndarray, torch_value: np.ndarray) -> Relation | None:
 def torch_candidates(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
     """PyTorch tensors the segment's initializers may come from (float64): the parameters and buffers of
     the modules near the divergence, and the Conv/Linear + BatchNorm fold when there is one."""
+    if ctx.loaded.module is None:
+        return reference_tensors(ctx)
     out: dict[str, np.ndarray] = {}
     for qualname, module in ctx.modules_near():
         for pname, tensor in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False)):
@@ -176,6 +178,12 @@ def torch_candidates(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
     if pair is not None:
         out.update(folds(*pair))
     return out
+
+
+def reference_tensors(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
+    """The reference ONNX model's float initializers (float64), when it stands in for PyTorch."""
+    return {name: np.asarray(v, dtype=np.float64) for name, v in (ctx.reference_weights or {}).items()
+            if np.issubdtype(np.asarray(v).dtype, np.floating)}
 
 
 def folds(conv_name: str, conv, bn_name: str, bn) -> dict[str, np.ndarray]:
@@ -189,6 +197,8 @@ def folds(conv_name: str, conv, bn_name: str, bn) -> dict[str, np.ndarray]:
 def all_torch_tensors(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
     """Every floating parameter and buffer of the model, and every Conv/Linear + BatchNorm fold (float64)."""
     model = ctx.loaded.module
+    if model is None:
+        return reference_tensors(ctx)
     tensors = list(model.named_parameters()) + list(model.named_buffers())
     out = {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point()}
     acts = ctx.capture.activations

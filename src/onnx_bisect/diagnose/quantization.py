@@ -32,14 +32,17 @@ class Quantization(Rule):
                           if ctx.graph.nodes[i].op_type not in QUANT_OPS and ctx.graph.nodes[i].name in inside})
         advice = _advice(acts, weights, compute)
         parts = [f"{a['node']}: {a['clip_fraction']:.1%} of the activation clipped, SQNR {a['sqnr_db']:.1f} dB" for a in acts]
-        parts += [f"{w['initializer']} ({'per-channel' if w['per_channel'] else 'per-tensor'}): SQNR {w['sqnr_db']:.1f} dB"
+        parts += [f"{w['initializer']} ({'per-channel' if w['per_channel'] else 'per-tensor'}): "
+                  + ("no float weight to compare with" if w["sqnr_db"] is None else f"SQNR {w['sqnr_db']:.1f} dB")
                   + (f", per-channel would give {w['sqnr_db_per_channel']:.1f} dB" if w.get("sqnr_db_per_channel") else "")
                   for w in weights]
         summary = (f"The segment computing {ctx.layer.pair.activation.name} is quantized ({len(protos)} Q/DQ node(s)): "
                    + ("; ".join(parts) or "the quantized values differ from PyTorch's")
                    + f". Local max abs {ctx.layer.local.max_abs:.2g}.")
         evidence = {"activations": acts, "weights": weights, "quantized_nodes": compute}
-        return Finding(self.cause, 0.9, summary, advice, evidence, counterfactual=lambda c: _dequantized(c, protos))
+        relu = {a["node"] for a in acts if a["acts_as_relu"]}
+        return Finding(self.cause, 0.9, summary, advice, evidence,
+                       counterfactual=lambda c: _dequantized(c, protos, relu))
 
 
 def _activation(ctx: DiagnosisContext, q, x: np.ndarray) -> dict | None:
@@ -55,12 +58,24 @@ def _activation(ctx: DiagnosisContext, q, x: np.ndarray) -> dict | None:
     s, z = scale.astype(np.float64).reshape(shape), zp.astype(np.float64).reshape(shape if zp.size > 1 else [1] * x.ndim)
     x64 = x.astype(np.float64)
     lo, hi = (lo_q - z) * s, (hi_q - z) * s
-    clipped = float(np.mean((x64 < lo - 0.5 * s) | (x64 > hi + 0.5 * s)))
+    # A range starting at 0 in front of a tensor that is non-negative in the reference is a ReLU the quantizer
+    # absorbed (quantize_static fuses Conv+Relu this way): cutting the negatives there is the model, not clipping.
+    relu = bool(np.all(lo == 0)) and float(x64.min()) < 0 and _reference_nonnegative(ctx, q)
+    below = np.zeros(x64.shape, bool) if relu else x64 < lo - 0.5 * s
+    clipped = float(np.mean(below | (x64 > hi + 0.5 * s)))
     dq = (np.clip(np.round(x64 / s) + z, lo_q, hi_q) - z) * s
     return {"node": q.name, "tensor": q.input[0], "scale": float(scale.reshape(-1)[0]) if scale.size == 1 else scale.tolist(),
             "zero_point": int(zp.reshape(-1)[0]) if zp.size == 1 else zp.tolist(),
             "range": [float(np.min(lo)), float(np.max(hi))], "activation_range": [float(x64.min()), float(x64.max())],
-            "clip_fraction": clipped, "sqnr_db": _sqnr(x64, dq)}
+            "clip_fraction": clipped, "sqnr_db": _sqnr(np.maximum(x64, 0) if relu else x64, dq),
+            "acts_as_relu": relu}
+
+
+def _reference_nonnegative(ctx: DiagnosisContext, q) -> bool:
+    """Whether the DequantizeLinear after ``q`` computes the divergent tensor and its reference is >= 0."""
+    after = [ctx.graph.nodes[i] for i in ctx.graph.consumers.get(q.output[0], ())]
+    return any(n.op_type == "DequantizeLinear" and n.outputs[0] == ctx.tensor for n in after) \
+        and float(np.min(ctx.reference)) >= 0
 
 
 def _weight(ctx: DiagnosisContext, dq) -> dict | None:
@@ -134,13 +149,14 @@ def _advice(acts: list[dict], weights: list[dict], compute: list[str]) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-def _dequantized(ctx: DiagnosisContext, protos) -> tuple:
-    """The segment with its activation Q/DQ pairs made identities and its quantized weights replaced by PyTorch's."""
+def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset()) -> tuple:
+    """The segment with its activation Q/DQ pairs made identities (a Relu where the pair absorbed one) and its
+    quantized weights replaced by PyTorch's (or the reference model's)."""
     model, weights = edits.copy_model(ctx.skeleton), ctx.weights
     for q in (p for p in protos if p.op_type == "QuantizeLinear"):
         for i in ctx.graph.consumers.get(q.output[0], ()):
             if ctx.graph.nodes[i].op_type == "DequantizeLinear":
-                _identity(model, ctx.graph.nodes[i].name, q.input[0])
+                _identity(model, ctx.graph.nodes[i].name, q.input[0], "Relu" if q.name in relu else "Identity")
     for dq in (p for p in protos if p.op_type == "DequantizeLinear"):
         w = _dequantized_weight(ctx, dq)
         match = _torch_weight(ctx, w) if w is not None else None
@@ -149,10 +165,11 @@ def _dequantized(ctx: DiagnosisContext, protos) -> tuple:
     return model, weights
 
 
-def _identity(model, node_name: str, source: str) -> None:
-    """Turn node ``node_name`` into ``Identity(source)``, keeping its output (in place on a copy)."""
+def _identity(model, node_name: str, source: str, op_type: str = "Identity") -> None:
+    """Turn node ``node_name`` into ``Identity(source)`` (or another one-input op), keeping its output (in place on
+    a copy)."""
     node = edits.node(model, node_name)
-    node.op_type, node.domain = "Identity", ""
+    node.op_type, node.domain = op_type, ""
     del node.input[:]
     node.input.append(source)
     del node.attribute[:]

@@ -47,7 +47,7 @@ class NondeterministicReference(Rule):
     expensive = True  # one more PyTorch forward pass
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
-        if ctx.inputs is None or not ctx.significant(ctx.layer.local):
+        if ctx.inputs is None or ctx.loaded.module is None or not ctx.significant(ctx.layer.local):
             return None
         import torch  # noqa: PLC0415 - only this rule runs PyTorch
 

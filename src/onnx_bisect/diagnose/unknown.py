@@ -13,7 +13,7 @@ def explain_unknown(layer: LayerResult, introduced: bool, tol: Tolerance) -> str
     acc = f"{layer.diff.max_abs:.3g}" if layer.diff else "n/a"
     if introduced and layer.local is not None:
         return (
-            f"Fed the exact PyTorch values at its inputs, the {len(layer.segment)}-node ONNX segment "
+            f"Fed the exact reference (PyTorch) values at its inputs, the {len(layer.segment)}-node ONNX segment "
             f"computing {p.activation.name} ({ops}) still differs by max abs {layer.local.max_abs:.3g} "
             f"(max rel {layer.local.max_rel:.3g}, {layer.local.tol_ratio:.3g}× the tolerance "
             f"atol={tol.atol:g}, rtol={tol.rtol:g}); the error is introduced here, not inherited "
