@@ -41,8 +41,8 @@ def export_model(
     failures: list[tuple[Exporter, BaseException]] = []
     for which in order:
         try:
-            proto = _export_dynamo(model, inputs, opset, dynamic_axes) if which is Exporter.DYNAMO else \
-                _export_torchscript(model, inputs, opset, dynamic_axes)
+            proto, program = _export_dynamo(model, inputs, opset, dynamic_axes) if which is Exporter.DYNAMO else \
+                (_export_torchscript(model, inputs, opset, dynamic_axes), None)
         except Exception as exc:  # exporters raise a zoo of types
             failures.append((which, exc))
             continue
@@ -50,7 +50,7 @@ def export_model(
             f"The {w.value} exporter failed ({_summarise(e)}); fell back to the {which.value} exporter."
             for w, e in failures
         )
-        return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), notes=notes)
+        return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), notes=notes, program=program)
     raise ExportError(_export_failure_message(failures) + _triage(loaded, inputs, failures)) from failures[-1][1]
 
 
@@ -66,7 +66,8 @@ def _triage(loaded: LoadedModel, inputs: ModelInputs, failures) -> str:
         "full triage." if lines else ""
 
 
-def _export_dynamo(model, inputs: ModelInputs, opset: int | None, dynamic_axes=None) -> onnx.ModelProto:
+def _export_dynamo(model, inputs: ModelInputs, opset: int | None, dynamic_axes=None):
+    """``(ONNX model, torch.export ExportedProgram)`` from the dynamo exporter."""
     shapes = None
     if dynamic_axes:
         # keyed by forward parameter name, as torch.export matches them to the signature;
@@ -79,7 +80,7 @@ def _export_dynamo(model, inputs: ModelInputs, opset: int | None, dynamic_axes=N
             model, tuple(inputs.args), kwargs=dict(inputs.kwargs) or None, dynamo=True,
             opset_version=opset, verbose=False, report=False, dynamic_shapes=shapes,
         )
-    return program.model_proto
+    return program.model_proto, program.exported_program
 
 
 class _KeywordAdapter(torch.nn.Module):

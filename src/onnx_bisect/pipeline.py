@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from . import align, capture, compare, expose, export, feeds, graph, load, localize, observe, preflight, weights
+from . import align, capture, compare, expose, export, feeds, graph, load, localize, observe, ops, preflight, weights
 from .align import ScopeMap
 from .backends import Backend, Session, make_backend
 from .diagnose import DiagnosisContext, diagnose
@@ -152,8 +152,12 @@ def bisect_loaded(
     backend = make_backend(runtime)
     with progress.step("capture", "running PyTorch with forward hooks"):
         captured = capture_case(loaded, inputs)
-    prepared = prepare(loaded, inputs, captured, onnx_path=onnx_path, exporter=exporter, opset=opset,
-                       backend=backend, save_onnx=save_onnx, progress=progress)
+    exported = obtain_onnx(loaded, inputs, onnx_path, exporter, opset, progress)
+    if exported.program is not None:
+        with progress.step("capture", "running the exported program op by op"):
+            captured = ops.with_ops(captured, ops.capture_ops(exported.program, inputs, len(captured.activations)))
+    prepared = prepare(loaded, inputs, captured, exported=exported, backend=backend, save_onnx=save_onnx,
+                       progress=progress)
     return bisect_case(prepared, Runner(prepared, backend), inputs, captured, tolerance=tolerance,
                        progress=progress).report
 
@@ -193,10 +197,12 @@ def prepare(
         where = f"ONNX model '{exported.path}'" if exported.path else "The exported ONNX model"
         skeleton = export.validate_onnx(skeleton, where)
         index = graph.index_graph(export.pin_shapes(skeleton, {k: v.shape for k, v in model_feeds.items()}, where))
-        scopes = align.map_scopes(captured, index)
-        candidates = tuple(align.candidate_tensors(captured, index, scopes))
+        modules, op_acts = ops.split(captured)
+        scopes = align.map_scopes(modules, index)
+        candidates = tuple(dict.fromkeys(align.candidate_tensors(modules, index, scopes)
+                                         + ops.op_tensors(op_acts, index)))
     with progress.step("preflight", "checking the model before running it"):
-        warnings = preflight.check_model(loaded, inputs, skeleton, weight_store, exported, backend, captured)
+        warnings = preflight.check_model(loaded, inputs, skeleton, weight_store, exported, backend, modules)
     if save_onnx:
         _save(weights.join_weights(skeleton, weight_store) if exported.weights is not None else exported.proto, save_onnx)
     return Prepared(loaded, exported, skeleton, weight_store, index, scopes, candidates, tuple(warnings))
@@ -329,8 +335,11 @@ def bisect_case(
     with progress.step("probe", f"running ONNX Runtime with {len(p.candidates)} tensors exposed"):
         probed = runner.probe(model_feeds, None if template is None else paired_tensors(template, p.index))
     with progress.step("align", "aligning PyTorch activations with ONNX tensors"):
-        pairs = align.align_activations(captured, p.index, p.scopes, probed) if template is None \
-            else align.reuse_alignment(template, captured)
+        if template is None:
+            modules, op_acts = ops.split(captured)
+            pairs = align.align_activations(modules, p.index, p.scopes, probed) + ops.pair_ops(op_acts, p.index, probed)
+        else:
+            pairs = align.reuse_alignment(template, captured)
         cuts = localize.cut_points(pairs, p.index)
         kept = {q.tensor for q in pairs} | set(p.index.graph_outputs)
         probed = {t: v for t, v in probed.items() if t in kept}  # free the candidates nobody matched

@@ -38,6 +38,7 @@ class MatchMethod(enum.Enum):
     FUSED = "fused"  # computed by a node that also computes its neighbour
     GRAPH_OUTPUT = "graph-output"  # a model output matched to a graph output
     NAME = "name"  # the tensor of the same name in a reference ONNX model (--reference)
+    OP = "op"  # an exported-program op paired with the ONNX value named after its FX node
     NONE = "none"
 
 
@@ -87,6 +88,7 @@ class Activation:
     is_leaf: bool = True
     inputs: tuple[int, ...] = ()  # indices of activations this call consumed
     passthrough: bool = False  # output is (value-)identical to one of its inputs
+    op: str = ""  # an op of the exported program (its FX node name) rather than a module output
 
     @property
     def name(self) -> str:
@@ -136,6 +138,7 @@ class ExportedModel:
     path: str | None = None  # the user's file when --onnx was given
     notes: tuple[str, ...] = ()
     weights: Any = field(default=None, repr=False)  # weights.Weights when proto is already split
+    program: Any = field(default=None, repr=False)  # the torch.export ExportedProgram (dynamo exports)
 
 
 @dataclass(frozen=True)

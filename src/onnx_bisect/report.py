@@ -26,8 +26,7 @@ def render_text(report: Report, show_all: bool = False) -> str:
     if table:
         parts.append(table)
     parts.append(_summary(report))
-    unaligned = [r for r in report.layers if r.status is Status.UNMATCHED and r.pair.activation.is_leaf
-                 and r.pair.activation.module]
+    unaligned = [r for r in leaf_rows(report.layers) if r.status is Status.UNMATCHED]
     if unaligned:
         shown = "\n".join(f"  {r.pair.activation.name} ({r.pair.activation.module_type}): {r.pair.note}"
                           for r in unaligned[:8])
@@ -112,13 +111,18 @@ def _row(r: LayerResult, is_first: bool) -> list[str]:
     ]
 
 
+def leaf_rows(layers) -> list[LayerResult]:
+    """The rows of leaf-module activations (not the root, containers or exported-program ops)."""
+    return [r for r in layers if r.pair.activation.is_leaf and r.pair.activation.module and not r.pair.activation.op]
+
+
 def leaf_coverage(layers) -> tuple[int, int, int]:
     """``(aligned, total, absent)`` over leaf-module activations.
 
     ``absent`` counts leaves with no node in a scoped graph at all (pruned as
     unused, or folded into a constant): there is nothing to align them with.
     """
-    leaves = [r for r in layers if r.pair.activation.is_leaf and r.pair.activation.module]
+    leaves = leaf_rows(layers)
     aligned = sum(1 for r in leaves if r.pair.tensor is not None or r.status is Status.FUSED)
     absent = sum(1 for r in leaves if r.status is Status.UNMATCHED and r.pair.note.startswith(ABSENT))
     return aligned, len(leaves), absent
@@ -221,7 +225,7 @@ def faithful_json(location: FaithfulLocation | None) -> dict[str, Any] | None:
 
 def _coverage_json(report: Report) -> dict[str, Any]:
     aligned, total, absent = leaf_coverage(report.layers)
-    leaves = [r for r in report.layers if r.pair.activation.is_leaf and r.pair.activation.module]
+    leaves = leaf_rows(report.layers)
     return {
         "leaf_activations": total,
         "aligned": aligned,

@@ -14,6 +14,7 @@ from .precision import LowPrecision
 from .quantization import Quantization
 from .resize_mode import ResizeMode
 from .runtime_optimization import RuntimeOptimization
+from .stability import NumericalStability
 from .training_mode import NondeterministicReference, TrainingMode
 from .unknown import explain_unknown
 from .weight_mismatch import WeightMismatch
@@ -22,7 +23,7 @@ from .weight_mismatch import WeightMismatch
 RULES: list[type[Rule]] = [
     RuntimeOptimization, GeluApproximation, EpsilonMismatch, BatchNormFold, WeightMismatch,
     AttributeMismatch, ResizeMode, LowPrecision, Quantization, TrainingMode, Float64Cast, NondeterministicReference,
-    BakedShape, BatchMixing,
+    BakedShape, BatchMixing, NumericalStability,
 ]
 
 #: at or above this confidence a finding names the cause; below it, it is a lead
