@@ -59,7 +59,8 @@ TOOL = textwrap.dedent('''
 ''')
 
 
-def _run(code: str, *argv: str) -> dict:
+def run_fresh(code: str, *argv: str) -> dict:
+    """Run ``code`` in a fresh Python process; return the JSON object its last stdout line prints."""
     out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"benchmark step failed:\n{out.stderr[-3000:]}")
@@ -89,8 +90,8 @@ def main() -> None:
         for label, onnx_arg in (("with export", "-"), ("with --onnx", onnx_file)):
             floors, tools = [], []
             for _ in range(args.repeat):
-                floors.append(_run(FLOOR, args.model, onnx_arg))
-                tools.append(_run(TOOL, args.model, onnx_arg, report))
+                floors.append(run_fresh(FLOOR, args.model, onnx_arg))
+                tools.append(run_fresh(TOOL, args.model, onnx_arg, report))
             floor = min(floors, key=lambda r: r["wall"])
             tool = min(tools, key=lambda r: r["wall"])
             timings = json.loads(Path(report).read_text())["timings"]

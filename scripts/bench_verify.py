@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from bench import run_fresh  # noqa: E402
 
 DATASET = textwrap.dedent('''
     import importlib.util, sys, numpy as np, torch
@@ -78,13 +80,6 @@ TOOL = textwrap.dedent('''
 ''')
 
 
-def _run(code: str, *argv: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=False)
-    if out.returncode != 0:
-        raise SystemExit(f"benchmark step failed:\n{out.stderr[-3000:]}")
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=str(HERE / "bench_models" / "bert_base.py"))
@@ -98,8 +93,8 @@ def main() -> None:
         subprocess.run([sys.executable, "-c", DATASET, args.model, data, str(args.samples)], check=True)
         floors, tools = [], []
         for _ in range(args.repeat):
-            floors.append(_run(FLOOR, args.model, args.batch_sizes, data))
-            tools.append(_run(TOOL, args.model, args.batch_sizes, data, report))
+            floors.append(run_fresh(FLOOR, args.model, args.batch_sizes, data))
+            tools.append(run_fresh(TOOL, args.model, args.batch_sizes, data, report))
         floor = min(floors, key=lambda r: r["wall"])
         tool = min(tools, key=lambda r: r["wall"])
         matrix = json.loads(Path(report).read_text())

@@ -106,11 +106,9 @@ def config_from_args(args: argparse.Namespace):
     )
 
 
-def _write_report(report, path: str, writer=None) -> None:
-    from .report import write_json
-
+def _write_report(report, path: str, writer) -> None:
     try:
-        (writer or write_json)(report, path)
+        writer(report, path)
     except OSError as exc:
         raise UsageError(
             f"Could not write the JSON report to '{path}': {exc.strerror or exc}. Choose a writable path."
@@ -128,51 +126,41 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         config = config_from_args(args)
-        if config.reference:
-            if config.is_matrix:
-                raise UsageError("--reference checks one configuration; drop the matrix options (batch sizes, "
-                                 "datasets, edge cases, several providers or settings).")
-            from .reference import run
-        elif config.is_matrix or _unavailable(config):
-            return _verify(config, args)
-        else:
-            from .pipeline import run
-
+        run, render, write = _job(config)
         report = run(config, Progress())
         if args.json:
-            _write_report(report, args.json)
+            _write_report(report, args.json, write)
     except BisectError as exc:
         return _fail(exc, args)
     except KeyboardInterrupt:
         return 130
-    from .report import render_text
-
-    sys.stdout.write(render_text(report, show_all=args.all))
+    sys.stdout.write(render(report, show_all=args.all))
     return report.exit_status
 
 
-def _unavailable(config) -> bool:
-    """Whether a provider asked for is not in this build (the matrix then reports it as unavailable)."""
+def _job(config):
+    """``(run, renderer, JSON writer)`` of what ``config`` asks for: a bisection against PyTorch or another ONNX
+    model, or a verification matrix (several configurations, or a provider this build lacks, which the matrix
+    then reports as unavailable)."""
+    from .report import render_text, write_json
+
+    if config.reference:
+        if config.is_matrix:
+            raise UsageError("--reference checks one configuration; drop the matrix options (batch sizes, "
+                             "datasets, edge cases, several providers or settings).")
+        from .reference import run
+
+        return run, render_text, write_json
     from .verification import unavailable_runtimes
 
-    return bool(unavailable_runtimes([config.runtime]))
+    if config.is_matrix or unavailable_runtimes([config.runtime]):
+        from .matrix_report import render_matrix, write_matrix_json
+        from .verification import run
 
+        return run, render_matrix, write_matrix_json
+    from .pipeline import run
 
-def _verify(config, args) -> int:
-    """The verification matrix over several configurations."""
-    from .matrix_report import render_matrix, write_matrix_json
-    from .verification import run
-
-    try:
-        report = run(config, Progress())
-        if args.json:
-            _write_report(report, args.json, write_matrix_json)
-    except BisectError as exc:
-        return _fail(exc, args)
-    except KeyboardInterrupt:
-        return 130
-    sys.stdout.write(render_matrix(report, show_all=args.all))
-    return report.exit_status
+    return run, render_text, write_json
 
 
 def _fail(exc: BisectError, args) -> int:

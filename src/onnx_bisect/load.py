@@ -176,6 +176,13 @@ def load_inputs(paths: Sequence[str], loaded: LoadedModel, file_module=None) -> 
         except Exception as exc:
             raise InputError(f"get_inputs() in '{loaded.source}' failed: {type(exc).__name__}: {exc}.") from exc
         return to_model_inputs(value, loaded)
+    args, kwargs = read_inputs(paths, loaded)
+    return _check_arity(args, kwargs, loaded)
+
+
+def read_inputs(paths: Sequence[str | Path], loaded: LoadedModel) -> tuple[list[Any], dict[str, Any]]:
+    """``(positional, keyword)`` tensors from ``--input`` files: a tensor or tuple adds positionals, a dict
+    (an ``.npz``, a ``.pt`` of a dict) keywords."""
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for p in paths:
@@ -186,7 +193,7 @@ def load_inputs(paths: Sequence[str], loaded: LoadedModel, file_module=None) -> 
             args.extend(value)
         else:
             args.append(value)
-    return _check_arity(args, kwargs, loaded)
+    return args, kwargs
 
 
 def to_model_inputs(value: Any, loaded: LoadedModel) -> ModelInputs:

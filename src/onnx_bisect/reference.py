@@ -112,15 +112,7 @@ def _inputs(inputs, loaded: LoadedModel, proto: onnx.ModelProto) -> tuple[ModelI
     if not items:
         return _generated(proto, names), True
     if all(isinstance(x, (str, Path)) for x in items):
-        args, kwargs = [], {}
-        for path in items:
-            value = load.read_input(path, loaded)
-            if isinstance(value, dict):
-                kwargs.update(value)
-            elif isinstance(value, tuple):
-                args.extend(value)
-            else:
-                args.append(value)
+        args, kwargs = load.read_inputs(items, loaded)
     else:
         args, kwargs = [_tensor(x) for x in items], {}
     if len(args) > len(names):
