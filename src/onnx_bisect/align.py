@@ -6,10 +6,14 @@ Methods, in order of trust:
    graph, of the activation's shape, taken call by call in graph order;
 2. graph outputs for the model's own outputs;
 3. identity for modules that return their input unchanged (Dropout in eval);
-4. fusion when a module has no node of its own (a BatchNorm folded into the
-   preceding Conv), confirmed by value where both sides have a tensor;
-5. structure: same shape near the expected position in graph order, accepted
-   only when the values agree.
+4. fusion when a module has no tensor of its own (a BatchNorm folded into the
+   preceding Conv, a scale folded into a MatMul; see :mod:`.fusion`), run again
+   after each pass below;
+5. structure: the same elements (up to a reshape or transpose) after the
+   tensors of the activation's inputs, accepted only when the values agree;
+6. loose structure, only in a graph without scope information whose outputs
+   diverge: the nearest value after the inputs, so that a fault is still
+   located at its own segment rather than at the last module.
 """
 from __future__ import annotations
 
@@ -20,13 +24,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import fusion
 from .graph import GraphIndex
 from .records import Activation, Capture, MatchMethod, TensorPair
+from .similarity import distance, fits, kind, laid_out, perms
 
 _CALL_SUFFIX = re.compile(r"^(.*)_(\d+)$")
 STRUCTURE_MAX_REL = 1e-4  # relative L2 distance for a structural pair: float noise only
 WEAK_MAX_REL = 1e-3  # the same for a scope output read by a node of unknown scope
-FUSED_MAX_REL = 0.2  # a neighbour's value computed by another module's node: near it, not merely nearer
+HALF_MAX_REL = 1e-2  # the same for a float16 / bfloat16 tensor
+#: loose pairs (outputs diverging, no scopes): within this distance, and this many times nearer than the next
+LOOSE_MAX_REL = 0.5
+LOOSE_MARGIN = 2.0
+LOOSE_CANDIDATES = 8  # same-sized tensors after an activation's inputs that a loose pair may take
+#: graph outputs this far (relative L2) from the model's: beyond float32 noise, so a fault lies somewhere
+LOOSE_GATE_REL = 1e-5
+LOOSE_CONFIDENCE = 0.9  # enough to cut there: the segment after a fault is then measured on its own
 
 
 @dataclass(frozen=True)
@@ -165,15 +178,30 @@ def align_activations(
     """Pair every activation with an ONNX tensor (or say why none), in capture order."""
     acts = capture.activations
     pairs: dict[int, TensorPair] = {}
+
+    def make_pair(a, tensor, method, confidence=1.0, note=""):
+        return _pair(a, graph, tensor, method, confidence, note)
+
+    def settle() -> None:
+        _pair_shared(acts, pairs)
+        _pair_identities(acts, graph, pairs)
+
     _pair_graph_outputs(acts, graph, values, pairs)
     _pair_by_scope(acts, graph, scopes, values, pairs)
-    _pair_fusions(acts, graph, scopes, values, pairs)
-    _pair_shared(acts, pairs)
-    _pair_identities(acts, graph, pairs)
+    fusion.pair_into_producer(acts, scopes, values, pairs, make_pair)
+    settle()
     _pair_by_structure(acts, graph, values, pairs)
-    _pair_shared(acts, pairs)
-    _pair_identities(acts, graph, pairs)
-    return tuple(pairs.get(a.index) or _unmatched(a, scopes) for a in acts)
+    settle()
+    reach = _reach(acts, graph, pairs)
+    fusion.pair_scaled(acts, graph, scopes, values, pairs, lambda a: _lower_bound(a, reach))
+    fusion.pair_into_consumers(acts, graph, scopes, values, pairs)
+    settle()
+    divergence = _output_divergence(capture, graph, values)
+    if not scopes.module_of and divergence > LOOSE_GATE_REL:
+        _pair_loosely(acts, graph, values, pairs, divergence)
+        fusion.pair_into_consumers(acts, graph, scopes, values, pairs)
+        settle()
+    return tuple(pairs.get(a.index) or _unmatched(a, scopes, values) for a in acts)
 
 
 def _pair_shared(acts, pairs) -> None:
@@ -186,8 +214,12 @@ def _pair_shared(acts, pairs) -> None:
     for a in acts:
         src = by_value.get(id(a.value))
         if a.index not in pairs and src is not None:
-            pairs[a.index] = TensorPair(a, src.tensor, src.node, src.op_type, src.method, src.confidence,
-                                        f"returns the tensor of {src.activation.name}", src.perm)
+            pairs[a.index] = _shared(a, src)
+
+
+def _shared(a: Activation, src: TensorPair) -> TensorPair:
+    return TensorPair(a, src.tensor, src.node, src.op_type, src.method, src.confidence,
+                      f"returns the tensor of {src.activation.name}", src.perm)
 
 
 def _pair(a: Activation, graph: GraphIndex, tensor: str, method: MatchMethod, confidence=1.0, note="") -> TensorPair:
@@ -215,27 +247,64 @@ def _pair_by_scope(acts, graph, scopes: ScopeMap, values, pairs) -> None:
         if any(t in scopes.weak for t in tensors):
             refs = [a.value for a in group]
             tensors = [t for t in tensors if t not in scopes.weak
-                       or any(_fits(values[t], r) and _distance(values[t], r) <= WEAK_MAX_REL for r in refs)]
+                       or any(fits(values[t], r) and distance(values[t], r) <= WEAK_MAX_REL for r in refs)]
             if not tensors:
                 continue
         method = _scope_method(graph, tensors[0])
         last = -1
         for a in sorted(group, key=lambda a: (a.call, a.index)):
-            fits = [t for t in tensors if graph.order_of(t) > last and _fits(values[t], a.value)]
-            if not fits:
-                # a rewritten graph may reshape the module's output inside the same node
-                # chain (Reshape→Gemm→Reshape): accept that only when the values agree
-                fits = [t for t in tensors if graph.order_of(t) > last and values[t].size == a.value.size
-                        and _kind(values[t]) == _kind(a.value)
-                        and _distance(values[t].reshape(a.value.shape), a.value) <= STRUCTURE_MAX_REL]
-            if not fits:
+            fitting = [t for t in tensors if graph.order_of(t) > last and fits(values[t], a.value)]
+            if not fitting:
+                fitting = _reshaped_in_scope(a, [t for t in tensors if graph.order_of(t) > last], values)
+            if not fitting:
                 continue
-            if len(fits) == 1 or _same_count(group, a, tensors, values):
-                chosen, conf = fits[0], 1.0
+            if len(fitting) == 1 or _same_count(group, a, tensors, values):
+                chosen, conf = fitting[0], 1.0
             else:
-                chosen, conf = _closest(fits, a.value, values)
+                # Several tensors of this shape leave the scope: the values choose, and a
+                # choice no value supports is no pair (it would show as a divergence).
+                chosen, conf = _closest(fitting, a.value, values)
+                if distance(values[chosen], a.value) > _agreement(values[chosen]):
+                    continue
             pairs[a.index] = _pair(a, graph, chosen, method, conf)
             last = graph.order_of(chosen) if a.path == _last_path(group, a) else last
+
+
+def _reshaped_in_scope(a: Activation, tensors: list[str], values) -> list[str]:
+    """Scope tensors holding ``a``'s elements in another shape.
+
+    A rewritten graph reshapes a module's output inside the same node chain
+    (Reshape→Gemm→Reshape, the Gemm's 2-d output in the module's scope).  A leaf
+    whose scope exports exactly one tensor holding its elements in the same
+    order (axes merged or split) takes it on the name alone, like a tensor of
+    its shape would; anything else must agree in value.
+    """
+    same_size = [t for t in tensors if values[t].size == a.value.size and kind(values[t]) == kind(a.value)]
+    rows = [t for t in same_size if _merged_axes(values[t].shape, a.value.shape)]
+    if a.is_leaf and a.module and len(rows) == 1:
+        return rows
+    return [t for t in same_size if distance(values[t].reshape(a.value.shape), a.value) <= STRUCTURE_MAX_REL]
+
+
+def _merged_axes(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether one shape is the other with adjacent axes merged (size-1 axes aside): the same
+    elements in the same order, as [16, 32] is [1, 16, 32] and [32, 64] is [2, 16, 64]; [12, 2, 32]
+    is not [2, 12, 32] (a transpose)."""
+    short, long_ = sorted(([d for d in a if d != 1], [d for d in b if d != 1]), key=len)
+    i = 0
+    for d in short:
+        size = 1
+        while i < len(long_) and size < d:
+            size *= long_[i]
+            i += 1
+        if size != d:
+            return False
+    return i == len(long_)
+
+
+def _agreement(v: np.ndarray) -> float:
+    """Largest relative L2 distance at which a tensor of ``v``'s dtype still holds the same value."""
+    return HALF_MAX_REL if v.dtype in (np.float16,) or v.dtype.name == "bfloat16" else WEAK_MAX_REL
 
 
 def _last_path(group, a) -> str:
@@ -246,8 +315,8 @@ def _last_path(group, a) -> str:
 def _same_count(group, a, tensors, values) -> bool:
     """True when the scope exports exactly one fitting tensor per call: assign in order."""
     same = [b for b in group if b.path == a.path]
-    fits = [t for t in tensors if _fits(values[t], a.value)]
-    return len(fits) == len(same) and len({b.path for b in group}) == 1
+    fitting = [t for t in tensors if fits(values[t], a.value)]
+    return len(fitting) == len(same) and len({b.path for b in group}) == 1
 
 
 def _scope_method(graph: GraphIndex, tensor: str) -> MatchMethod:
@@ -255,71 +324,12 @@ def _scope_method(graph: GraphIndex, tensor: str) -> MatchMethod:
     return MatchMethod.METADATA if node and node.scope_source == "metadata" else MatchMethod.SCOPE_NAME
 
 
-def _fits(onnx_value: np.ndarray, ref: np.ndarray) -> bool:
-    return onnx_value.shape == ref.shape and _kind(onnx_value) == _kind(ref)
-
-
-def _kind(v: np.ndarray) -> str:
-    return "f" if v.dtype.kind in "fc" else ("b" if v.dtype.kind == "b" else "i")
-
-
-def _distance(onnx_value: np.ndarray, ref: np.ndarray) -> float:
-    """Relative L2 distance, the yardstick for choosing between candidates."""
-    a = onnx_value.astype(np.float64, copy=False).ravel()
-    b = ref.astype(np.float64, copy=False).ravel()
-    finite = np.isfinite(a) & np.isfinite(b)
-    if not finite.any():
-        return float("inf")
-    num = np.linalg.norm(a[finite] - b[finite])
-    den = np.linalg.norm(b[finite]) + 1e-12
-    return float(num / den)
-
-
-def _closest(fits, ref, values) -> tuple[str, float]:
-    ranked = sorted(fits, key=lambda t: (_distance(values[t], ref), -fits.index(t)))
-    best = _distance(values[ranked[0]], ref)
-    runner = _distance(values[ranked[1]], ref) if len(ranked) > 1 else float("inf")
+def _closest(candidates, ref, values) -> tuple[str, float]:
+    ranked = sorted(candidates, key=lambda t: (distance(values[t], ref), -candidates.index(t)))
+    best = distance(values[ranked[0]], ref)
+    runner = distance(values[ranked[1]], ref) if len(ranked) > 1 else float("inf")
     confident = best < 1e-3 or runner > 10 * best
     return ranked[0], 0.95 if confident else 0.7
-
-
-def _pair_fusions(acts, graph: GraphIndex, scopes: ScopeMap, values, pairs) -> None:
-    """Modules with no ONNX node of their own were folded into a neighbour's node."""
-    consumers: dict[int, list[Activation]] = defaultdict(list)
-    for a in acts:
-        for i in a.inputs:
-            consumers[i].append(a)
-    for b in acts:
-        if b.index in pairs or b.passthrough or b.module in scopes.boundary or len(b.inputs) != 1:
-            continue
-        a = acts[b.inputs[0]]
-        pa = pairs.get(a.index)
-        if pa is None or pa.tensor is None or pa.method is MatchMethod.FUSED:
-            continue
-        v = values.get(pa.tensor)
-        if v is None or not _fits(v, b.value):
-            continue
-        # The node computes B rather than A, and within float noise: an optimizer that
-        # fused more (Conv+BN+ReLU) must not make B look diverged.
-        if _distance(v, b.value) < _distance(v, a.value) and _distance(v, b.value) <= FUSED_MAX_REL:
-            note = f"{a.name} and {b.name} are computed by one ONNX node"
-            pairs[b.index] = _pair(b, graph, pa.tensor, MatchMethod.FUSED, pa.confidence, note)
-            pairs[a.index] = TensorPair(a, None, pa.node, pa.op_type, MatchMethod.FUSED, pa.confidence,
-                                        f"folded into {pa.node} with {b.name}")
-    for a in acts:
-        if a.index in pairs or a.passthrough or a.module in scopes.boundary:
-            continue
-        for b in consumers.get(a.index, ()):
-            pb = pairs.get(b.index)
-            if pb and pb.tensor and pb.node:
-                node = graph.node_of(pb.tensor)
-                rule = f" by {node.rewrite_rule}" if node and node.rewrite_rule else ""
-                pairs[a.index] = TensorPair(a, None, pb.node, pb.op_type, MatchMethod.FUSED, pb.confidence,
-                                            f"no ONNX node of its own; folded into {pb.node}{rule} with {b.name}")
-                if pb.method in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME) and rule:
-                    pairs[b.index] = TensorPair(pb.activation, pb.tensor, pb.node, pb.op_type, MatchMethod.FUSED,
-                                                pb.confidence, f"computed together with {a.name}{rule}")
-                break
 
 
 def _pair_identities(acts, graph: GraphIndex, pairs) -> None:
@@ -333,6 +343,27 @@ def _pair_identities(acts, graph: GraphIndex, pairs) -> None:
                                         source.confidence, f"returns its input unchanged ({source.activation.name})")
 
 
+def _reach(acts, graph: GraphIndex, pairs) -> dict[int, int]:
+    """The latest graph position among the tensors of each activation and of the
+    activations it consumed, directly or not."""
+    reach: dict[int, int] = {}
+    for a in acts:
+        p = pairs.get(a.index)
+        own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
+        reach[a.index] = max([own] + [reach.get(i, -1) for i in a.inputs])
+    return reach
+
+
+def _lower_bound(a: Activation, reach: dict[int, int]) -> int:
+    """Graph position a tensor holding ``a`` must come after: where its inputs were computed."""
+    return max((reach.get(i, -1) for i in a.inputs), default=-1)
+
+
+def _leaf_tensors(pairs) -> set[str]:
+    """Tensors already holding a leaf module's value (a container's claim does not block a leaf)."""
+    return {p.tensor for p in pairs.values() if p.tensor and p.activation.is_leaf and p.activation.module}
+
+
 def _pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
     """Same elements (up to a reshape or transpose), after the tensors of earlier
     activations in graph order, confirmed by value.
@@ -340,21 +371,25 @@ def _pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
     A permutation-invariant signature (size, sum, sum of squares) filters the
     candidates, so only tensors that can hold the same numbers are compared.
     """
-    taken = {p.tensor for p in pairs.values() if p.tensor}
-    ordered = [t for t in values if t in graph.producer]
+    taken = _leaf_tensors(pairs)
+    ordered = sorted((t for t in values if t in graph.producer), key=graph.order_of)  # ties: the earliest copy
     signatures = {t: _signature(values[t]) for t in ordered}
+    by_value = {id(p.activation.value): p for p in pairs.values() if p.tensor is not None}
     # ``reach[i]``: the latest graph position among the tensors of activation i and of
     # the activations it consumed, directly or not.  A structural match must come
     # after what its own inputs came from, not after unrelated branches that the
     # ONNX graph happens to schedule later.
     reach: dict[int, int] = {}
     for a in acts:
-        if a.index not in pairs and a.value.size:
-            lo = max((reach.get(i, -1) for i in a.inputs), default=-1)
+        if a.index not in pairs and id(a.value) in by_value:
+            pairs[a.index] = _shared(a, by_value[id(a.value)])  # a container returning its child's tensor
+        elif a.index not in pairs and a.value.size:
+            lo = _lower_bound(a, reach)
             sig = _signature(a.value)
-            fits = [t for t in ordered if (a.passthrough or t not in taken) and graph.order_of(t) > lo
-                    and _kind(values[t]) == _kind(a.value) and _same_signature(signatures[t], sig)]
-            found = _best_layout(a.value, fits, values)
+            leaf = a.is_leaf and bool(a.module)
+            candidates = [t for t in ordered if (a.passthrough or not leaf or t not in taken) and graph.order_of(t) > lo
+                          and kind(values[t]) == kind(a.value) and _same_signature(signatures[t], sig)]
+            found = _best_layout(a.value, candidates, values)
             if found is not None:
                 tensor, perm, rel = found
                 # Position alone proves nothing: a structural pair must agree in value,
@@ -363,7 +398,9 @@ def _pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
                 pairs[a.index] = TensorPair(
                     a, tensor, graph.node_of(tensor).name, graph.node_of(tensor).op_type, MatchMethod.STRUCTURE,
                     round(1.0 - rel, 6), f"same values (rel. L2 {rel:.1e}{layout})", perm)
-                taken.add(tensor)
+                if leaf:
+                    taken.add(tensor)
+                by_value.setdefault(id(a.value), pairs[a.index])
         p = pairs.get(a.index)
         own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
         reach[a.index] = max([own] + [reach.get(i, -1) for i in a.inputs])
@@ -388,43 +425,117 @@ def _same_signature(s, ref) -> bool:
     return abs(s[1] - total) <= 1e-3 * scale and abs(s[2] - squares) <= 1e-3 * max(squares, 1e-30)
 
 
-def _best_layout(ref: np.ndarray, fits: list[str], values) -> tuple[str, tuple[int, ...] | None, float] | None:
+def _best_layout(ref: np.ndarray, candidates: list[str], values, max_rel: float = STRUCTURE_MAX_REL
+                 ) -> tuple[str, tuple[int, ...] | None, float] | None:
     """The candidate (and axis permutation of ``ref``) holding the same values."""
     best = None
-    for t in fits:
-        v = values[t]
-        for perm in _perms(ref, v):
-            r = ref if perm is None else ref.transpose(perm)
-            rel = _distance(v.reshape(r.shape), r)
-            if rel <= STRUCTURE_MAX_REL and (best is None or rel < best[2]):
-                best = (t, perm, rel)
-            if rel <= STRUCTURE_MAX_REL:
-                break
+    for t in candidates:
+        found = _layout(ref, values[t])
+        if found is not None and found[1] <= max_rel and (best is None or found[1] < best[2]):
+            best = (t, *found)
     return best
 
 
-def _perms(ref: np.ndarray, v: np.ndarray):
-    """Identity first, then axis permutations of ``ref`` compatible with ``v``'s shape."""
-    yield None
-    if ref.ndim > 5 or ref.ndim < 2:
-        return
-    import itertools
+def _layout(ref: np.ndarray, v: np.ndarray) -> tuple[tuple[int, ...] | None, float] | None:
+    """The axis permutation of ``ref`` closest to ``v`` (first within float noise), and its distance."""
+    if v.size != ref.size:
+        return None
+    best = None
+    for perm in perms(ref, v):
+        r = laid_out(ref, perm)
+        rel = distance(v.reshape(r.shape), r)
+        if best is None or rel < best[1]:
+            best = (perm, rel)
+        if rel <= STRUCTURE_MAX_REL:
+            break
+    return best
 
-    dims = [d for d in v.shape if d != 1]
-    for perm in itertools.permutations(range(ref.ndim)):
-        if perm == tuple(range(ref.ndim)):
+
+def _output_divergence(capture: Capture, graph: GraphIndex, values) -> float:
+    """The largest relative L2 distance between a graph output and the model's output."""
+    worst = 0.0
+    for name, ref in zip(graph.graph_outputs, capture.outputs):
+        v = values.get(name)
+        if v is not None and v.size == ref.size and kind(v) == "f" == kind(ref):
+            worst = max(worst, distance(v.reshape(ref.shape), ref))
+    return worst
+
+
+def _pair_loosely(acts, graph: GraphIndex, values, pairs, divergence: float) -> None:
+    """Pairs by nearness of value where exact values cannot exist: a graph without scope
+    information whose outputs diverge by ``divergence`` (relative L2).
+
+    Downstream of a fault no tensor equals its activation, so the structural
+    pass leaves the rest of the graph unaligned and the fault would be blamed on
+    the last module.  Here an activation takes the nearest tensor of its layout
+    after its inputs, when that tensor is within ``LOOSE_MAX_REL`` and clearly
+    nearer than the others.  A tensor that feeds one holding its activation's
+    value far more exactly than the outputs hold theirs lies upstream of any
+    fault and is never taken.
+    """
+    exact_rel = min(STRUCTURE_MAX_REL, divergence / 10)
+    exact = {p.tensor for p in pairs.values() if p.method is MatchMethod.STRUCTURE and p.tensor in graph.producer
+             and p.tensor in values and distance(values[p.tensor].reshape(p.reference().shape), p.reference())
+             <= exact_rel}
+    upstream = _ancestors_of(graph, exact)
+    taken = _leaf_tensors(pairs)
+    # a reshape or transpose of a paired tensor holds that pair's numbers, nobody else's
+    held = {_signature(values[t]) for t in taken if t in values}
+    ordered = sorted((t for t in values if t in graph.producer and t not in upstream
+                      and _signature(values[t]) not in held), key=graph.order_of)
+    reach = _reach(acts, graph, pairs)
+    for a in acts:
+        leaf = a.is_leaf and bool(a.module)
+        if a.index in pairs or not leaf or kind(a.value) != "f" or not a.value.size:
+            reach[a.index] = max([reach.get(a.index, -1)] + [reach.get(i, -1) for i in a.inputs])
             continue
-        shape = [ref.shape[i] for i in perm]
-        if [d for d in shape if d != 1] == dims:
-            yield perm
+        lo = _lower_bound(a, reach)
+        near = [t for t in ordered if graph.order_of(t) > lo and t not in taken and values[t].size == a.value.size
+                and kind(values[t]) == "f"][:LOOSE_CANDIDATES]
+        scored = sorted((found[1], graph.order_of(t), t, found[0]) for t in near
+                        if (found := _layout(a.value, values[t])) is not None)
+        if not scored or scored[0][0] > LOOSE_MAX_REL:
+            continue
+        rel, _, tensor, perm = scored[0]
+        # the same numbers reshaped or transposed are one candidate, not a rival
+        rivals = [s for s in scored[1:] if (same := _layout(values[s[2]], values[tensor])) is None
+                  or same[1] > STRUCTURE_MAX_REL]
+        if rivals and rivals[0][0] < LOOSE_MARGIN * rel:
+            continue
+        layout = "" if perm is None else f", transposed {list(perm)}"
+        node = graph.node_of(tensor)
+        pairs[a.index] = TensorPair(a, tensor, node.name, node.op_type, MatchMethod.STRUCTURE, LOOSE_CONFIDENCE,
+                                    f"nearest value after its inputs while the outputs diverge "
+                                    f"(rel. L2 {rel:.1e}{layout})", perm)
+        taken.add(tensor)
+        held.add(_signature(values[tensor]))
+        ordered = [t for t in ordered if t == tensor or _signature(values[t]) not in held]
+        reach[a.index] = max([graph.order_of(tensor)] + [reach.get(i, -1) for i in a.inputs])
+
+
+def _ancestors_of(graph: GraphIndex, tensors: set[str]) -> set[str]:
+    """Every tensor that ``tensors`` are computed from (themselves included)."""
+    seen: set[str] = set()
+    stack = list(tensors)
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        node = graph.node_of(t)
+        if node is not None:
+            stack.extend(i for i in node.inputs if i and i not in seen)
+    return seen
 
 
 ABSENT = "absent from the ONNX graph"
 
 
-def _unmatched(a: Activation, scopes: ScopeMap) -> TensorPair:
+def _unmatched(a: Activation, scopes: ScopeMap, values) -> TensorPair:
     if a.module in scopes.boundary:
-        note = f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope"
+        same = [t for t in scopes.boundary[a.module] if t in values and values[t].shape == a.value.shape]
+        note = (f"{len(same)} ONNX tensor(s) of shape {list(a.value.shape)} leave this module's scope and none holds "
+                "its value" if same else f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope")
     elif scopes.module_of:
         note = (f"{ABSENT}: no node carries this module's scope (pruned as unused or folded into a "
                 "constant) and no tensor with equal values was found")

@@ -148,6 +148,7 @@ def outer_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
 
 _TS_NAME = re.compile(r"^/(.+)/[^/]+$")
 _TS_TENSOR = re.compile(r"^/(.+)/[^/]+_output_\d+$")
+_TS_ROOT = re.compile(r"^/[A-Za-z][A-Za-z0-9]*(_\d+)?$")  # "/Add", "/Concat_1": a node of the root forward
 
 
 def _scope(node: onnx.NodeProto, meta: dict[str, str]) -> tuple[tuple[str, ...] | None, str]:
@@ -170,6 +171,8 @@ def _scope(node: onnx.NodeProto, meta: dict[str, str]) -> tuple[tuple[str, ...] 
     m = m or _TS_NAME.match(node.name or "")
     if m:
         return _ts_parts(m.group(1)), "name"
+    if _TS_ROOT.match(node.name or ""):
+        return (), "name"
     return None, ""
 
 
