@@ -24,24 +24,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import fusion
+from . import fusion, structure
 from .graph import GraphIndex
 from .records import Activation, Capture, MatchMethod, TensorPair
-from .similarity import distance, fits, kind, laid_out, perms
+from .similarity import distance, fits, kind
+from .structure import STRUCTURE_MAX_REL
 
 _CALL_SUFFIX = re.compile(r"^(.*)_(\d+)$")
-STRUCTURE_MAX_REL = 1e-4  # relative L2 distance for a structural pair: float noise only
 WEAK_MAX_REL = 1e-3  # the same for a scope output read by a node of unknown scope
 HALF_MAX_REL = 1e-2  # the same for a float16 / bfloat16 tensor
-#: loose pairs (outputs diverging, no scopes): within this distance, and this many times nearer than the next
-LOOSE_MAX_REL = 0.5
-LOOSE_MARGIN = 2.0
-LOOSE_CANDIDATES = 8  # same-sized tensors after an activation's inputs that a loose pair may take
-#: graph outputs this far (relative L2) from the model's: beyond float32 noise, so a fault lies somewhere
-LOOSE_GATE_REL = 1e-5
-LOOSE_CONFIDENCE = 0.9  # enough to cut there: the segment after a fault is then measured on its own
-
-
 @dataclass(frozen=True)
 class ScopeMap:
     """Module qualname of every node that has one, and the tensors each scope exports."""
@@ -190,15 +181,15 @@ def align_activations(
     _pair_by_scope(acts, graph, scopes, values, pairs)
     fusion.pair_into_producer(acts, scopes, values, pairs, make_pair)
     settle()
-    _pair_by_structure(acts, graph, values, pairs)
+    structure.pair_by_structure(acts, graph, values, pairs)
     settle()
-    reach = _reach(acts, graph, pairs)
-    fusion.pair_scaled(acts, graph, scopes, values, pairs, lambda a: _lower_bound(a, reach))
+    reach = structure.reaches(acts, graph, pairs)
+    fusion.pair_scaled(acts, graph, scopes, values, pairs, lambda a: structure.lower_bound(a, reach))
     fusion.pair_into_consumers(acts, graph, scopes, values, pairs)
     settle()
-    divergence = _output_divergence(capture, graph, values)
-    if not scopes.module_of and divergence > LOOSE_GATE_REL:
-        _pair_loosely(acts, graph, values, pairs, divergence)
+    divergence = structure.output_divergence(capture, graph, values)
+    if not scopes.module_of and divergence > structure.LOOSE_GATE_REL:
+        structure.pair_loosely(acts, graph, values, pairs, divergence)
         fusion.pair_into_consumers(acts, graph, scopes, values, pairs)
         settle()
     return tuple(pairs.get(a.index) or _unmatched(a, scopes, values) for a in acts)
@@ -214,12 +205,7 @@ def _pair_shared(acts, pairs) -> None:
     for a in acts:
         src = by_value.get(id(a.value))
         if a.index not in pairs and src is not None:
-            pairs[a.index] = _shared(a, src)
-
-
-def _shared(a: Activation, src: TensorPair) -> TensorPair:
-    return TensorPair(a, src.tensor, src.node, src.op_type, src.method, src.confidence,
-                      f"returns the tensor of {src.activation.name}", src.perm)
+            pairs[a.index] = structure.shared_pair(a, src)
 
 
 def _pair(a: Activation, graph: GraphIndex, tensor: str, method: MatchMethod, confidence=1.0, note="") -> TensorPair:
@@ -341,191 +327,6 @@ def _pair_identities(acts, graph: GraphIndex, pairs) -> None:
         if source is not None:
             pairs[a.index] = TensorPair(a, source.tensor, source.node, source.op_type, MatchMethod.IDENTITY,
                                         source.confidence, f"returns its input unchanged ({source.activation.name})")
-
-
-def _reach(acts, graph: GraphIndex, pairs) -> dict[int, int]:
-    """The latest graph position among the tensors of each activation and of the
-    activations it consumed, directly or not."""
-    reach: dict[int, int] = {}
-    for a in acts:
-        p = pairs.get(a.index)
-        own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
-        reach[a.index] = max([own] + [reach.get(i, -1) for i in a.inputs])
-    return reach
-
-
-def _lower_bound(a: Activation, reach: dict[int, int]) -> int:
-    """Graph position a tensor holding ``a`` must come after: where its inputs were computed."""
-    return max((reach.get(i, -1) for i in a.inputs), default=-1)
-
-
-def _leaf_tensors(pairs) -> set[str]:
-    """Tensors already holding a leaf module's value (a container's claim does not block a leaf)."""
-    return {p.tensor for p in pairs.values() if p.tensor and p.activation.is_leaf and p.activation.module}
-
-
-def _pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
-    """Same elements (up to a reshape or transpose), after the tensors of earlier
-    activations in graph order, confirmed by value.
-
-    A permutation-invariant signature (size, sum, sum of squares) filters the
-    candidates, so only tensors that can hold the same numbers are compared.
-    """
-    taken = _leaf_tensors(pairs)
-    ordered = sorted((t for t in values if t in graph.producer), key=graph.order_of)  # ties: the earliest copy
-    signatures = {t: _signature(values[t]) for t in ordered}
-    by_value = {id(p.activation.value): p for p in pairs.values() if p.tensor is not None}
-    # ``reach[i]``: the latest graph position among the tensors of activation i and of
-    # the activations it consumed, directly or not.  A structural match must come
-    # after what its own inputs came from, not after unrelated branches that the
-    # ONNX graph happens to schedule later.
-    reach: dict[int, int] = {}
-    for a in acts:
-        if a.index not in pairs and id(a.value) in by_value:
-            pairs[a.index] = _shared(a, by_value[id(a.value)])  # a container returning its child's tensor
-        elif a.index not in pairs and a.value.size:
-            lo = _lower_bound(a, reach)
-            sig = _signature(a.value)
-            leaf = a.is_leaf and bool(a.module)
-            candidates = [t for t in ordered if (a.passthrough or not leaf or t not in taken) and graph.order_of(t) > lo
-                          and kind(values[t]) == kind(a.value) and _same_signature(signatures[t], sig)]
-            found = _best_layout(a.value, candidates, values)
-            if found is not None:
-                tensor, perm, rel = found
-                # Position alone proves nothing: a structural pair must agree in value,
-                # or a wrongly paired tensor would show up as a divergence.
-                layout = "" if perm is None else f", transposed {list(perm)}"
-                pairs[a.index] = TensorPair(
-                    a, tensor, graph.node_of(tensor).name, graph.node_of(tensor).op_type, MatchMethod.STRUCTURE,
-                    round(1.0 - rel, 6), f"same values (rel. L2 {rel:.1e}{layout})", perm)
-                if leaf:
-                    taken.add(tensor)
-                by_value.setdefault(id(a.value), pairs[a.index])
-        p = pairs.get(a.index)
-        own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
-        reach[a.index] = max([own] + [reach.get(i, -1) for i in a.inputs])
-
-
-def _signature(v: np.ndarray) -> tuple[int, float, float] | None:
-    if v.dtype.kind not in "fiub" or v.size == 0:
-        return None
-    x = v.astype(np.float64, copy=False)
-    if not np.isfinite(x).all():
-        return None
-    return v.size, float(x.sum()), float(np.square(x).sum())
-
-
-def _same_signature(s, ref) -> bool:
-    if s is None or ref is None:
-        return s is ref
-    size, total, squares = ref
-    if s[0] != size:
-        return False
-    scale = max(squares, 1e-30) ** 0.5 * size ** 0.5
-    return abs(s[1] - total) <= 1e-3 * scale and abs(s[2] - squares) <= 1e-3 * max(squares, 1e-30)
-
-
-def _best_layout(ref: np.ndarray, candidates: list[str], values, max_rel: float = STRUCTURE_MAX_REL
-                 ) -> tuple[str, tuple[int, ...] | None, float] | None:
-    """The candidate (and axis permutation of ``ref``) holding the same values."""
-    best = None
-    for t in candidates:
-        found = _layout(ref, values[t])
-        if found is not None and found[1] <= max_rel and (best is None or found[1] < best[2]):
-            best = (t, *found)
-    return best
-
-
-def _layout(ref: np.ndarray, v: np.ndarray) -> tuple[tuple[int, ...] | None, float] | None:
-    """The axis permutation of ``ref`` closest to ``v`` (first within float noise), and its distance."""
-    if v.size != ref.size:
-        return None
-    best = None
-    for perm in perms(ref, v):
-        r = laid_out(ref, perm)
-        rel = distance(v.reshape(r.shape), r)
-        if best is None or rel < best[1]:
-            best = (perm, rel)
-        if rel <= STRUCTURE_MAX_REL:
-            break
-    return best
-
-
-def _output_divergence(capture: Capture, graph: GraphIndex, values) -> float:
-    """The largest relative L2 distance between a graph output and the model's output."""
-    worst = 0.0
-    for name, ref in zip(graph.graph_outputs, capture.outputs):
-        v = values.get(name)
-        if v is not None and v.size == ref.size and kind(v) == "f" == kind(ref):
-            worst = max(worst, distance(v.reshape(ref.shape), ref))
-    return worst
-
-
-def _pair_loosely(acts, graph: GraphIndex, values, pairs, divergence: float) -> None:
-    """Pairs by nearness of value where exact values cannot exist: a graph without scope
-    information whose outputs diverge by ``divergence`` (relative L2).
-
-    Downstream of a fault no tensor equals its activation, so the structural
-    pass leaves the rest of the graph unaligned and the fault would be blamed on
-    the last module.  Here an activation takes the nearest tensor of its layout
-    after its inputs, when that tensor is within ``LOOSE_MAX_REL`` and clearly
-    nearer than the others.  A tensor that feeds one holding its activation's
-    value far more exactly than the outputs hold theirs lies upstream of any
-    fault and is never taken.
-    """
-    exact_rel = min(STRUCTURE_MAX_REL, divergence / 10)
-    exact = {p.tensor for p in pairs.values() if p.method is MatchMethod.STRUCTURE and p.tensor in graph.producer
-             and p.tensor in values and distance(values[p.tensor].reshape(p.reference().shape), p.reference())
-             <= exact_rel}
-    upstream = _ancestors_of(graph, exact)
-    taken = _leaf_tensors(pairs)
-    # a reshape or transpose of a paired tensor holds that pair's numbers, nobody else's
-    held = {_signature(values[t]) for t in taken if t in values}
-    ordered = sorted((t for t in values if t in graph.producer and t not in upstream
-                      and _signature(values[t]) not in held), key=graph.order_of)
-    reach = _reach(acts, graph, pairs)
-    for a in acts:
-        leaf = a.is_leaf and bool(a.module)
-        if a.index in pairs or not leaf or kind(a.value) != "f" or not a.value.size:
-            reach[a.index] = max([reach.get(a.index, -1)] + [reach.get(i, -1) for i in a.inputs])
-            continue
-        lo = _lower_bound(a, reach)
-        near = [t for t in ordered if graph.order_of(t) > lo and t not in taken and values[t].size == a.value.size
-                and kind(values[t]) == "f"][:LOOSE_CANDIDATES]
-        scored = sorted((found[1], graph.order_of(t), t, found[0]) for t in near
-                        if (found := _layout(a.value, values[t])) is not None)
-        if not scored or scored[0][0] > LOOSE_MAX_REL:
-            continue
-        rel, _, tensor, perm = scored[0]
-        # the same numbers reshaped or transposed are one candidate, not a rival
-        rivals = [s for s in scored[1:] if (same := _layout(values[s[2]], values[tensor])) is None
-                  or same[1] > STRUCTURE_MAX_REL]
-        if rivals and rivals[0][0] < LOOSE_MARGIN * rel:
-            continue
-        layout = "" if perm is None else f", transposed {list(perm)}"
-        node = graph.node_of(tensor)
-        pairs[a.index] = TensorPair(a, tensor, node.name, node.op_type, MatchMethod.STRUCTURE, LOOSE_CONFIDENCE,
-                                    f"nearest value after its inputs while the outputs diverge "
-                                    f"(rel. L2 {rel:.1e}{layout})", perm)
-        taken.add(tensor)
-        held.add(_signature(values[tensor]))
-        ordered = [t for t in ordered if t == tensor or _signature(values[t]) not in held]
-        reach[a.index] = max([graph.order_of(tensor)] + [reach.get(i, -1) for i in a.inputs])
-
-
-def _ancestors_of(graph: GraphIndex, tensors: set[str]) -> set[str]:
-    """Every tensor that ``tensors`` are computed from (themselves included)."""
-    seen: set[str] = set()
-    stack = list(tensors)
-    while stack:
-        t = stack.pop()
-        if t in seen:
-            continue
-        seen.add(t)
-        node = graph.node_of(t)
-        if node is not None:
-            stack.extend(i for i in node.inputs if i and i not in seen)
-    return seen
 
 
 ABSENT = "absent from the ONNX graph"

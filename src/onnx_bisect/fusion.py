@@ -22,8 +22,6 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Callable
 
-import numpy as np
-
 from .graph import GraphIndex, NodeInfo
 from .records import Activation, MatchMethod, TensorPair
 from .similarity import distance, fit_scale, fits

@@ -24,6 +24,20 @@ def distance(onnx_value: np.ndarray, ref: np.ndarray) -> float:
     return float(num / den)
 
 
+def nearness(onnx_value: np.ndarray, ref: np.ndarray) -> float:
+    """The smaller of :func:`distance` and the distance between the two directions
+    (``|a/|a| − b/|b||``): a tensor scaled wrong (an epsilon fault rescales every row) is
+    far in value but near in direction."""
+    a = onnx_value.astype(np.float64, copy=False).ravel()
+    b = ref.astype(np.float64, copy=False).ravel()
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return distance(onnx_value, ref)
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    if na == 0 or nb == 0:
+        return distance(onnx_value, ref)
+    return min(float(np.linalg.norm(a - b) / nb), float(np.linalg.norm(a / na - b / nb)))
+
+
 def kind(v: np.ndarray) -> str:
     """Float, bool or integer: tensors of different kinds never hold the same activation."""
     return "f" if v.dtype.kind in "fc" else ("b" if v.dtype.kind == "b" else "i")

@@ -1,0 +1,228 @@
+"""Structural matching for the align stage: the same numbers, wherever the graph computes them.
+
+A PyTorch activation without a scope pair takes the ONNX tensor holding its
+elements (up to a reshape or an axis permutation) after the tensors of its
+inputs in graph order, confirmed by value.  In a graph without scope
+information whose outputs diverge, values downstream of a fault equal nothing,
+so :func:`pair_loosely` pairs by nearness instead (see its docstring).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .graph import GraphIndex
+from .records import Activation, Capture, MatchMethod, TensorPair
+from .similarity import distance, kind, laid_out, nearness, perms
+
+STRUCTURE_MAX_REL = 1e-4  # relative L2 distance for a structural pair: float noise only
+#: loose pairs (outputs diverging, no scopes): within this distance, and this many times nearer than the next
+LOOSE_MAX_REL = 0.5
+LOOSE_MARGIN = 2.0
+LOOSE_CANDIDATES = 8  # same-sized tensors after an activation's inputs that a loose pair may take
+#: graph outputs this far (relative L2) from the model's: beyond float32 noise, so a fault lies somewhere
+LOOSE_GATE_REL = 1e-5
+LOOSE_CONFIDENCE = 0.9  # enough to cut there: the segment after a fault is then measured on its own
+
+
+def shared_pair(a: Activation, src: TensorPair) -> TensorPair:
+    """``src``'s tensor for ``a``, a container returning the tensor ``src``'s module returned."""
+    return TensorPair(a, src.tensor, src.node, src.op_type, src.method, src.confidence,
+                      f"returns the tensor of {src.activation.name}", src.perm)
+
+
+def reaches(acts, graph: GraphIndex, pairs) -> dict[int, int]:
+    """The latest graph position among the tensors of each activation and of the
+    activations it consumed, directly or not."""
+    reach: dict[int, int] = {}
+    for a in acts:
+        p = pairs.get(a.index)
+        own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
+        reach[a.index] = max([own] + [reach.get(i, -1) for i in a.inputs])
+    return reach
+
+
+def lower_bound(a: Activation, reach: dict[int, int]) -> int:
+    """Graph position a tensor holding ``a`` must come after: where its inputs were computed."""
+    return max((reach.get(i, -1) for i in a.inputs), default=-1)
+
+
+def leaf_tensors(pairs) -> set[str]:
+    """Tensors already holding a leaf module's value (a container's claim does not block a leaf)."""
+    return {p.tensor for p in pairs.values() if p.tensor and p.activation.is_leaf and p.activation.module}
+
+
+def pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
+    """Same elements (up to a reshape or transpose), after the tensors of earlier
+    activations in graph order, confirmed by value.
+
+    A permutation-invariant signature (size, sum, sum of squares) filters the
+    candidates, so only tensors that can hold the same numbers are compared.
+    """
+    taken = leaf_tensors(pairs)
+    ordered = sorted((t for t in values if t in graph.producer), key=graph.order_of)  # ties: the earliest copy
+    signatures = {t: _signature(values[t]) for t in ordered}
+    by_value = {id(p.activation.value): p for p in pairs.values() if p.tensor is not None}
+    # ``reach[i]``: the latest graph position among the tensors of activation i and of
+    # the activations it consumed, directly or not.  A structural match must come
+    # after what its own inputs came from, not after unrelated branches that the
+    # ONNX graph happens to schedule later.
+    reach: dict[int, int] = {}
+    for a in acts:
+        if a.index not in pairs and id(a.value) in by_value:
+            pairs[a.index] = shared_pair(a, by_value[id(a.value)])  # a container returning its child's tensor
+        elif a.index not in pairs and a.value.size:
+            lo = lower_bound(a, reach)
+            sig = _signature(a.value)
+            leaf = a.is_leaf and bool(a.module)
+            candidates = [t for t in ordered if (a.passthrough or not leaf or t not in taken) and graph.order_of(t) > lo
+                          and kind(values[t]) == kind(a.value) and _same_signature(signatures[t], sig)]
+            found = _best_layout(a.value, candidates, values)
+            if found is not None:
+                tensor, perm, rel = found
+                # Position alone proves nothing: a structural pair must agree in value,
+                # or a wrongly paired tensor would show up as a divergence.
+                layout = "" if perm is None else f", transposed {list(perm)}"
+                pairs[a.index] = TensorPair(
+                    a, tensor, graph.node_of(tensor).name, graph.node_of(tensor).op_type, MatchMethod.STRUCTURE,
+                    round(1.0 - rel, 6), f"same values (rel. L2 {rel:.1e}{layout})", perm)
+                if leaf:
+                    taken.add(tensor)
+                by_value.setdefault(id(a.value), pairs[a.index])
+        p = pairs.get(a.index)
+        own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
+        reach[a.index] = max([own] + [reach.get(i, -1) for i in a.inputs])
+
+
+def _signature(v: np.ndarray) -> tuple[int, float, float] | None:
+    if v.dtype.kind not in "fiub" or v.size == 0:
+        return None
+    x = v.astype(np.float64, copy=False)
+    if not np.isfinite(x).all():
+        return None
+    return v.size, float(x.sum()), float(np.square(x).sum())
+
+
+def _same_signature(s, ref) -> bool:
+    if s is None or ref is None:
+        return s is ref
+    size, total, squares = ref
+    if s[0] != size:
+        return False
+    scale = max(squares, 1e-30) ** 0.5 * size ** 0.5
+    return abs(s[1] - total) <= 1e-3 * scale and abs(s[2] - squares) <= 1e-3 * max(squares, 1e-30)
+
+
+def _best_layout(ref: np.ndarray, candidates: list[str], values) -> tuple[str, tuple[int, ...] | None, float] | None:
+    """The candidate (and axis permutation of ``ref``) holding the same values."""
+    best = None
+    for t in candidates:
+        found = _layout(ref, values[t])
+        if found is not None and found[1] <= STRUCTURE_MAX_REL and (best is None or found[1] < best[2]):
+            best = (t, *found)
+    return best
+
+
+def _layout(ref: np.ndarray, v: np.ndarray, measure=distance) -> tuple[tuple[int, ...] | None, float] | None:
+    """The axis permutation of ``ref`` closest to ``v`` (first within float noise), and its distance."""
+    if v.size != ref.size:
+        return None
+    best = None
+    for perm in perms(ref, v):
+        r = laid_out(ref, perm)
+        rel = measure(v.reshape(r.shape), r)
+        if best is None or rel < best[1]:
+            best = (perm, rel)
+        if rel <= STRUCTURE_MAX_REL:
+            break
+    return best
+
+
+def output_divergence(capture: Capture, graph: GraphIndex, values) -> float:
+    """The largest relative L2 distance between a graph output and the model's output."""
+    worst = 0.0
+    for name, ref in zip(graph.graph_outputs, capture.outputs):
+        v = values.get(name)
+        if v is not None and v.size == ref.size and kind(v) == "f" == kind(ref):
+            worst = max(worst, distance(v.reshape(ref.shape), ref))
+    return worst
+
+
+def pair_loosely(acts, graph: GraphIndex, values, pairs, divergence: float) -> None:
+    """Pairs by nearness of value where exact values cannot exist: a graph without scope
+    information whose outputs diverge by ``divergence`` (relative L2).
+
+    Downstream of a fault no tensor equals its activation, so the structural
+    pass leaves the rest of the graph unaligned and the fault would be blamed on
+    the last module.  Here an activation takes the nearest tensor of its layout
+    after its inputs, when that tensor is within ``LOOSE_MAX_REL`` (in value or in
+    direction: a wrongly scaled tensor points the same way) and clearly nearer
+    than the others.  Never taken: a tensor feeding one that holds its
+    activation's value far more exactly than the outputs hold theirs (it lies
+    upstream of any fault), a tensor that an earlier call's tensor is computed
+    from (a later call's value cannot be there), and the numbers of a tensor
+    already paired, reshaped.
+    """
+    exact_rel = min(STRUCTURE_MAX_REL, divergence / 10)
+    exact = {p.tensor for p in pairs.values() if p.method is MatchMethod.STRUCTURE and p.tensor in graph.producer
+             and p.tensor in values and distance(values[p.tensor].reshape(p.reference().shape), p.reference())
+             <= exact_rel}
+    upstream = ancestors_of(graph, exact)
+    signatures = {t: _signature(v) for t, v in values.items() if t in graph.producer and t not in upstream}
+    taken = leaf_tensors(pairs)
+    held = {_signature(values[t]) for t in taken if t in values}
+    ordered = sorted(signatures, key=graph.order_of)
+    reach = reaches(acts, graph, pairs)
+    earlier: set[str] = set()  # what earlier calls' tensors are computed from
+    for a in acts:
+        if a.index not in pairs and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size:
+            lo = lower_bound(a, reach)
+            near = [t for t in ordered if graph.order_of(t) > lo and t not in taken and signatures[t] not in held
+                    and values[t].size == a.value.size and kind(values[t]) == "f"
+                    and (a.passthrough or t not in earlier)][:LOOSE_CANDIDATES]
+            found = _nearest(a.value, near, values)
+            if found is not None:
+                tensor, perm, rel = found
+                layout = "" if perm is None else f", transposed {list(perm)}"
+                node = graph.node_of(tensor)
+                pairs[a.index] = TensorPair(a, tensor, node.name, node.op_type, MatchMethod.STRUCTURE,
+                                            LOOSE_CONFIDENCE, f"nearest value after its inputs while the outputs "
+                                            f"diverge (rel. L2 or direction {rel:.1e}{layout})", perm)
+                taken.add(tensor)
+                held.add(signatures[tensor])
+        p = pairs.get(a.index)
+        own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
+        reach[a.index] = max([reach.get(a.index, -1), own] + [reach.get(i, -1) for i in a.inputs])
+        if own >= 0:
+            earlier |= ancestors_of(graph, {p.tensor}, earlier)
+
+
+def _nearest(ref: np.ndarray, near: list[str], values) -> tuple[str, tuple[int, ...] | None, float] | None:
+    """The tensor of ``near`` clearly nearest to ``ref`` (and ``ref``'s layout in it), within ``LOOSE_MAX_REL``."""
+    scored = sorted((found[1], i, found[0]) for i, t in enumerate(near)
+                    if (found := _layout(ref, values[t], nearness)) is not None)
+    if not scored or scored[0][0] > LOOSE_MAX_REL:
+        return None
+    rel, i, perm = scored[0]
+    tensor = near[i]
+    # the same numbers reshaped or transposed are one candidate, not a rival
+    rivals = [r for r, j, _ in scored[1:] if (same := _layout(values[near[j]], values[tensor])) is None
+              or same[1] > STRUCTURE_MAX_REL]
+    if rivals and rivals[0] < LOOSE_MARGIN * rel:
+        return None
+    return tensor, perm, rel
+
+
+def ancestors_of(graph: GraphIndex, tensors: set[str], known: set[str] = frozenset()) -> set[str]:
+    """Every tensor that ``tensors`` are computed from (themselves included); the walk stops at
+    ``known`` tensors, whose ancestors the caller already has."""
+    seen: set[str] = set()
+    stack = list(tensors)
+    while stack:
+        t = stack.pop()
+        if t in seen or t in known:
+            continue
+        seen.add(t)
+        node = graph.node_of(t)
+        if node is not None:
+            stack.extend(i for i in node.inputs if i and i not in seen)
+    return seen
