@@ -181,7 +181,8 @@ def align_activations(
     _pair_by_scope(acts, graph, scopes, values, pairs)
     fusion.pair_into_producer(acts, scopes, values, pairs, make_pair)
     settle()
-    structure.pair_by_structure(acts, graph, values, pairs)
+    signatures = structure.signatures_of(graph, values)
+    structure.pair_by_structure(acts, graph, values, pairs, signatures)
     settle()
     reach = structure.reaches(acts, graph, pairs)
     fusion.pair_scaled(acts, graph, scopes, values, pairs, lambda a: structure.lower_bound(a, reach))
@@ -189,7 +190,7 @@ def align_activations(
     settle()
     divergence = structure.output_divergence(capture, graph, values)
     if not scopes.module_of and divergence > structure.LOOSE_GATE_REL:
-        structure.pair_loosely(acts, graph, values, pairs, divergence)
+        structure.pair_loosely(acts, graph, values, pairs, signatures, divergence)
         fusion.pair_into_consumers(acts, graph, scopes, values, pairs)
         settle()
     return tuple(pairs.get(a.index) or _unmatched(a, scopes, values) for a in acts)

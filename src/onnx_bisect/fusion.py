@@ -30,6 +30,8 @@ from .similarity import distance, fit_scale, fits
 FUSED_MAX_REL = 0.2
 #: residual of a fitted scale: float noise only (the folded weights round differently)
 SCALE_MAX_REL = 1e-4
+#: a scale fitted on a sample of the elements leaving more than this is not worth fitting on all of them
+SCREEN_MAX_REL = 1e-2
 #: a graph output holding the model's output within float noise (float16 included) can host a fused module
 OUTPUT_MAX_REL = 1e-2
 #: a structural pair this confident matched within float noise (a loose pair is less)
@@ -213,9 +215,6 @@ def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, 
     if pair is not None:
         tried.append(pair.tensor)
     tried += [t for t in scopes.boundary.get(a.module, ()) if t in values]
-    # a tensor that a later activation holds exactly: the module's node took in what followed it
-    tried += [t for t, ps in claimed.items() if any(q.activation.index > a.index for q in ps)
-              and graph.order_of(t) > lo]
     nearby = [t for t, v in values.items() if v.size == a.value.size and graph.order_of(t) > lo]
     tried += sorted(nearby, key=graph.order_of)[:SCALE_CANDIDATES]
     for t in dict.fromkeys(tried):
@@ -224,10 +223,10 @@ def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, 
             continue
         later = next((q.activation.name for q in claimed.get(t, ()) if q.activation.index > a.index), "")
         if later:
-            scale = fit_scale(v, a.value, axis)
+            scale = fit_scale(v, a.value, axis, screen=SCREEN_MAX_REL)
             if scale is not None and scale.residual <= SCALE_MAX_REL and not scale.trivial:
                 return t, scale, later
-        scale = fit_scale(v, a.value, None)
+        scale = fit_scale(v, a.value, None, screen=SCREEN_MAX_REL)
         if scale is not None and scale.residual <= SCALE_MAX_REL and not scale.trivial:
             return t, scale, ""
     return None

@@ -14,6 +14,13 @@ import numpy as np
 
 def distance(onnx_value: np.ndarray, ref: np.ndarray) -> float:
     """Relative L2 distance ``|onnx - ref| / |ref|`` over the elements finite on both sides."""
+    fast = _float_pair(onnx_value, ref)
+    if fast is not None:
+        a, b = fast
+        d = a - b
+        num, den = float(np.sqrt(np.dot(d, d))), float(np.sqrt(np.dot(b, b)))
+        if np.isfinite(num) and np.isfinite(den):
+            return num / (den + 1e-12)
     a = onnx_value.astype(np.float64, copy=False).ravel()
     b = ref.astype(np.float64, copy=False).ravel()
     finite = np.isfinite(a) & np.isfinite(b)
@@ -28,14 +35,25 @@ def nearness(onnx_value: np.ndarray, ref: np.ndarray) -> float:
     """The smaller of :func:`distance` and the distance between the two directions
     (``|a/|a| − b/|b||``): a tensor scaled wrong (an epsilon fault rescales every row) is
     far in value but near in direction."""
-    a = onnx_value.astype(np.float64, copy=False).ravel()
-    b = ref.astype(np.float64, copy=False).ravel()
-    if not (np.isfinite(a).all() and np.isfinite(b).all()):
-        return distance(onnx_value, ref)
-    na, nb = np.linalg.norm(a), np.linalg.norm(b)
-    if na == 0 or nb == 0:
-        return distance(onnx_value, ref)
-    return min(float(np.linalg.norm(a - b) / nb), float(np.linalg.norm(a / na - b / nb)))
+    value = distance(onnx_value, ref)
+    fast = _float_pair(onnx_value, ref)
+    if fast is None:
+        return value
+    a, b = fast
+    na, nb, ab = float(np.dot(a, a)), float(np.dot(b, b)), float(np.dot(a, b))
+    if not (np.isfinite(na) and np.isfinite(nb) and np.isfinite(ab)) or na == 0 or nb == 0:
+        return value
+    cosine = ab / np.sqrt(na * nb)
+    return min(value, float(np.sqrt(max(0.0, 2.0 - 2.0 * cosine))))
+
+
+def _float_pair(onnx_value: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Both flattened in one float dtype, at least float32 (a dot product there is exact
+    enough for every threshold the align stage uses, and far cheaper than float64)."""
+    if onnx_value.dtype.kind != "f" or ref.dtype.kind != "f":
+        return None
+    dtype = np.result_type(onnx_value.dtype, ref.dtype, np.float32)
+    return onnx_value.astype(dtype, copy=False).ravel(), ref.astype(dtype, copy=False).ravel()
 
 
 def kind(v: np.ndarray) -> str:
@@ -87,31 +105,36 @@ class Scale:
 MIN_PER_CHANNEL = 4
 
 
-def fit_scale(onnx_value: np.ndarray, ref: np.ndarray, axis: int | None) -> Scale | None:
+def fit_scale(onnx_value: np.ndarray, ref: np.ndarray, axis: int | None, screen: float | None = None
+              ) -> Scale | None:
     """The least-squares factor(s) with ``onnx ≈ factor · ref``, the ONNX tensor in any layout of ``ref``.
 
     ``axis`` is the channel axis of ``ref`` (negative counts from the end), or
     None for a single factor.  Returns the best-fitting layout, or None when
-    the sizes differ, a channel is empty, or no factor is finite.
+    the sizes differ, a channel is empty, or no factor is finite.  With
+    ``screen``, a layout whose fit on a random sample of the elements leaves a
+    residual above ``screen`` is skipped without fitting every element.
     """
-    if onnx_value.size != ref.size or kind(onnx_value) != "f" or kind(ref) != "f" or not ref.size:
+    if onnx_value.size != ref.size or kind(onnx_value) != "f" or kind(ref) != "f" or not ref.size or not ref.ndim:
         return None
     best = None
     for perm in perms(ref, onnx_value):
         r = laid_out(ref, perm)
-        y = onnx_value.reshape(r.shape).astype(np.float64)
+        y = onnx_value.reshape(r.shape)
+        channel = None if axis is None else (axis % ref.ndim if perm is None else perm.index(axis % ref.ndim))
+        if channel is not None and r.size // r.shape[channel] < MIN_PER_CHANNEL:
+            return None
+        if screen is not None and r.size > SCREEN_SAMPLE:
+            # spread over the tensor; a stride prime to the channel count visits every channel
+            sample = np.unravel_index((np.arange(SCREEN_SAMPLE) * (r.size // SCREEN_SAMPLE | 1) + 7) % r.size, r.shape)
+            fitted = _fit(r[sample], y[sample], None if channel is None else sample[channel],
+                          1 if channel is None else r.shape[channel])
+            if fitted is None or fitted[1] > screen:
+                continue
         x = r.astype(np.float64)
-        if axis is None:
-            xs, ys = x.reshape(1, -1), y.reshape(1, -1)
-        else:
-            if ref.ndim == 0:
-                return None
-            ax = axis % ref.ndim
-            moved = ax if perm is None else perm.index(ax)
-            xs = np.moveaxis(x, moved, 0).reshape(ref.shape[ax], -1)
-            ys = np.moveaxis(y, moved, 0).reshape(ref.shape[ax], -1)
-            if xs.shape[1] < MIN_PER_CHANNEL:
-                return None
+        xs = x.reshape(1, -1) if channel is None else np.moveaxis(x, channel, 0).reshape(r.shape[channel], -1)
+        ys = (y.astype(np.float64).reshape(1, -1) if channel is None
+              else np.moveaxis(y.astype(np.float64), channel, 0).reshape(r.shape[channel], -1))
         norms = np.einsum("ij,ij->i", xs, xs)
         if not np.all(norms > 0) or not np.isfinite(ys).all():
             continue
@@ -120,3 +143,18 @@ def fit_scale(onnx_value: np.ndarray, ref: np.ndarray, axis: int | None) -> Scal
         if best is None or residual < best.residual:
             best = Scale(axis, factors, residual, perm)
     return best
+
+
+#: elements a screening fit looks at
+SCREEN_SAMPLE = 2048
+
+
+def _fit(x: np.ndarray, y: np.ndarray, channels: np.ndarray | None, n: int) -> tuple[np.ndarray, float] | None:
+    """Factors and residual of ``y ≈ factor[channel] · x`` over paired samples."""
+    x, y = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
+    if not (np.isfinite(x).all() and np.isfinite(y).all()):
+        return None
+    ch = np.zeros(x.size, np.intp) if channels is None else np.asarray(channels).ravel()
+    sxx = np.bincount(ch, x * x, n)
+    factors = np.divide(np.bincount(ch, x * y, n), sxx, out=np.zeros(n), where=sxx > 0)
+    return factors, float(np.linalg.norm(y - factors[ch] * x) / (np.linalg.norm(y) + 1e-30))

@@ -15,6 +15,9 @@ from .records import Activation, Capture, MatchMethod, TensorPair
 from .similarity import distance, kind, laid_out, nearness, perms
 
 STRUCTURE_MAX_REL = 1e-4  # relative L2 distance for a structural pair: float noise only
+#: a candidate farther than this on a sample of its elements is not compared in full
+SCREEN_MAX_REL = 1e-2
+SCREEN_SAMPLE = 256
 #: loose pairs (outputs diverging, no scopes): within this distance, and this many times nearer than the next
 LOOSE_MAX_REL = 0.5
 LOOSE_MARGIN = 2.0
@@ -51,16 +54,20 @@ def leaf_tensors(pairs) -> set[str]:
     return {p.tensor for p in pairs.values() if p.tensor and p.activation.is_leaf and p.activation.module}
 
 
-def pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
+def signatures_of(graph: GraphIndex, values) -> dict[str, tuple[int, float, float] | None]:
+    """The permutation-invariant signature (size, sum, sum of squares) of every computed tensor."""
+    return {t: _signature(v) for t, v in values.items() if t in graph.producer}
+
+
+def pair_by_structure(acts, graph: GraphIndex, values, pairs, signatures) -> None:
     """Same elements (up to a reshape or transpose), after the tensors of earlier
     activations in graph order, confirmed by value.
 
-    A permutation-invariant signature (size, sum, sum of squares) filters the
-    candidates, so only tensors that can hold the same numbers are compared.
+    The signatures (:func:`signatures_of`) filter the candidates, so only
+    tensors that can hold the same numbers are compared.
     """
     taken = leaf_tensors(pairs)
-    ordered = sorted((t for t in values if t in graph.producer), key=graph.order_of)  # ties: the earliest copy
-    signatures = {t: _signature(values[t]) for t in ordered}
+    ordered = sorted(signatures, key=graph.order_of)  # ties: the earliest copy
     by_value = {id(p.activation.value): p for p in pairs.values() if p.tensor is not None}
     # ``reach[i]``: the latest graph position among the tensors of activation i and of
     # the activations it consumed, directly or not.  A structural match must come
@@ -76,7 +83,7 @@ def pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
             leaf = a.is_leaf and bool(a.module)
             candidates = [t for t in ordered if (a.passthrough or not leaf or t not in taken) and graph.order_of(t) > lo
                           and kind(values[t]) == kind(a.value) and _same_signature(signatures[t], sig)]
-            found = _best_layout(a.value, candidates, values)
+            found = _best_layout(a.value, candidates, values, signatures)
             if found is not None:
                 tensor, perm, rel = found
                 # Position alone proves nothing: a structural pair must agree in value,
@@ -94,12 +101,14 @@ def pair_by_structure(acts, graph: GraphIndex, values, pairs) -> None:
 
 
 def _signature(v: np.ndarray) -> tuple[int, float, float] | None:
+    """Size, sum and sum of squares (float64): equal for any reshape or transpose of the same numbers."""
     if v.dtype.kind not in "fiub" or v.size == 0:
         return None
-    x = v.astype(np.float64, copy=False)
-    if not np.isfinite(x).all():
+    x = v.ravel()
+    total, squares = float(x.sum(dtype=np.float64)), float(np.einsum("i,i->", x, x, dtype=np.float64))
+    if not (np.isfinite(total) and np.isfinite(squares)):
         return None
-    return v.size, float(x.sum()), float(np.square(x).sum())
+    return v.size, total, squares
 
 
 def _same_signature(s, ref) -> bool:
@@ -112,23 +121,45 @@ def _same_signature(s, ref) -> bool:
     return abs(s[1] - total) <= 1e-3 * scale and abs(s[2] - squares) <= 1e-3 * max(squares, 1e-30)
 
 
-def _best_layout(ref: np.ndarray, candidates: list[str], values) -> tuple[str, tuple[int, ...] | None, float] | None:
-    """The candidate (and axis permutation of ``ref``) holding the same values."""
-    best = None
+def _best_layout(ref: np.ndarray, candidates: list[str], values, signatures
+                 ) -> tuple[str, tuple[int, ...] | None, float] | None:
+    """The candidate (and axis permutation of ``ref``) holding the same values; the earliest of equals.
+
+    Once one matches, its copies (reshaped or transposed: the same signature)
+    cannot do better and are not compared again.
+    """
+    best, copies = None, None
     for t in candidates:
-        found = _layout(ref, values[t])
+        if copies is not None and _copy_key(signatures[t]) == copies:
+            continue
+        found = _layout(ref, values[t], screen=SCREEN_MAX_REL)
         if found is not None and found[1] <= STRUCTURE_MAX_REL and (best is None or found[1] < best[2]):
-            best = (t, *found)
+            best, copies = (t, *found), _copy_key(signatures[t])
     return best
 
 
-def _layout(ref: np.ndarray, v: np.ndarray, measure=distance) -> tuple[tuple[int, ...] | None, float] | None:
-    """The axis permutation of ``ref`` closest to ``v`` (first within float noise), and its distance."""
+def _copy_key(sig) -> tuple:
+    """A signature up to the summation order (a transposed copy sums in another order)."""
+    return sig[0], float(f"{sig[1]:.9g}"), float(f"{sig[2]:.9g}")
+
+
+def _layout(ref: np.ndarray, v: np.ndarray, measure=distance, screen: float | None = None
+            ) -> tuple[tuple[int, ...] | None, float] | None:
+    """The axis permutation of ``ref`` closest to ``v`` (first within float noise), and its distance.
+
+    With ``screen``, a layout farther than that on a sample of the elements is
+    not measured on all of them (nor returned).
+    """
     if v.size != ref.size:
         return None
     best = None
     for perm in perms(ref, v):
         r = laid_out(ref, perm)
+        if screen is not None and r.size > SCREEN_SAMPLE * 4:
+            sample = np.unravel_index((np.arange(SCREEN_SAMPLE) * (r.size // SCREEN_SAMPLE | 1) + 7) % r.size,
+                                      r.shape)
+            if measure(v.reshape(r.shape)[sample], r[sample]) > screen:
+                continue
         rel = measure(v.reshape(r.shape), r)
         if best is None or rel < best[1]:
             best = (perm, rel)
@@ -147,7 +178,7 @@ def output_divergence(capture: Capture, graph: GraphIndex, values) -> float:
     return worst
 
 
-def pair_loosely(acts, graph: GraphIndex, values, pairs, divergence: float) -> None:
+def pair_loosely(acts, graph: GraphIndex, values, pairs, signatures, divergence: float) -> None:
     """Pairs by nearness of value where exact values cannot exist: a graph without scope
     information whose outputs diverge by ``divergence`` (relative L2).
 
@@ -167,16 +198,16 @@ def pair_loosely(acts, graph: GraphIndex, values, pairs, divergence: float) -> N
              and p.tensor in values and distance(values[p.tensor].reshape(p.reference().shape), p.reference())
              <= exact_rel}
     upstream = ancestors_of(graph, exact)
-    signatures = {t: _signature(v) for t, v in values.items() if t in graph.producer and t not in upstream}
+    keys = {t: _copy_key(sig) for t, sig in signatures.items() if t not in upstream and sig is not None}
     taken = leaf_tensors(pairs)
-    held = {_signature(values[t]) for t in taken if t in values}
-    ordered = sorted(signatures, key=graph.order_of)
+    held = {_copy_key(signatures[t]) for t in taken if signatures.get(t) is not None}
+    ordered = sorted(keys, key=graph.order_of)
     reach = reaches(acts, graph, pairs)
     earlier: set[str] = set()  # what earlier calls' tensors are computed from
     for a in acts:
         if a.index not in pairs and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size:
             lo = lower_bound(a, reach)
-            near = [t for t in ordered if graph.order_of(t) > lo and t not in taken and signatures[t] not in held
+            near = [t for t in ordered if graph.order_of(t) > lo and t not in taken and keys[t] not in held
                     and values[t].size == a.value.size and kind(values[t]) == "f"
                     and (a.passthrough or t not in earlier)][:LOOSE_CANDIDATES]
             found = _nearest(a.value, near, values)
@@ -188,7 +219,7 @@ def pair_loosely(acts, graph: GraphIndex, values, pairs, divergence: float) -> N
                                             LOOSE_CONFIDENCE, f"nearest value after its inputs while the outputs "
                                             f"diverge (rel. L2 or direction {rel:.1e}{layout})", perm)
                 taken.add(tensor)
-                held.add(signatures[tensor])
+                held.add(keys[tensor])
         p = pairs.get(a.index)
         own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
         reach[a.index] = max([reach.get(a.index, -1), own] + [reach.get(i, -1) for i in a.inputs])
