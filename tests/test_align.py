@@ -290,3 +290,21 @@ def test_a_transposed_scope_tensor_is_not_taken_for_a_reshape_on_the_name_alone(
     merged = _align(_acts(("gru", "GRU", seq_first.reshape(1, 24, 4), (), True), ("", "Model", -seq_first, (0,), False)),
                     index, values)
     assert merged["gru"].tensor == "/gru/Squeeze_output_0" and merged["gru"].method is MatchMethod.SCOPE_NAME
+
+
+def test_an_activation_folded_into_a_constant_is_absent_with_the_constant_named():
+    """onnxslim folds position embeddings (which do not depend on the inputs) into an initializer."""
+    x = RNG.standard_normal((1, 6, 8)).astype(np.float32)
+    pos = RNG.standard_normal((1, 6, 8)).astype(np.float32)
+    index = _graph([helper.make_node("Add", ["x", "folded"], ["y"], name="node_add")], ["x"], ["y"],
+                   [("folded", pos)])
+    acts = _acts(("pos", "Embedding", pos.copy(), (), True), ("", "Model", x + pos, (0,), False))
+    capture = Capture(activations=acts, outputs=(x + pos,), output_names=())
+    scopes = align.map_scopes(capture, index)
+    assert "folded" in align.candidate_tensors(capture, index, scopes)
+    pairs = _align(acts, index, {"y": x + pos, "folded": pos}, outputs=[x + pos])
+    assert pairs["pos"].tensor is None and pairs["pos"].note.startswith(align.ABSENT)
+    assert "the constant folded" in pairs["pos"].note
+    leftover = _align(_acts(("pos", "Embedding", pos * 2, (), True), ("", "Model", x + pos, (0,), False)), index,
+                      {"y": x + pos, "folded": pos}, outputs=[x + pos])
+    assert not leftover["pos"].note.startswith(align.ABSENT), "a constant with other values proves nothing"

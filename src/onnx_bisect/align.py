@@ -23,6 +23,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 
 from . import fusion, structure
 from .graph import GraphIndex
@@ -152,7 +153,14 @@ def candidate_tensors(capture: Capture, graph: GraphIndex, scopes: ScopeMap) -> 
             for t in node.outputs:
                 if t and _may_have_shape(graph.shapes.get(t), sizes):
                     names[t] = None
-    return [n for n in names if n not in graph.initializers and n not in graph.graph_inputs]
+    found = [n for n in names if n not in graph.initializers and n not in graph.graph_inputs]
+    # an activation that does not depend on the inputs (position embeddings) may be folded into a constant
+    return found + sorted(t for t in graph.initializers if graph.elem_types.get(t) in FLOAT_TYPES
+                          and t in graph.shapes and _may_have_shape(graph.shapes[t], sizes))
+
+
+FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                         onnx.TensorProto.BFLOAT16})
 
 
 def _may_have_shape(static: tuple | None, sizes: set[int]) -> bool:
@@ -193,7 +201,23 @@ def align_activations(
         structure.pair_loosely(acts, graph, values, pairs, signatures, divergence)
         fusion.pair_into_consumers(acts, graph, scopes, values, pairs)
         settle()
+    _mark_folded_constants(acts, graph, values, pairs)
     return tuple(pairs.get(a.index) or _unmatched(a, scopes, values) for a in acts)
+
+
+def _mark_folded_constants(acts, graph: GraphIndex, values, pairs) -> None:
+    """Unaligned leaves whose value is an initializer: computed once and folded into a constant
+    (position embeddings of a fixed length), so nothing in the graph computes them."""
+    constants = [t for t in values if t in graph.initializers]
+    for a in acts:
+        if a.index in pairs or not (a.is_leaf and a.module) or kind(a.value) != "f":
+            continue
+        for t in constants:
+            found = structure.layout_of(a.value, values[t])
+            if found is not None and found[1] <= STRUCTURE_MAX_REL:
+                pairs[a.index] = TensorPair(a, None, None, None, MatchMethod.NONE, 0.0,
+                                            f"{ABSENT}: its value is the constant {t} (folded when the file was made)")
+                break
 
 
 def _pair_shared(acts, pairs) -> None:

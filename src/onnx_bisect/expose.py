@@ -22,8 +22,8 @@ def expose_tensors(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelPr
     have = {t.name for t in graph.outputs}
     for name in names:
         t = tensors.get(name)
-        if t is None or name in have or isinstance(t, gs.Constant):
-            continue
+        if t is None or name in have:
+            continue  # an initializer is exposed as is: ONNX Runtime returns it like any output
         graph.outputs.append(t)
         have.add(name)
     return _export(graph, model)

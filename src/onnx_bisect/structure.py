@@ -132,7 +132,7 @@ def _best_layout(ref: np.ndarray, candidates: list[str], values, signatures
     for t in candidates:
         if copies is not None and _copy_key(signatures[t]) == copies:
             continue
-        found = _layout(ref, values[t], screen=SCREEN_MAX_REL)
+        found = layout_of(ref, values[t], screen=SCREEN_MAX_REL)
         if found is not None and found[1] <= STRUCTURE_MAX_REL and (best is None or found[1] < best[2]):
             best, copies = (t, *found), _copy_key(signatures[t])
     return best
@@ -143,8 +143,8 @@ def _copy_key(sig) -> tuple:
     return sig[0], float(f"{sig[1]:.9g}"), float(f"{sig[2]:.9g}")
 
 
-def _layout(ref: np.ndarray, v: np.ndarray, measure=distance, screen: float | None = None
-            ) -> tuple[tuple[int, ...] | None, float] | None:
+def layout_of(ref: np.ndarray, v: np.ndarray, measure=distance, screen: float | None = None
+              ) -> tuple[tuple[int, ...] | None, float] | None:
     """The axis permutation of ``ref`` closest to ``v`` (first within float noise), and its distance.
 
     With ``screen``, a layout farther than that on a sample of the elements is
@@ -230,13 +230,13 @@ def pair_loosely(acts, graph: GraphIndex, values, pairs, signatures, divergence:
 def _nearest(ref: np.ndarray, near: list[str], values) -> tuple[str, tuple[int, ...] | None, float] | None:
     """The tensor of ``near`` clearly nearest to ``ref`` (and ``ref``'s layout in it), within ``LOOSE_MAX_REL``."""
     scored = sorted((found[1], i, found[0]) for i, t in enumerate(near)
-                    if (found := _layout(ref, values[t], nearness)) is not None)
+                    if (found := layout_of(ref, values[t], nearness)) is not None)
     if not scored or scored[0][0] > LOOSE_MAX_REL:
         return None
     rel, i, perm = scored[0]
     tensor = near[i]
     # the same numbers reshaped or transposed are one candidate, not a rival
-    rivals = [r for r, j, _ in scored[1:] if (same := _layout(values[near[j]], values[tensor])) is None
+    rivals = [r for r, j, _ in scored[1:] if (same := layout_of(values[near[j]], values[tensor])) is None
               or same[1] > STRUCTURE_MAX_REL]
     if rivals and rivals[0] < LOOSE_MARGIN * rel:
         return None
