@@ -308,3 +308,23 @@ def test_an_activation_folded_into_a_constant_is_absent_with_the_constant_named(
     leftover = _align(_acts(("pos", "Embedding", pos * 2, (), True), ("", "Model", x + pos, (0,), False)), index,
                       {"y": x + pos, "folded": pos}, outputs=[x + pos])
     assert not leftover["pos"].note.startswith(align.ABSENT), "a constant with other values proves nothing"
+
+
+def test_an_output_nothing_reads_still_pairs_with_its_module():
+    """A GRU's final state when the model uses only the sequence: the graph computes it (an RNN
+    node's second output) but no node reads it, so it leaves the module's scope nowhere."""
+    x = RNG.standard_normal((2, 8)).astype(np.float32)
+    index = _graph([helper.make_node("Split", ["x"], ["/gru/Split_output_0", "/gru/Split_output_1"], name="/gru/Split",
+                                     axis=0, num_outputs=2),
+                    helper.make_node("Neg", ["/gru/Split_output_0"], ["/head/Neg_output_0"], name="/head/Neg")],
+                   ["x"], ["/head/Neg_output_0"])
+    seq, state = x[:1], x[1:]
+    values = {"/gru/Split_output_0": seq, "/gru/Split_output_1": state, "/head/Neg_output_0": -seq}
+    acts = tuple(Activation(index=i, module=m, module_type=t, call=0, path=path, value=v, inputs=ins)
+                 for i, (m, t, path, v, ins) in enumerate([("gru", "GRU", "[0]", seq.copy(), ()),
+                                                           ("gru", "GRU", "[1]", state.copy(), ()),
+                                                           ("head", "Neg", "", -seq, (0,))]))
+    capture = Capture(activations=acts, outputs=(-seq,), output_names=())
+    pairs = align.align_activations(capture, index, align.map_scopes(capture, index), values)
+    assert [p.tensor for p in pairs[:2]] == ["/gru/Split_output_0", "/gru/Split_output_1"]
+    assert pairs[1].method is MatchMethod.SCOPE_NAME

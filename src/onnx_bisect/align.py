@@ -68,6 +68,11 @@ def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
             if not t:
                 continue
             consumer_scopes = [module_of.get(i) for i in _effective_consumers(graph, t, module_of)]
+            if not graph.consumers.get(t) and t not in outputs:
+                # nothing reads it (an RNN's final state when the model uses only the sequence):
+                # still what the module computes, for the module itself
+                boundary[q].append(t)
+                continue
             if None in consumer_scopes:
                 weak.add(t)
             for s in _ancestors(q):
