@@ -328,3 +328,25 @@ def test_an_output_nothing_reads_still_pairs_with_its_module():
     pairs = align.align_activations(capture, index, align.map_scopes(capture, index), values)
     assert [p.tensor for p in pairs[:2]] == ["/gru/Split_output_0", "/gru/Split_output_1"]
     assert pairs[1].method is MatchMethod.SCOPE_NAME
+
+
+@pytest.mark.parametrize("quantized", [True, False])
+def test_a_scope_output_read_through_quantize_dequantize_is_judged_with_quantization_noise(quantized):
+    """A QDQ file: the quantizer's nodes and the Split after them carry no scope, so the Linear's
+    output is read by nodes of unknown scope and must agree in value: within quantization noise
+    when it is quantized on its way, within float noise otherwise."""
+    x = RNG.standard_normal((4, 8)).astype(np.float32)
+    w = RNG.standard_normal((8, 8)).astype(np.float32)
+    h = x @ w
+    out = "/fc/Gemm_output_0"
+    nodes = [helper.make_node("Gemm", ["x", "w"], [out], name="/fc/Gemm")]
+    if quantized:
+        nodes += [helper.make_node("QuantizeLinear", [out, "s"], ["q"], name="q"),
+                  helper.make_node("DequantizeLinear", ["q", "s"], ["dq"], name="dq")]
+    nodes.append(helper.make_node("Relu", ["dq" if quantized else out], ["y"], name="relu_fused"))
+    index = _graph(nodes, ["x"], ["y"], [("w", w), ("s", np.array(0.05, np.float32))])
+    noisy = h * (1 + 0.03 * np.random.default_rng(2).standard_normal(h.shape)).astype(np.float32)
+    values = {out: h, "y": np.maximum(h, 0)}
+    pairs = _align(_acts(("fc", "Linear", noisy, (), True), ("", "Model", np.maximum(noisy, 0), (0,), False)),
+                   index, values)
+    assert (pairs["fc"].tensor == out) is quantized

@@ -34,6 +34,7 @@ from .structure import STRUCTURE_MAX_REL
 _CALL_SUFFIX = re.compile(r"^(.*)_(\d+)$")
 WEAK_MAX_REL = 1e-3  # the same for a scope output read by a node of unknown scope
 HALF_MAX_REL = 1e-2  # the same for a float16 / bfloat16 tensor
+QUANTIZED_MAX_REL = 0.1  # the same for a tensor quantized to 8 bits on its way
 @dataclass(frozen=True)
 class ScopeMap:
     """Module qualname of every node that has one, and the tensors each scope exports."""
@@ -263,7 +264,8 @@ def _pair_by_scope(acts, graph, scopes: ScopeMap, values, pairs) -> None:
         if any(t in scopes.weak for t in tensors):
             refs = [a.value for a in group]
             tensors = [t for t in tensors if t not in scopes.weak
-                       or any(fits(values[t], r) and distance(values[t], r) <= WEAK_MAX_REL for r in refs)]
+                       or any(fits(values[t], r) and distance(values[t], r) <= _weak_agreement(graph, t, values[t])
+                              for r in refs)]
             if not tensors:
                 continue
         method = _scope_method(graph, tensors[0])
@@ -316,6 +318,17 @@ def _merged_axes(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
         if size != d:
             return False
     return i == len(long_)
+
+
+def _weak_agreement(graph: GraphIndex, tensor: str, v: np.ndarray) -> float:
+    """How far a scope output read by a node of unknown scope may be from its activation and still be
+    its value: float noise, or quantization noise when it is quantized before use or computed from
+    dequantized inputs (a QDQ file; the quantizer's nodes carry no scope)."""
+    node = graph.node_of(tensor)
+    quantized = any(graph.nodes[i].op_type == "QuantizeLinear" for i in graph.consumers.get(tensor, ())) or (
+        node is not None and any((p := graph.node_of(i)) is not None and p.op_type == "DequantizeLinear"
+                                 for i in node.inputs))
+    return QUANTIZED_MAX_REL if quantized else _agreement(v)
 
 
 def _agreement(v: np.ndarray) -> float:
