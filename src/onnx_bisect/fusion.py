@@ -37,7 +37,7 @@ OUTPUT_MAX_REL = 1e-2
 #: a structural pair this confident matched within float noise (a loose pair is less)
 EXACT_CONFIDENCE = 0.99
 #: how many same-sized tensors after a module's inputs are tried for a single folded scale
-SCALE_CANDIDATES = 16
+SCALE_CANDIDATES = 8
 
 #: ops that can compute (part of) a module of each family, ONNX Runtime's fused contrib ops included
 HOST_OPS: dict[str, frozenset[str]] = {

@@ -22,6 +22,7 @@ SCREEN_SAMPLE = 256
 LOOSE_MAX_REL = 0.5
 LOOSE_MARGIN = 2.0
 LOOSE_CANDIDATES = 8  # same-sized tensors after an activation's inputs that a loose pair may take
+LOOSE_FINALISTS = 3  # of them, those nearest on a sample, measured in full
 #: graph outputs this far (relative L2) from the model's: beyond float32 noise, so a fault lies somewhere
 LOOSE_GATE_REL = 1e-5
 LOOSE_CONFIDENCE = 0.9  # enough to cut there: the segment after a fault is then measured on its own
@@ -67,7 +68,7 @@ def pair_by_structure(acts, graph: GraphIndex, values, pairs, signatures) -> Non
     tensors that can hold the same numbers are compared.
     """
     taken = leaf_tensors(pairs)
-    ordered = sorted(signatures, key=graph.order_of)  # ties: the earliest copy
+    buckets = _buckets(graph, values, signatures)
     by_value = {id(p.activation.value): p for p in pairs.values() if p.tensor is not None}
     # ``reach[i]``: the latest graph position among the tensors of activation i and of
     # the activations it consumed, directly or not.  A structural match must come
@@ -81,8 +82,8 @@ def pair_by_structure(acts, graph: GraphIndex, values, pairs, signatures) -> Non
             lo = lower_bound(a, reach)
             sig = _signature(a.value)
             leaf = a.is_leaf and bool(a.module)
-            candidates = [t for t in ordered if (a.passthrough or not leaf or t not in taken) and graph.order_of(t) > lo
-                          and kind(values[t]) == kind(a.value) and _same_signature(signatures[t], sig)]
+            candidates = [t for t in _same_numbers(buckets, a.value.size, sig, lo)
+                          if (a.passthrough or not leaf or t not in taken) and kind(values[t]) == kind(a.value)]
             found = _best_layout(a.value, candidates, values, signatures)
             if found is not None:
                 tensor, perm, rel = found
@@ -111,14 +112,28 @@ def _signature(v: np.ndarray) -> tuple[int, float, float] | None:
     return v.size, total, squares
 
 
-def _same_signature(s, ref) -> bool:
-    if s is None or ref is None:
-        return s is ref
-    size, total, squares = ref
-    if s[0] != size:
-        return False
-    scale = max(squares, 1e-30) ** 0.5 * size ** 0.5
-    return abs(s[1] - total) <= 1e-3 * scale and abs(s[2] - squares) <= 1e-3 * max(squares, 1e-30)
+def _buckets(graph: GraphIndex, values, signatures) -> dict:
+    """Tensors by (size, finite), in graph order, with their positions, sums and sums of squares as arrays."""
+    grouped: dict[tuple[int, bool], list[str]] = {}
+    for t in sorted(signatures, key=graph.order_of):  # ties: the earliest copy
+        grouped.setdefault((values[t].size, signatures[t] is not None), []).append(t)
+    return {key: (names, np.array([graph.order_of(t) for t in names]),
+                  np.array([signatures[t][1] if key[1] else 0.0 for t in names]),
+                  np.array([signatures[t][2] if key[1] else 0.0 for t in names])) for key, names in grouped.items()}
+
+
+def _same_numbers(buckets, size: int, sig, lo: int) -> list[str]:
+    """Tensors after position ``lo`` whose signature matches ``sig`` (sums within 1e-3 of their scale)."""
+    found = buckets.get((size, sig is not None))
+    if found is None:
+        return []
+    names, order, totals, squares = found
+    keep = order > lo
+    if sig is not None:
+        _, total, square = sig
+        scale = max(square, 1e-30) ** 0.5 * size ** 0.5
+        keep &= (np.abs(totals - total) <= 1e-3 * scale) & (np.abs(squares - square) <= 1e-3 * max(square, 1e-30))
+    return [names[i] for i in np.flatnonzero(keep)]
 
 
 def _best_layout(ref: np.ndarray, candidates: list[str], values, signatures
@@ -143,22 +158,27 @@ def _copy_key(sig) -> tuple:
     return sig[0], float(f"{sig[1]:.9g}"), float(f"{sig[2]:.9g}")
 
 
-def layout_of(ref: np.ndarray, v: np.ndarray, measure=distance, screen: float | None = None
-              ) -> tuple[tuple[int, ...] | None, float] | None:
+def layout_of(ref: np.ndarray, v: np.ndarray, measure=distance, screen: float | None = None,
+              sampled: bool = False) -> tuple[tuple[int, ...] | None, float] | None:
     """The axis permutation of ``ref`` closest to ``v`` (first within float noise), and its distance.
 
     With ``screen``, a layout farther than that on a sample of the elements is
-    not measured on all of them (nor returned).
+    not measured on all of them (nor returned); with ``sampled``, the distance
+    is the sample's only (a cheap ranking).
     """
     if v.size != ref.size:
         return None
     best = None
     for perm in perms(ref, v):
         r = laid_out(ref, perm)
-        if screen is not None and r.size > SCREEN_SAMPLE * 4:
+        if (screen is not None or sampled) and r.size > SCREEN_SAMPLE * 4:
             sample = np.unravel_index((np.arange(SCREEN_SAMPLE) * (r.size // SCREEN_SAMPLE | 1) + 7) % r.size,
                                       r.shape)
-            if measure(v.reshape(r.shape)[sample], r[sample]) > screen:
+            rel = measure(v.reshape(r.shape)[sample], r[sample])
+            if sampled:
+                best = (perm, rel) if best is None or rel < best[1] else best
+                continue
+            if rel > screen:
                 continue
         rel = measure(v.reshape(r.shape), r)
         if best is None or rel < best[1]:
@@ -229,6 +249,10 @@ def pair_loosely(acts, graph: GraphIndex, values, pairs, signatures, divergence:
 
 def _nearest(ref: np.ndarray, near: list[str], values) -> tuple[str, tuple[int, ...] | None, float] | None:
     """The tensor of ``near`` clearly nearest to ``ref`` (and ``ref``'s layout in it), within ``LOOSE_MAX_REL``."""
+    if len(near) > LOOSE_FINALISTS:  # rank on a sample of the elements, measure the finalists in full
+        ranked = sorted((found[1], i) for i, t in enumerate(near)
+                        if (found := layout_of(ref, values[t], nearness, sampled=True)) is not None)
+        near = [near[i] for _, i in sorted(ranked)[:LOOSE_FINALISTS]]
     scored = sorted((found[1], i, found[0]) for i, t in enumerate(near)
                     if (found := layout_of(ref, values[t], nearness)) is not None)
     if not scored or scored[0][0] > LOOSE_MAX_REL:
