@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from onnx_bisect.compare import compare_tensors
+from onnx_bisect.compare import check_tensors, compare_tensors
 from onnx_bisect.records import Tolerance
 
 
@@ -95,3 +95,17 @@ def test_float32_path_agrees_with_the_float64_definition(seed):
     edge.flat[5] += np.float32((tol.atol + tol.rtol * abs(float(b.flat[5]))) * 0.999999)
     assert compare_tensors(edge, b, tol).ok == np.allclose(edge.astype(np.float64), b.astype(np.float64),
                                                           atol=tol.atol, rtol=tol.rtol)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_check_keeps_the_verdict_max_abs_and_ratio_of_the_full_comparison(seed):
+    rng = np.random.default_rng(seed)
+    b = rng.normal(size=(4, 33)).astype(np.float32)
+    a = (b + rng.normal(scale=10 ** rng.uniform(-6, -2), size=b.shape)).astype(np.float32)
+    tol = Tolerance(1e-4, 1e-3)
+    light, full = check_tensors(a, b, tol), compare_tensors(a, b, tol)
+    assert (light.ok, light.max_abs, light.shape) == (full.ok, full.max_abs, full.shape)
+    assert light.tol_ratio == pytest.approx(full.tol_ratio, rel=1e-6)
+    assert np.isnan(light.cosine) and np.isnan(light.max_rel), "not measured, so not reported as a number"
+    half = check_tensors(a.astype(np.float16), b, tol)
+    assert half.ulps is not None, "float16 verdicts need the rounding steps: the full comparison runs"

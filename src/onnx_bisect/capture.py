@@ -36,6 +36,18 @@ def capture_activations(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
     )
 
 
+def capture_outputs(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
+    """Run ``model`` once in eval mode under ``no_grad`` without hooks: its outputs only, no activations
+    (enough to tell whether a configuration agrees; :func:`capture_activations` when it does not)."""
+    model.eval()
+    args, kwargs = _copy_inputs(inputs)
+    with torch.no_grad():
+        output = model(*args, **kwargs)
+    flat = list(flatten_outputs(output))
+    return Capture(activations=(), outputs=tuple(to_numpy(t) for _, t in flat),
+                   output_names=tuple(path for path, _ in flat))
+
+
 def _record(model: torch.nn.Module, inputs: ModelInputs, copy: frozenset[int] | None) -> "_Recorder":
     """One hooked forward; ``copy`` names the activation indices to copy at return time (None: all)."""
     recorder = _Recorder(model, copy)

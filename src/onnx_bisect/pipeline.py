@@ -233,7 +233,6 @@ class Runner:
         self._sessions: dict[str, Session] = {}
         self._cut_at: tuple[str, ...] | None = None
         self._exposed: tuple[str, ...] = prepared.candidates
-        self._probe_reused = False
 
     def _session(self, role: str, build) -> Session:
         if role not in self._sessions:
@@ -247,20 +246,17 @@ class Runner:
 
     def probe(self, model_feeds, wanted: list[str] | None = None) -> dict[str, np.ndarray]:
         """Every exposed tensor (or just ``wanted`` of them) from the graph exposing them all."""
-        session = self._session("probe", lambda: (expose.expose_tensors(self.prepared.skeleton, self._exposed),
-                                                  not self._probe_reused))
+        session = self._session("probe", lambda: (expose.expose_tensors(self.prepared.skeleton, self._exposed), True))
         return session.run(model_feeds, list(self._exposed) if wanted is None else wanted)
 
     def narrow(self, tensors: list[str]) -> None:
         """From now on the probe exposes only ``tensors`` (once an alignment is known: its paired tensors).
 
         Fewer outputs leave ONNX Runtime more of its fusions and memory reuse, so
-        each further case runs faster and closer to the shipped graph; the
-        session serves many runs, so it is built as one (weights pre-packed).
+        each further case runs faster and closer to the shipped graph.
         """
-        if tuple(tensors) != self._exposed or not self._probe_reused:
+        if tuple(tensors) != self._exposed:
             self._exposed = tuple(tensors)
-            self._probe_reused = True
             self._sessions.pop("probe", None)
 
     def local(self, ref_feeds, references: dict[str, np.ndarray], unfed: tuple[str, ...] = ()) -> dict[str, np.ndarray]:
@@ -285,9 +281,12 @@ class Runner:
         return values
 
 
-def capture_case(loaded: LoadedModel, inputs: ModelInputs) -> Capture:
-    """The PyTorch reference run; a failure is the user's input problem, said in one paragraph."""
+def capture_case(loaded: LoadedModel, inputs: ModelInputs, outputs_only: bool = False) -> Capture:
+    """The PyTorch reference run (every activation, or ``outputs_only``); a failure is the user's input
+    problem, said in one paragraph."""
     try:
+        if outputs_only:
+            return capture.capture_outputs(loaded.module, inputs)
         return capture.capture_activations(loaded.module, inputs)
     except Exception as exc:
         shapes = ", ".join(
@@ -318,8 +317,9 @@ def bisect_case(
     With a ``template`` the alignment of an earlier case is reused (it is a
     property of the model and the graph, not of the inputs: value matching on
     zeros would be meaningless).  ``thorough=False`` skips the local run when
-    the final outputs agree (a verification of many cases needs the local
-    errors only where something diverges).  ``diagnosed`` memoises diagnoses by
+    the final outputs agree, and keeps only each layer's verdict, max abs and
+    tolerance ratio (a verification of many cases needs the rest only where
+    something diverges).  ``diagnosed`` memoises diagnoses by
     (tensor, introduced) across cases of one runtime setting: a dataset whose
     samples all diverge at one node is diagnosed once, on the first of them.
     """
@@ -344,10 +344,11 @@ def bisect_case(
         kept = {q.tensor for q in pairs} | set(p.index.graph_outputs)
         probed = {t: v for t, v in probed.items() if t in kept}  # free the candidates nobody matched
     with progress.step("report", "comparing"):
-        cmp = functools.partial(_compare, tol=tolerance)
-        outputs = _compare_outputs(captured, p.index, final, tolerance)
+        outputs = compare_outputs(captured, p.index, final, tolerance)
         ok = all(o.diff.ok for o in outputs)
         reproduction, reproduction_max_abs = _reproduction(p.index, probed, final, tolerance)
+        # A verification case that agrees keeps three numbers per layer: measure only those.
+        cmp = functools.partial(_compare if thorough or not ok else compare.check_tensors, tol=tolerance)
     # A tensor whose ONNX size differs from PyTorch's (a shape baked into the graph) cannot be fed its reference.
     references = {t: _in_onnx_layout(q.reference(), probed[t]) for t, q in cuts.items()
                   if t in probed and probed[t].size == q.activation.value.size}
@@ -465,7 +466,8 @@ def _compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance):
     return compare.compare_tensors(actual, expected, tol)
 
 
-def _compare_outputs(captured, index, final, tol) -> tuple[OutputResult, ...]:
+def compare_outputs(captured, index, final, tol) -> tuple[OutputResult, ...]:
+    """The unmodified model's outputs against PyTorch's, by position."""
     results = []
     for name, ref in zip(index.graph_outputs, captured.outputs):
         if name in final:

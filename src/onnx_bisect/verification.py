@@ -9,6 +9,7 @@ local run and the diagnosis are paid only where a configuration diverges.
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from dataclasses import dataclass
@@ -218,43 +219,103 @@ def _shapes(inputs: ModelInputs) -> list[tuple[str, tuple[int, ...]]]:
 def _run_cases(prepared: Prepared, plan: Plan, untestable, template: InputCase, captured, tolerance: Tolerance,
                progress: Progress) -> tuple[list[ConfigResult], list[ProviderAgreement]]:
     """Every case under every runtime setting; the template case first (it makes the alignment)."""
-    runners = {rt: Runner(prepared, make_backend(rt)) for rt in plan.runtimes if rt not in plan.unavailable}
-    diagnosed: dict[RuntimeSettings, dict] = defaultdict(dict)
-    pairs = None
+    cases = _CaseRunner(prepared, plan, untestable, tolerance, progress)
     results: list[ConfigResult] = []
     agreements: list[ProviderAgreement] = []
     for case in [template] + [c for c in plan.cases if c is not template]:
-        if case in untestable:
-            results += [_skipped(case, rt, plan, untestable) for rt in plan.runtimes]
-            continue
+        case_results, case_agreements = cases.run(case, captured if case is template else None)
+        results += case_results
+        agreements += case_agreements
+    return results, agreements
+
+
+class _CaseRunner:
+    """Runs one input case under every runtime setting, each setting's sessions kept across cases.
+
+    A case's PyTorch capture and ONNX values live only while its own call
+    runs: the next case, which may be much larger, then reuses that memory
+    instead of growing the process (fresh pages cost as much as the compute).
+    """
+
+    def __init__(self, prepared: Prepared, plan: Plan, untestable, tolerance: Tolerance, progress: Progress):
+        self.prepared, self.plan, self.untestable = prepared, plan, untestable
+        self.tolerance, self.progress = tolerance, progress
+        self.runners = {rt: Runner(prepared, make_backend(rt)) for rt in plan.runtimes if rt not in plan.unavailable}
+        self.diagnosed: dict[RuntimeSettings, dict] = defaultdict(dict)
+        self.pairs: tuple | None = None  # the alignment, made on the first case that runs
+
+    def run(self, case: InputCase, captured=None) -> tuple[list[ConfigResult], list[ProviderAgreement]]:
+        """The case's matrix cells and the runtime settings' agreement on it."""
+        plan = self.plan
+        if case in self.untestable:
+            return [_skipped(case, rt, plan, self.untestable) for rt in plan.runtimes], []
+        if captured is None and self.pairs is not None and case.kind is not CaseKind.DATASET:
+            try:
+                agreed = self.outputs_only(case)
+            except InputError as exc:
+                return [_skipped(case, rt, plan, self.untestable, str(exc)) for rt in plan.runtimes], []
+            if agreed is not None:
+                return agreed
         try:
-            case_capture = captured if case is template else _capture(prepared, case, progress)
+            captured = captured or _capture(self.prepared, case, self.progress)
         except InputError as exc:
-            results += [_skipped(case, rt, plan, untestable, str(exc)) for rt in plan.runtimes]
-            continue
-        runs: dict[RuntimeSettings, CaseRun] = {}
+            return [_skipped(case, rt, plan, self.untestable, str(exc)) for rt in plan.runtimes], []
+        results, runs = [], {}
         for rt in plan.runtimes:
             if rt in plan.unavailable:
-                results.append(_skipped(case, rt, plan, untestable))
+                results.append(_skipped(case, rt, plan, self.untestable))
                 continue
             started = time.perf_counter()
             try:
-                run = pipeline.bisect_case(prepared, runners[rt], case.inputs, case_capture,
-                                           tolerance=tolerance, template=pairs, progress=progress, thorough=False,
-                                           diagnosed=diagnosed[rt] if case.kind is CaseKind.DATASET else None)
+                run = pipeline.bisect_case(
+                    self.prepared, self.runners[rt], case.inputs, captured, tolerance=self.tolerance,
+                    template=self.pairs, progress=self.progress, thorough=False,
+                    diagnosed=self.diagnosed[rt] if case.kind is CaseKind.DATASET else None)
             except BackendError as exc:
                 results.append(ConfigResult(case, rt, ConfigStatus.ERROR, message=str(exc),
                                             seconds=time.perf_counter() - started))
                 continue
-            if pairs is None:
-                pairs = run.pairs
-                for runner in runners.values():
-                    runner.narrow(pipeline.paired_tensors(pairs, prepared.index))
+            if self.pairs is None:
+                self.pairs = run.pairs
+                for runner in self.runners.values():
+                    runner.narrow(pipeline.paired_tensors(self.pairs, self.prepared.index))
             results.append(config_result(case, rt, run, time.perf_counter() - started))
-            if len(runners) > 1:
+            if len(self.runners) > 1:
                 runs[rt] = run
-        agreements += agree(case, runs, tolerance)
-    return results, agreements
+            del run  # before the next runtime's run: its values need the memory
+        return results, agree(case, runs, self.tolerance)
+
+    def outputs_only(self, case: InputCase) -> tuple[list[ConfigResult], list[ProviderAgreement]] | None:
+        """The cells of a case whose final outputs agree everywhere, from a plain forward and the unmodified
+        model alone; None when some runtime setting diverges, fails or disagrees with another (the case then
+        runs in full: activations, instrumented run, localisation).
+
+        Per-layer numbers are kept only for datasets (their per-layer aggregate); elsewhere an agreeing
+        configuration needs nothing but its outputs.
+        """
+        started = time.perf_counter()
+        with self.progress.step("capture", "running PyTorch"):
+            reference = pipeline.capture_case(self.prepared.loaded, case.inputs, outputs_only=True)
+        model_feeds, _ = feeds.make_feeds(case.inputs, self.prepared.skeleton, self.prepared.loaded.forward_params)
+        finals, results = {}, []
+        for rt in self.plan.runtimes:
+            if rt in self.plan.unavailable:
+                results.append(_skipped(case, rt, self.plan, self.untestable))
+                continue
+            try:
+                with self.progress.step("final", "running the unmodified ONNX model"):
+                    finals[rt] = self.runners[rt].final(model_feeds)
+            except BackendError:
+                return None
+            outputs = pipeline.compare_outputs(reference, self.prepared.index, finals[rt], self.tolerance)
+            if not outputs or not all(o.diff.ok for o in outputs):
+                return None
+            results.append(ConfigResult(case, rt, ConfigStatus.OK, outputs=outputs,
+                                        seconds=time.perf_counter() - started))
+        agreements = [agreement for _, _, agreement in _agree_outputs(case, finals, self.tolerance)]
+        if not all(a.ok for a in agreements):
+            return None
+        return results, agreements
 
 
 def _capture(prepared: Prepared, case: InputCase, progress: Progress):
@@ -296,19 +357,27 @@ def agree(case: InputCase, runs: dict[RuntimeSettings, CaseRun], tolerance: Tole
     beyond tolerance names where the two runtimes part.
     """
     out = []
-    settings = list(runs)
+    for a, b, agreement in _agree_outputs(case, {rt: run.final for rt, run in runs.items()}, tolerance):
+        first = None if agreement.ok else (_first_difference(runs[a], runs[b], tolerance)
+                                           or _first_divergence(runs[a], runs[b]))
+        if first is not None:
+            agreement = dataclasses.replace(agreement, first_tensor=first.tensor, first_node=first.node,
+                                            first_module=first.activation.name)
+        out.append(agreement)
+    return out
+
+
+def _agree_outputs(case: InputCase, finals: dict[RuntimeSettings, dict], tolerance: Tolerance):
+    """``[(a, b, agreement)]``: each pair of runtime settings' unmodified outputs compared (``a`` the reference)."""
+    out = []
+    settings = list(finals)
     for i, a in enumerate(settings):
         for b in settings[i + 1:]:
-            ra, rb = runs[a], runs[b]
-            diffs = [compare.compare_tensors(rb.final[name], ref, tolerance)
-                     for name, ref in ra.final.items() if name in rb.final]
-            worst = max((d.max_abs for d in diffs), default=0.0)
-            ok = all(d.ok for d in diffs)
-            first = None if ok else _first_difference(ra, rb, tolerance) or _first_divergence(ra, rb)
-            out.append(ProviderAgreement(
-                case=case.label, a=a.label, b=b.label, max_abs=worst, ok=ok,
-                first_tensor=first.tensor if first else None, first_node=first.node if first else None,
-                first_module=first.activation.name if first else None))
+            diffs = [compare.compare_tensors(finals[b][name], ref, tolerance)
+                     for name, ref in finals[a].items() if name in finals[b]]
+            out.append((a, b, ProviderAgreement(case=case.label, a=a.label, b=b.label,
+                                                max_abs=max((d.max_abs for d in diffs), default=0.0),
+                                                ok=all(d.ok for d in diffs))))
     return out
 
 

@@ -34,16 +34,26 @@ class OnnxRuntimeSession:
         self.output_names = [o.name for o in session.get_outputs()]
 
     def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
-        """Run once; ONNX Runtime failures become a :class:`BackendError` naming what failed."""
+        """Run once; ONNX Runtime failures become a :class:`BackendError` naming what failed.
+
+        Tensor outputs come back as numpy views of ONNX Runtime's own buffers
+        (each keeps its buffer alive): ``InferenceSession.run`` copies every
+        output, which costs more than the run itself when hundreds of
+        intermediate tensors are exposed.
+        """
         names = list(outputs) if outputs is not None else self.output_names
+        inputs = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()
+                  if k in self._inputs}
         try:
-            values = self._session.run(names, {k: v for k, v in feeds.items() if k in self._inputs})
+            values = self._session.run_with_ort_values(names, inputs)
         except Exception as exc:
             raise BackendError(
                 f"ONNX Runtime failed while running the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
                 "Check that the inputs' shapes and dtypes match the model's inputs."
             ) from exc
-        return dict(zip(names, values))
+        if not all(v.is_tensor() for v in values):  # sequences and maps: let ONNX Runtime convert them
+            return dict(zip(names, self._session.run(names, {k: v for k, v in feeds.items() if k in self._inputs})))
+        return {name: value.numpy() for name, value in zip(names, values)}
 
 
 class OnnxRuntimeBackend:
