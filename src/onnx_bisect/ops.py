@@ -22,16 +22,19 @@ from .graph import GraphIndex
 from .records import Activation, Capture, MatchMethod, ModelInputs, TensorPair
 
 
-def capture_ops(program: Any, inputs: ModelInputs, first_index: int) -> tuple[Activation, ...]:
+def capture_ops(program: Any, inputs: ModelInputs, first_index: int,
+                values: frozenset[str] | None = None) -> tuple[Activation, ...]:
     """Run the exported program's graph once and record every op's tensor output, in graph order.
 
     Each op becomes an activation of the module it was traced in (its
     innermost ``nn_module_stack`` entry), typed ``aten.<op>`` and named
-    ``module::fx_name``; ``Activation.op`` holds the FX node name.
+    ``module::fx_name``; ``Activation.op`` holds the FX node name.  With
+    ``values`` (the ONNX graph's value names) only the ops that kept their
+    value are recorded: the others could not be paired anyway.
     """
     module = program.module()
     flat = fx_pytree.tree_flatten_spec((tuple(inputs.args), dict(inputs.kwargs)), module._in_spec)
-    recorder = _OpRecorder(module)
+    recorder = _OpRecorder(module, values)
     with torch.no_grad():
         recorder.run(*flat)
     activations: list[Activation] = []
@@ -50,13 +53,15 @@ def capture_ops(program: Any, inputs: ModelInputs, first_index: int) -> tuple[Ac
 class _OpRecorder(torch.fx.Interpreter):
     """An interpreter that keeps each call_function node's tensor output."""
 
-    def __init__(self, module: torch.fx.GraphModule):
+    def __init__(self, module: torch.fx.GraphModule, values: frozenset[str] | None):
         super().__init__(module)
         self.outputs: list[tuple[torch.fx.Node, torch.Tensor]] = []
+        self.values = values
 
     def run_node(self, node: torch.fx.Node):
         out = super().run_node(node)
-        if node.op == "call_function" and isinstance(out, torch.Tensor) and out.is_floating_point():
+        if node.op == "call_function" and isinstance(out, torch.Tensor) and out.is_floating_point() \
+                and (self.values is None or node.name in self.values):
             self.outputs.append((node, out))
         return out
 

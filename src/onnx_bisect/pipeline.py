@@ -155,7 +155,9 @@ def bisect_loaded(
     exported = obtain_onnx(loaded, inputs, onnx_path, exporter, opset, progress)
     if exported.program is not None:
         with progress.step("capture", "running the exported program op by op"):
-            captured = ops.with_ops(captured, ops.capture_ops(exported.program, inputs, len(captured.activations)))
+            values = frozenset(t for n in exported.proto.graph.node for t in n.output)
+            captured = ops.with_ops(captured, ops.capture_ops(exported.program, inputs, len(captured.activations),
+                                                              values))
     prepared = prepare(loaded, inputs, captured, exported=exported, backend=backend, save_onnx=save_onnx,
                        progress=progress)
     return bisect_case(prepared, Runner(prepared, backend), inputs, captured, tolerance=tolerance,
@@ -220,25 +222,32 @@ class CaseRun:
 
 
 class Runner:
-    """One runtime setting's ONNX Runtime sessions over a prepared model, created once and reused.
+    """One runtime setting's ONNX Runtime sessions over a prepared model.
 
     ``final`` is the unmodified graph with the user's settings (the true
     outputs); ``probe`` exposes the alignment candidates; ``local`` is the graph
-    cut at the aligned tensors, every segment fed PyTorch values.
+    cut at the aligned tensors, every segment fed PyTorch values.  With
+    ``keep`` (many input cases) each session is created once and reused;
+    otherwise each is released after its run, so a single bisection holds one
+    session's memory at a time.
     """
 
-    def __init__(self, prepared: Prepared, backend: Backend):
+    def __init__(self, prepared: Prepared, backend: Backend, keep: bool = False):
         self.prepared = prepared
         self.backend = backend
+        self.keep = keep
         self._sessions: dict[str, Session] = {}
         self._cut_at: tuple[str, ...] | None = None
         self._exposed: tuple[str, ...] = prepared.candidates
 
     def _session(self, role: str, build) -> Session:
-        if role not in self._sessions:
-            model, one_shot = build()
-            self._sessions[role] = self.backend.load(model, self.prepared.weights, one_shot=one_shot)
-        return self._sessions[role]
+        if role in self._sessions:
+            return self._sessions[role]
+        model, one_shot = build()
+        session = self.backend.load(model, self.prepared.weights, one_shot=one_shot)
+        if self.keep:
+            self._sessions[role] = session
+        return session
 
     def final(self, model_feeds) -> dict[str, np.ndarray]:
         """The unmodified model's outputs: the same graph and weight bytes as the user's file and settings."""

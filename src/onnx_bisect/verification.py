@@ -240,7 +240,8 @@ class _CaseRunner:
     def __init__(self, prepared: Prepared, plan: Plan, untestable, tolerance: Tolerance, progress: Progress):
         self.prepared, self.plan, self.untestable = prepared, plan, untestable
         self.tolerance, self.progress = tolerance, progress
-        self.runners = {rt: Runner(prepared, make_backend(rt)) for rt in plan.runtimes if rt not in plan.unavailable}
+        self.runners = {rt: Runner(prepared, make_backend(rt), keep=True) for rt in plan.runtimes
+                        if rt not in plan.unavailable}
         self.diagnosed: dict[RuntimeSettings, dict] = defaultdict(dict)
         self.pairs: tuple | None = None  # the alignment, made on the first case that runs
 
