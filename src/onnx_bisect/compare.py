@@ -76,20 +76,8 @@ def check_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> T
     """
     if actual.shape != expected.shape or not _fast_path(actual, expected) or actual.dtype != np.float32:
         return compare_tensors(actual, expected, tol)
-    b = np.asarray(expected, dtype=np.float32)
-    err = _scratch(0, b.shape)
-    np.subtract(actual, b, out=err)
-    np.abs(err, out=err)
-    work = _scratch(1, b.shape)
-    np.abs(b, out=work)
-    work *= np.float32(tol.rtol)
-    work += np.float32(tol.atol)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        np.divide(err, work, out=work)
-    if tol.atol == 0:
-        np.nan_to_num(work, copy=False, nan=0.0, posinf=np.inf)
-    ratio = float(work.max())
-    if abs(ratio - 1.0) < 1e-5:  # too close to call in float32
+    err, ratio, decided = _error_and_ratio(actual, np.asarray(expected, dtype=np.float32), tol)
+    if not decided:
         return compare_tensors(actual, expected, tol)
     nan = float("nan")
     return TensorDiff(max_abs=float(err.max()), max_rel=nan, mean_abs=nan, cosine=nan, tol_ratio=ratio,
@@ -118,21 +106,11 @@ def _compare_finite32(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) 
     """
     a = np.asarray(actual, dtype=np.float32)
     b = np.asarray(expected, dtype=np.float32)
-    err = _scratch(0, b.shape)
-    np.subtract(a, b, out=err)
-    np.abs(err, out=err)
-    work = _scratch(1, b.shape)
-    np.abs(b, out=work)
-    work *= np.float32(tol.rtol)
-    work += np.float32(tol.atol)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        np.divide(err, work, out=work)  # err / bound: inf where the bound is 0 and err > 0, nan where both are 0
-    if tol.atol == 0:
-        np.nan_to_num(work, copy=False, nan=0.0, posinf=np.inf)
-    max_ratio = float(work.max())
-    if abs(max_ratio - 1.0) < 1e-5:  # too close to call in float32
+    err, max_ratio, decided = _error_and_ratio(a, b, tol)
+    if not decided:  # too close to call in float32: decide in float64
         exact = np.abs(a.astype(np.float64) - b) <= tol.atol + tol.rtol * np.abs(b.astype(np.float64))
         max_ratio = 1.0 if exact.all() else max(max_ratio, 1.0 + 1e-5)
+    work = _scratch(1, b.shape)
     np.abs(b, out=work)
     work[work == 0] = np.inf  # max_rel is over the non-zero reference elements
     np.divide(err, work, out=work)
@@ -167,6 +145,24 @@ def _sum_of_squares(x: np.ndarray) -> float:
     """Σ x² by BLAS (float32, blocked: relative error near 1e-6, which the cosine formula above absorbs)."""
     flat = x.reshape(-1)
     return float(np.dot(flat, flat))
+
+
+def _error_and_ratio(a: np.ndarray, b: np.ndarray, tol: Tolerance) -> tuple[np.ndarray, float, bool]:
+    """``(|a - b| in scratch slot 0, max of |a - b| / (atol + rtol|b|), decided)``; not decided when the
+    ratio lies within float32 rounding of 1, where only float64 can tell pass from fail."""
+    err = _scratch(0, b.shape)
+    np.subtract(a, b, out=err)
+    np.abs(err, out=err)
+    work = _scratch(1, b.shape)
+    np.abs(b, out=work)
+    work *= np.float32(tol.rtol)
+    work += np.float32(tol.atol)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        np.divide(err, work, out=work)  # inf where the bound is 0 and err > 0, nan where both are 0
+    if tol.atol == 0:
+        np.nan_to_num(work, copy=False, nan=0.0, posinf=np.inf)
+    ratio = float(work.max())
+    return err, ratio, abs(ratio - 1.0) >= 1e-5
 
 
 _SCRATCH: list[np.ndarray] = [np.empty(0, np.float32), np.empty(0, np.float32)]

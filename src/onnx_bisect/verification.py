@@ -116,22 +116,19 @@ def verify_loaded(loaded: LoadedModel, sample: ModelInputs, config: Config, *,
     plan = make_plan(sample, specs, dataset, config)
     untestable = _untestable(plan.cases, exported.proto, loaded)
     template = _template(plan.cases, sample, untestable)
-    results: list[ConfigResult] = []
-    agreements: list[ProviderAgreement] = []
-    warnings: list[str] = []
     notes = list(plan.notes) + _untestable_notes(plan.cases, untestable, exporting)
     runnable = [rt for rt in plan.runtimes if rt not in plan.unavailable]
-    prepared = None
+    warnings: tuple[str, ...] = ()
     if template is not None and runnable:
         with progress.step("capture", "running PyTorch with forward hooks"):
             captured = pipeline.capture_case(loaded, template.inputs)
         prepared = pipeline.prepare(loaded, template.inputs, captured, exported=exported,
                                     backend=make_backend(runnable[0]), save_onnx=config.save_onnx, progress=progress)
-        warnings += prepared.warnings
-        outcome = _run_cases(prepared, plan, untestable, template, captured, config.tolerance, progress)
-        results, agreements = outcome
+        warnings = prepared.warnings
+        results, agreements = _run_cases(prepared, plan, untestable, template, captured, config.tolerance, progress)
     else:
         results = [_skipped(case, rt, plan, untestable) for case in plan.cases for rt in plan.runtimes]
+        agreements = []
     order = {case: i for i, case in enumerate(plan.cases)}
     results.sort(key=lambda r: (plan.runtimes.index(r.runtime), order[r.case]))
     return MatrixReport(
