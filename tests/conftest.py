@@ -89,3 +89,14 @@ def make_tiny_model_dir(path: Path) -> Path:
 def tiny_model_dir(tmp_path: Path) -> Path:
     """``tmp_path`` filled by :func:`make_tiny_model_dir`."""
     return make_tiny_model_dir(tmp_path)
+
+
+def plant_module():
+    """``scripts/plant.py``, the reusable fault planters, imported as a module."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "plant.py"
+    spec = importlib.util.spec_from_file_location("plant", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -8,8 +8,6 @@ the weight, located at a segment of a few nodes holding the perturbed node.
 """
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 
@@ -18,6 +16,7 @@ from onnx_bisect.records import Status
 
 import rewrites
 from archs import build
+from conftest import plant_module
 
 #: (architecture, exporter, rewrite); onnxslim drops the dynamo exporter's scope metadata
 CASES = [("mlp", "dynamo", "slim"), ("cnn", "dynamo", "slim"), ("bert", "dynamo", "slim"),
@@ -73,7 +72,7 @@ def test_weight_fault_in_any_layer_is_pinned_to_its_node(rewritten):
 
 def test_layer_norm_epsilon_fault_is_pinned_to_its_node(rewritten):
     model, inputs, proto, kind = rewritten
-    plant = _plant_module()
+    plant = plant_module()
     norms = [n.name for n in proto.graph.node if n.op_type == "LayerNormalization"]
     if not norms:
         pytest.skip("no LayerNormalization node")
@@ -91,9 +90,3 @@ def test_layer_norm_epsilon_fault_is_pinned_to_its_node(rewritten):
     assert planted
 
 
-def _plant_module():
-    path = Path(__file__).resolve().parent.parent / "scripts" / "plant.py"
-    spec = importlib.util.spec_from_file_location("plant", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module

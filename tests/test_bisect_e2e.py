@@ -15,6 +15,7 @@ from onnx_bisect.report import leaf_coverage, render_text
 from onnx_bisect.testing import assert_no_divergence
 
 from archs import build
+from conftest import plant_module
 
 ARCHS = ["mlp", "cnn", "shared", "bert", "vit"]
 EXPORTERS = ["dynamo", "torchscript"]
@@ -120,20 +121,9 @@ def test_assert_no_divergence_helper():
         assert_no_divergence(model, inputs, onnx=bad)
 
 
-def _plant_module():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "scripts" / "plant.py"
-    spec = importlib.util.spec_from_file_location("plant", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_attribute_fault_in_any_norm_or_gelu_is_pinned(exported):
     """Change each LayerNorm epsilon / switch each GELU to tanh in turn: the segment must hold that node."""
-    plant = _plant_module()
+    plant = plant_module()
     model, inputs, proto = exported
     planted = [(n.name, plant.set_attribute(proto, n.name, "epsilon", 0.5)) for n in proto.graph.node
                if n.op_type == "LayerNormalization"]

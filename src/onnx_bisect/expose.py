@@ -10,7 +10,6 @@ from typing import Iterable, Mapping
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-from onnx import helper
 
 REF_SUFFIX = "::reference"
 

@@ -373,11 +373,7 @@ def bisect_case(
         warnings = list(feed_warnings) + list(p.warnings) + _warnings(p.loaded, captured, p.index, reproduction,
                                                                         reproduction_max_abs)
 
-    def local_run(model, store, optimize: bool = True):
-        """Run ``model`` cut at the same tensors, every segment fed PyTorch values."""
-        return runner.backend.run(expose.cut_at_tensors(model, references), ref_feeds, list(references), store,
-                                  one_shot=True, optimize=optimize)
-
+    local_run = _local_run_at(runner, references, ref_feeds)
     first, faithful = None, None
     if not ok:
         layer, introduced = localize.first_divergence(layers)
@@ -464,8 +460,9 @@ def _locate_faithfully(p: Prepared, runner: Runner, pairs, model_feeds, final, c
 
 
 def _local_run_at(runner: Runner, references, ref_feeds):
+    """The diagnosis's re-run: a model cut at ``references``' tensors, each segment fed its reference values."""
     def local_run(model, store, optimize: bool = True):
-        """Run ``model`` cut at the faithful tensors, every segment fed PyTorch values."""
+        """Run ``model`` cut at the same tensors, every segment fed the reference values."""
         return runner.backend.run(expose.cut_at_tensors(model, references), ref_feeds, list(references), store,
                                   one_shot=True, optimize=optimize)
     return local_run
