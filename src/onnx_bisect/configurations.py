@@ -14,7 +14,6 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
-from torch.utils._pytree import tree_map_only
 
 from .errors import InputError, UsageError
 from .records import CaseKind, InputCase, LoadedModel, ModelInputs, RuntimeSettings
@@ -233,9 +232,3 @@ def runtime_settings(providers: Sequence[str], opt_levels: Sequence[str], base_c
                 out.append(RuntimeSettings(provider=name, provider_options=options, opt_level=level,
                                            session_config=config))
     return list(dict.fromkeys(out))
-
-
-def copy_inputs(inputs: ModelInputs) -> ModelInputs:
-    """A deep copy of the tensors (a model that modifies its inputs must not change the next case)."""
-    args, kwargs = tree_map_only(torch.Tensor, torch.Tensor.clone, (tuple(inputs.args), dict(inputs.kwargs)))
-    return ModelInputs(args=args, kwargs=kwargs, names=inputs.names)

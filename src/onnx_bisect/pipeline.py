@@ -32,8 +32,9 @@ from .records import (Capture, Divergence, ErrorOrigin, Exporter, ExportedModel,
 class Config:
     """Everything one run needs to know, independent of the command line.
 
-    The fields after ``ort_opt_level`` ask for a verification over several
-    configurations (see :mod:`onnx_bisect.verification`); ``is_matrix`` tells.
+    Several providers or optimization levels, session-entry variants, axes, a
+    dataset or edge cases ask for a verification over several configurations
+    (see :mod:`onnx_bisect.verification`); ``is_matrix`` tells.
     """
 
     model: str
@@ -41,13 +42,11 @@ class Config:
     onnx: str | None = None
     exporter: Exporter | None = None
     opset: int | None = None
-    provider: str = "CPUExecutionProvider"
     tolerance: Tolerance = field(default_factory=Tolerance)
     save_onnx: str | None = None
     ort_config: tuple[tuple[str, str], ...] = ()  # ONNX Runtime session config entries
-    ort_opt_level: str = "all"
-    providers: tuple[str, ...] = ()  # several: a matrix over providers ("NAME[:key=value,...]")
-    opt_levels: tuple[str, ...] = ()  # several: a matrix over optimization levels
+    providers: tuple[str, ...] = ("CPUExecutionProvider",)  # "NAME[:key=value,...]"; several: a matrix
+    opt_levels: tuple[str, ...] = ("all",)  # ONNX Runtime graph optimization levels; several: a matrix
     ort_variants: tuple[tuple[tuple[str, str], ...], ...] = ()  # extra session-entry sets to compare
     axes: tuple[Any, ...] = ()  # specs.AxisSpec: batch sizes, other dynamic dimensions
     dataset: str | None = None
@@ -65,9 +64,8 @@ class Config:
         """The runtime setting of a single bisection."""
         from .specs import parse_provider
 
-        name, options = parse_provider(self.providers[0] if self.providers else self.provider)
-        level = self.opt_levels[0] if self.opt_levels else self.ort_opt_level
-        return RuntimeSettings(name, options, level, self.ort_config)
+        name, options = parse_provider(self.providers[0])
+        return RuntimeSettings(name, options, self.opt_levels[0], self.ort_config)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ import onnx
 import onnx.numpy_helper
 import torch
 
-from . import align, export, feeds, graph, load, pipeline, weights
+from . import align, export, expose, feeds, graph, load, pipeline, weights
 from .backends import Backend, make_backend
 from .errors import InputError, UsageError
 from .graph import GraphIndex
@@ -151,7 +151,7 @@ def capture_reference(ref: ExportedModel, inputs: ModelInputs, loaded: LoadedMod
     model_feeds, _ = feeds.make_feeds(inputs, skeleton, loaded.forward_params)
     index = graph.index_graph(skeleton)
     wanted = [t for n in index.nodes if n.op_type not in SKIPPED_OPS for t in n.outputs if t]
-    values = backend.run(_expose(skeleton, wanted), model_feeds, None, store, one_shot=True, optimize=False)
+    values = backend.run(expose.expose_tensors(skeleton, wanted), model_feeds, None, store, one_shot=True, optimize=False)
     activations: list[Activation] = []
     made_by: dict[str, int] = {}
     for node in index.nodes:
@@ -177,12 +177,6 @@ def _initializers(model: ExportedModel) -> dict[str, np.ndarray]:
         if init.name not in out and init.data_location != onnx.TensorProto.EXTERNAL:
             out[init.name] = onnx.numpy_helper.to_array(init)
     return out
-
-
-def _expose(skeleton: onnx.ModelProto, tensors: list[str]) -> onnx.ModelProto:
-    from .expose import expose_tensors
-
-    return expose_tensors(skeleton, tensors)
 
 
 def _prepare(loaded: LoadedModel, cand: ExportedModel, inputs: ModelInputs, generated: bool) -> Prepared:

@@ -150,9 +150,8 @@ def make_plan(sample: ModelInputs, specs: Sequence[configurations.AxisSpec], dat
         edge, edge_notes = configurations.edge_cases(sample)
         cases += edge
         notes += edge_notes
-    runtimes = configurations.runtime_settings(
-        config.providers or (config.provider,), config.opt_levels or (config.ort_opt_level,), config.ort_config,
-        config.ort_variants)
+    runtimes = configurations.runtime_settings(config.providers, config.opt_levels, config.ort_config,
+                                               config.ort_variants)
     return Plan(tuple(cases), tuple(runtimes), unavailable_runtimes(runtimes), tuple(notes))
 
 
@@ -176,21 +175,26 @@ def unavailable_runtimes(runtimes: Sequence[RuntimeSettings]) -> dict[RuntimeSet
     return out
 
 
-def _untestable(cases, proto, loaded: LoadedModel) -> dict[InputCase, str]:
-    """Cases whose inputs need a size the graph fixes, with the conflicting dimensions."""
+def _untestable(cases, proto, loaded: LoadedModel) -> dict[InputCase, tuple[tuple[str, int, int, int], ...]]:
+    """Cases whose inputs need a size the graph fixes: ``{case: ((graph input, axis, fixed, needed), ...)}``."""
     out = {}
     for case in cases:
         conflicts = feeds.fixed_dimension_conflicts(case.inputs, proto, loaded.forward_params)
         if conflicts:
-            out[case] = "; ".join(f"'{name}' axis {axis} is fixed to {fixed} (needs {needed})"
-                                  for name, axis, fixed, needed in conflicts)
+            out[case] = tuple(conflicts)
     return out
 
 
-def _untestable_notes(cases, untestable: dict[InputCase, str], exporting: bool) -> list[str]:
+def _conflicts_text(conflicts) -> str:
+    return "; ".join(f"'{name}' axis {axis} is fixed to {fixed} (needs {needed})"
+                     for name, axis, fixed, needed in conflicts)
+
+
+def _untestable_notes(cases, untestable, exporting: bool) -> list[str]:
     if not untestable:
         return []
-    fixed = sorted({part.split(" (needs")[0] for reason in untestable.values() for part in reason.split("; ")})
+    fixed = sorted({f"'{name}' axis {axis} is fixed to {size}"
+                    for conflicts in untestable.values() for name, axis, size, _ in conflicts})
     labels = ", ".join(c.label for c in cases if c in untestable)
     if exporting:
         fix = ("The exporter specialised those dimensions: the model's code turns them into constants "
@@ -326,7 +330,7 @@ def _skipped(case: InputCase, rt: RuntimeSettings, plan: Plan, untestable, messa
     if rt in plan.unavailable:
         return ConfigResult(case, rt, ConfigStatus.UNAVAILABLE, message=plan.unavailable[rt])
     if case in untestable:
-        return ConfigResult(case, rt, ConfigStatus.UNTESTABLE, message=untestable[case])
+        return ConfigResult(case, rt, ConfigStatus.UNTESTABLE, message=_conflicts_text(untestable[case]))
     return ConfigResult(case, rt, ConfigStatus.ERROR,
                         message=message or "no input case could be aligned (every case is untestable)")
 

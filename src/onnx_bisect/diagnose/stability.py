@@ -34,9 +34,9 @@ class NumericalStability(Rule):
             return None
         protos = ctx.segment_protos
         outputs = [t for p in protos for t in p.output if t]
-        values = ctx.run_segment(outputs=outputs)
+        values = {**ctx.segment_feeds(), **ctx.run_segment(outputs=outputs)}
         for proto in protos:
-            ins = [values.get(t, ctx.segment_feeds().get(t)) for t in proto.input if t]
+            ins = [values.get(t) for t in proto.input if t]
             outs = [values.get(t) for t in proto.output if t]
             floats = [v for v in ins if v is not None and v.dtype.kind == "f"]
             if not floats or not all(np.isfinite(v).all() for v in floats):
