@@ -135,15 +135,18 @@ def outcomes(tmp_path_factory):
     The runs are subprocesses that spend ~2 s importing torch, so they run a few
     at a time to keep this file fast.
     """
-    def run_case(case_id):
-        folder = make_tiny_model_dir(tmp_path_factory.mktemp(case_id))
+    def run_case(case_id, folder):
         argv = CASES[case_id][0](folder)
         before = _snapshot(folder)
         result = run_cli(*argv)
         return result, before, _snapshot(folder)
 
+    # Folders are made here, on one thread: pytest creates its base temporary directory lazily,
+    # and two threads asking for it at once can each create a different one (pytest-N, pytest-N+1),
+    # which makes mktemp reject the other's path.
+    folders = {case_id: make_tiny_model_dir(tmp_path_factory.mktemp(case_id)) for case_id in CASES}
     with ThreadPoolExecutor(max_workers=(os.cpu_count() or 1) + 1) as pool:
-        return {case_id: pool.submit(run_case, case_id) for case_id in CASES}
+        return {case_id: pool.submit(run_case, case_id, folders[case_id]) for case_id in CASES}
 
 
 @pytest.mark.parametrize("case_id", CASES)
