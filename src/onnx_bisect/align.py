@@ -273,7 +273,7 @@ def _pair_by_scope(acts, graph, scopes: ScopeMap, values, pairs) -> None:
         for a in sorted(group, key=lambda a: (a.call, a.index)):
             fitting = [t for t in tensors if graph.order_of(t) > last and fits(values[t], a.value)]
             if not fitting:
-                fitting = _reshaped_in_scope(a, [t for t in tensors if graph.order_of(t) > last], values)
+                fitting = _reshaped_in_scope(a, [t for t in tensors if graph.order_of(t) > last], values, graph)
             if not fitting:
                 continue
             if len(fitting) == 1 or _same_count(group, a, tensors, values):
@@ -288,20 +288,28 @@ def _pair_by_scope(acts, graph, scopes: ScopeMap, values, pairs) -> None:
             last = graph.order_of(chosen) if a.path == _last_path(group, a) else last
 
 
-def _reshaped_in_scope(a: Activation, tensors: list[str], values) -> list[str]:
+def _reshaped_in_scope(a: Activation, tensors: list[str], values, graph: GraphIndex) -> list[str]:
     """Scope tensors holding ``a``'s elements in another shape.
 
     A rewritten graph reshapes a module's output inside the same node chain
     (Reshape→Gemm→Reshape, the Gemm's 2-d output in the module's scope).  A leaf
-    whose scope exports exactly one tensor holding its elements in the same
-    order (axes merged or split) takes it on the name alone, like a tensor of
-    its shape would; anything else must agree in value.
+    whose scope exports exactly one computed tensor holding its elements in the
+    same order (axes merged or split) takes it on the name alone, like a tensor
+    of its shape would — so a fault in the leaf's own weights still shows there
+    — ; anything else must agree in value.  A tensor that a layout op makes
+    (the chain's leading Reshape of the module's *input*, as large as the output
+    when a Linear keeps the width) is not what the module computes.
     """
     same_size = [t for t in tensors if values[t].size == a.value.size and kind(values[t]) == kind(a.value)]
     rows = [t for t in same_size if _merged_axes(values[t].shape, a.value.shape)]
-    if a.is_leaf and a.module and len(rows) == 1:
-        return rows
+    computed = [t for t in rows if (graph.node_of(t) is None or graph.node_of(t).op_type not in _LAYOUT_OPS)]
+    if a.is_leaf and a.module and (len(rows) == 1 or len(computed) == 1):
+        return rows if len(rows) == 1 else computed
     return [t for t in same_size if distance(values[t].reshape(a.value.shape), a.value) <= STRUCTURE_MAX_REL]
+
+
+#: ops that only lay out their input's elements anew
+_LAYOUT_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"})
 
 
 def _merged_axes(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
@@ -378,8 +386,16 @@ ABSENT = "absent from the ONNX graph"
 def _unmatched(a: Activation, scopes: ScopeMap, values) -> TensorPair:
     if a.module in scopes.boundary:
         same = [t for t in scopes.boundary[a.module] if t in values and values[t].shape == a.value.shape]
-        note = (f"{len(same)} ONNX tensor(s) of shape {list(a.value.shape)} leave this module's scope and none holds "
-                "its value" if same else f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope")
+        sized = [t for t in scopes.boundary[a.module] if t in values and values[t].size == a.value.size]
+        if same:
+            note = (f"{len(same)} ONNX tensor(s) of shape {list(a.value.shape)} leave this module's scope and none "
+                    "holds its value")
+        elif sized:
+            note = (f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope; "
+                    f"{len(sized)} of as many elements ({', '.join(repr(t) for t in sized[:3])}) neither hold its "
+                    "value nor are its only reshaped output")
+        else:
+            note = f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope"
     elif scopes.module_of:
         note = (f"{ABSENT}: no node carries this module's scope (pruned as unused or folded into a "
                 "constant) and no tensor with equal values was found")

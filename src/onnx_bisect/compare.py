@@ -1,6 +1,8 @@
 """Compare stage: numbers describing how far an ONNX tensor is from its reference."""
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
 
 from .records import TensorDiff, Tolerance
@@ -46,7 +48,7 @@ def compare_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) ->
     rel = np.divide(err, np.abs(b), where=nonzero, out=np.zeros_like(a))
     n_bad = int(bad_nonfinite.sum())
     max_ratio = float(ratio.max()) if ratio.size else 0.0
-    ulps = _ulps(err, b, finite, actual.dtype)
+    ulps = _ulps(err, b, finite, _resolution(actual))
     ok = n_bad == 0 and (max_ratio <= 1.0 or (ulps is not None and ulps <= LOW_PRECISION_ULPS))
     signal = float(np.square(b[finite]).sum()) if finite.any() else 0.0
     noise = float(np.square(err).sum())
@@ -66,6 +68,27 @@ def compare_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) ->
     )
 
 
+class HalfResolution(np.ndarray):
+    """A float32 ONNX value computed from float16 data: its values are not changed, only judged at float16
+    resolution (see :func:`at_resolution`)."""
+
+
+def at_resolution(values: Mapping[str, np.ndarray], half_resolution: frozenset[str] | set[str]) -> dict[str, np.ndarray]:
+    """``values`` with each float32 tensor of ``half_resolution`` (computed from float16 data) marked as
+    :class:`HalfResolution`, so that its comparison allows float16 rounding.  The numbers are untouched."""
+    out = dict(values)
+    for name in half_resolution:
+        v = out.get(name)
+        if v is not None and v.dtype in (np.float32, np.float64) and not isinstance(v, HalfResolution):
+            out[name] = v.view(HalfResolution)
+    return out
+
+
+def _resolution(actual: np.ndarray) -> np.dtype:
+    """The precision ``actual`` was computed in: float16 for float16 tensors and half-resolution ones."""
+    return np.dtype(np.float16) if isinstance(actual, HalfResolution) else np.dtype(actual.dtype)
+
+
 def check_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> TensorDiff:
     """The allclose verdict, max abs and tolerance ratio only (the other metrics are NaN: not measured).
 
@@ -74,7 +97,8 @@ def check_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> T
     float16 tensors (whose verdict needs their rounding steps), gets
     :func:`compare_tensors`.
     """
-    if actual.shape != expected.shape or not _fast_path(actual, expected) or actual.dtype != np.float32:
+    if (actual.shape != expected.shape or not _fast_path(actual, expected) or actual.dtype != np.float32
+            or isinstance(actual, HalfResolution)):
         return compare_tensors(actual, expected, tol)
     err, ratio, decided = _error_and_ratio(actual, np.asarray(expected, dtype=np.float32), tol)
     if not decided:
@@ -116,8 +140,8 @@ def _compare_finite32(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) 
     np.divide(err, work, out=work)
     max_rel = float(work.max())
     noise, signal, power_a = _sum_of_squares(err), _sum_of_squares(b), _sum_of_squares(a)
-    ulps = _ulps(err.astype(np.float64), b.astype(np.float64), np.ones(b.shape, bool), actual.dtype) \
-        if actual.dtype == np.float16 else None
+    ulps = _ulps(err.astype(np.float64), b.astype(np.float64), np.ones(b.shape, bool), np.float16) \
+        if _resolution(actual) == np.float16 else None
     norm_a, norm_b = np.sqrt(power_a), np.sqrt(signal)
     if norm_a == 0 and norm_b == 0:
         cosine = 1.0

@@ -39,6 +39,9 @@ class GraphIndex:
     initializers: frozenset[str] = frozenset()
     elem_types: dict[str, int] = field(default_factory=dict, repr=False)
     shapes: dict[str, tuple] = field(default_factory=dict, repr=False)
+    #: float32 tensors computed from float16 data only (cast up from float16, or an op kept in float32
+    #: between casts): they carry float16 rounding, and are compared at that resolution
+    half_resolution: frozenset[str] = frozenset()
 
     def node_of(self, tensor: str) -> NodeInfo | None:
         """The node producing ``tensor``, or None for inputs and initializers."""
@@ -107,8 +110,57 @@ def index_graph(model: onnx.ModelProto) -> GraphIndex:
         nodes=tuple(nodes), producer=producer, consumers={k: tuple(v) for k, v in consumers.items()},
         graph_inputs=tuple(i.name for i in g.input if i.name not in initializers),
         graph_outputs=tuple(o.name for o in g.output), initializers=initializers,
-        elem_types=elem_types, shapes=shapes,
+        elem_types=elem_types, shapes=shapes, half_resolution=_half_resolution(
+            nodes, elem_types, consumers, {o.name for o in g.output}),
     )
+
+
+#: ops whose outputs only hold values taken from their data inputs (a float16 value stays one)
+_VALUE_MOVING = frozenset({
+    "Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Gather", "GatherElements",
+    "GatherND", "Expand", "Tile", "Split", "Concat", "Pad", "DepthToSpace", "SpaceToDepth", "MaxPool", "Relu",
+    "ReduceMax", "ReduceMin", "Neg", "Abs",
+})
+_HALF = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+_WIDE = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
+
+
+def _half_resolution(nodes: list[NodeInfo], elem_types: dict[str, int], consumers: dict[str, list[int]],
+                     outputs: set[str]) -> frozenset[str]:
+    """Float32/float64 tensors that hold float16 data.
+
+    * a Cast up from float16 (``keep_io_types`` converters end every graph
+      output with one; a runtime may drop the Cast pair and compute the last
+      op in float32, still from float16 data), and what only moves its values;
+    * an op's float32 result that every consumer casts straight down to
+      float16 (an op a converter kept in float32 between casts, Resize, say).
+
+    Such a tensor is judged at float16 resolution though its type is float32.
+    A float32 op that reads float16 data and hands on float32 is not: it is
+    where a partly converted model leaves float16, and its error is measured
+    at float32 resolution.
+    """
+    half: set[str] = set()
+    for node in nodes:
+        if not node.inputs or node.domain not in ("", "ai.onnx"):
+            continue
+        data = [i for i in node.inputs if i and elem_types.get(i) in _WIDE + _HALF]
+        if node.op_type == "Cast":
+            from_half = bool(data) and (elem_types.get(data[0]) in _HALF or data[0] in half)
+        elif node.op_type in _VALUE_MOVING:
+            data = data if node.op_type == "Concat" else data[:1]
+            from_half = bool(data) and all(i in half for i in data)
+        else:
+            from_half = False
+        for out in node.outputs:
+            if not out or elem_types.get(out) not in _WIDE:
+                continue
+            readers = [nodes[i] for i in consumers.get(out, ())]
+            narrowed = bool(readers) and out not in outputs and all(
+                r.op_type == "Cast" and any(elem_types.get(o) in _HALF for o in r.outputs) for r in readers)
+            if from_half or narrowed:
+                half.add(out)
+    return frozenset(half)
 
 
 def _topological(nodes: list, available: set[str]) -> list:

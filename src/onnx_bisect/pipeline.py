@@ -249,12 +249,12 @@ class Runner:
 
     def final(self, model_feeds) -> dict[str, np.ndarray]:
         """The unmodified model's outputs: the same graph and weight bytes as the user's file and settings."""
-        return self._session("final", lambda: (self.prepared.skeleton, False)).run(model_feeds)
+        return self._computed(self._session("final", lambda: (self.prepared.skeleton, False)).run(model_feeds))
 
     def probe(self, model_feeds, wanted: list[str] | None = None) -> dict[str, np.ndarray]:
         """Every exposed tensor (or just ``wanted`` of them) from the graph exposing them all."""
         session = self._session("probe", lambda: (expose.expose_tensors(self.prepared.skeleton, self._exposed), True))
-        return session.run(model_feeds, list(self._exposed) if wanted is None else wanted)
+        return self._computed(session.run(model_feeds, list(self._exposed) if wanted is None else wanted))
 
     def narrow(self, tensors: list[str]) -> None:
         """From now on the probe exposes only ``tensors`` (once an alignment is known: its paired tensors).
@@ -278,14 +278,22 @@ class Runner:
         self._cut_at = cut_at
         session = self._session("local", lambda: (expose.expose_tensors(
             expose.cut_at_tensors(self.prepared.skeleton, references), unfed), True))
-        return session.run(ref_feeds, list(cut_at))
+        return self._computed(session.run(ref_feeds, list(cut_at)))
 
     def observe(self, model_feeds, tensors) -> dict[str, np.ndarray]:
         """A fresh session of the unmodified graph exposing only ``tensors`` (for faithful location)."""
         p = self.prepared
-        values = self.backend.run(expose.expose_tensors(p.skeleton, tensors), model_feeds, None, p.weights,
-                                  one_shot=True)
-        return values
+        return self._computed(self.backend.run(expose.expose_tensors(p.skeleton, tensors), model_feeds, None,
+                                               p.weights, one_shot=True))
+
+    def run_cut(self, model, ref_feeds, outputs, store, optimize: bool = True) -> dict[str, np.ndarray]:
+        """One run of a cut graph (a diagnosis's counterfactual, a faithful location's segment), values as
+        computed (see :meth:`_computed`)."""
+        return self._computed(self.backend.run(model, ref_feeds, outputs, store, one_shot=True, optimize=optimize))
+
+    def _computed(self, values) -> dict[str, np.ndarray]:
+        """Values marked with the resolution they were computed at (float32 tensors computed from float16 data)."""
+        return compare.at_resolution(values, self.prepared.index.half_resolution)
 
 
 def capture_case(loaded: LoadedModel, inputs: ModelInputs, outputs_only: bool = False) -> Capture:
@@ -371,6 +379,8 @@ def bisect_case(
         warnings = list(feed_warnings) + list(p.warnings) + _warnings(p.loaded, captured, p.index, reproduction,
                                                                         reproduction_max_abs)
 
+    if ok:
+        warnings.extend(_hidden_divergence(layers))
     local_run = _local_run_at(runner, references, ref_feeds)
     first, faithful = None, None
     if not ok:
@@ -444,7 +454,7 @@ def _locate_faithfully(p: Prepared, runner: Runner, pairs, model_feeds, final, c
         copy=False)) for t in good}
     ref_feeds = {**model_feeds, **{expose.reference_input_name(t): v for t, v in references.items()}}
     cut = expose.expose_tensors(expose.cut_at_tensors(p.skeleton, references), [bad.tensor])
-    local_values = runner.backend.run(cut, ref_feeds, [bad.tensor], p.weights, one_shot=True)
+    local_values = runner.run_cut(cut, ref_feeds, [bad.tensor], p.weights)
     local = cmp(local_values[bad.tensor], bad.reference())
     seg = p.index.segment(bad.tensor, frozenset(references))
     introduced = not local.ok
@@ -461,8 +471,8 @@ def _local_run_at(runner: Runner, references, ref_feeds):
     """The diagnosis's re-run: a model cut at ``references``' tensors, each segment fed its reference values."""
     def local_run(model, store, optimize: bool = True):
         """Run ``model`` cut at the same tensors, every segment fed the reference values."""
-        return runner.backend.run(expose.cut_at_tensors(model, references), ref_feeds, list(references), store,
-                                  one_shot=True, optimize=optimize)
+        return runner.run_cut(expose.cut_at_tensors(model, references), ref_feeds, list(references), store,
+                              optimize=optimize)
     return local_run
 
 
@@ -475,7 +485,8 @@ def compare_outputs(captured, index, final, tol) -> tuple[OutputResult, ...]:
     results = []
     for name, ref in zip(index.graph_outputs, captured.outputs):
         if name in final:
-            results.append(OutputResult(name, compare.compare_tensors(final[name], ref, tol)))
+            # np.asarray: the verdict judges the output as the dtype it declares (see Runner._computed)
+            results.append(OutputResult(name, compare.compare_tensors(np.asarray(final[name]), ref, tol)))
     return tuple(results)
 
 
@@ -494,6 +505,21 @@ def _reproduction(index: GraphIndex, instrumented, final, tol: Tolerance) -> tup
         elif verdict is Reproduction.EXACT:
             verdict = Reproduction.WITHIN_TOLERANCE
     return verdict, worst
+
+
+def _hidden_divergence(layers: tuple[LayerResult, ...]) -> list[str]:
+    """A warning when the outputs agree but a segment inside introduces error beyond tolerance: a fault
+    that the rest of the model hides on these inputs (a normalisation after it, a saturating activation)."""
+    layer, introduced = localize.first_divergence(layers)
+    if layer is None or not introduced:
+        return []
+    count = sum(1 for r in layers if r.origin is ErrorOrigin.INTRODUCED)
+    a, local = layer.pair.activation, layer.local
+    node = layer.segment[-1] if layer.segment else layer.pair.tensor
+    return [f"The outputs agree, but {count} layer(s) inside the model introduce error beyond tolerance, first "
+            f"{a.module or '<model>'} ({a.module_type}) → ONNX node {node}: local max abs {local.max_abs:.3g}, "
+            f"{local.tol_ratio:.3g}× the tolerance. The layers after it hide the difference on these inputs; "
+            "other inputs may not (run with --dataset or --edge-cases to check)."]
 
 
 def _warnings(loaded, captured, index, reproduction: Reproduction, reproduction_max_abs: float) -> list[str]:

@@ -345,7 +345,7 @@ def _match_by_value(unmatched: dict[str, np.ndarray], free: dict[str, np.ndarray
             if c not in sums:
                 sums[c] = _fingerprint(pool[c])
         key = _fingerprint(value) if candidates else None
-        exact = [c for c in candidates if np.allclose(sums[c], key, rtol=1e-4, atol=1e-6) and _sample_equal(value, pool[c])]
+        exact = [c for c in candidates if _same_fingerprint(key, sums[c], value) and _sample_equal(value, pool[c])]
         if exact:
             pool.pop(exact[0])
         elif candidates and value.ndim >= 2:
@@ -379,6 +379,17 @@ def _fingerprint(a: np.ndarray) -> np.ndarray:
     """Layout-independent summary (sum, sum of squares, min, max), computed without float64 copies."""
     flat = a.reshape(-1)
     return np.array([float(flat.sum()), float(np.dot(flat, flat)), flat.min(), flat.max()], np.float64)
+
+
+def _same_fingerprint(key: np.ndarray, other: np.ndarray, value: np.ndarray) -> bool:
+    """Fingerprints equal up to the rounding of ``value``'s dtype: a float16 copy of a float32 weight moves
+    its sums by about √n rounding steps (a screen only: :func:`_sample_equal` decides)."""
+    if value.dtype.itemsize >= 4:
+        return bool(np.allclose(other, key, rtol=1e-4, atol=1e-6))
+    eps = float(np.finfo(value.dtype).eps)
+    top = max(abs(float(key[2])), abs(float(key[3])), 1e-30)
+    slack = np.array([np.sqrt(value.size) * top, np.sqrt(value.size) * top * top, top, top]) * 4 * eps
+    return bool(np.all(np.abs(other - key) <= slack + 8 * eps * np.abs(other)))
 
 
 def _correlation(value: np.ndarray, ref: np.ndarray) -> float:

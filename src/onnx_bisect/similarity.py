@@ -139,6 +139,8 @@ def fit_scale(onnx_value: np.ndarray, ref: np.ndarray, axis: int | None, screen:
         if not np.all(norms > 0) or not np.isfinite(ys).all():
             continue
         factors = np.einsum("ij,ij->i", xs, ys) / norms
+        if not np.all(np.abs(factors) > 0):
+            continue  # zeros are no scaled copy of anything (a ReLU that zeroes every value, say)
         residual = float(np.linalg.norm(ys - factors[:, None] * xs) / (np.linalg.norm(ys) + 1e-30))
         if best is None or residual < best.residual:
             best = Scale(axis, factors, residual, perm)
@@ -157,4 +159,6 @@ def _fit(x: np.ndarray, y: np.ndarray, channels: np.ndarray | None, n: int) -> t
     ch = np.zeros(x.size, np.intp) if channels is None else np.asarray(channels).ravel()
     sxx = np.bincount(ch, x * x, n)
     factors = np.divide(np.bincount(ch, x * y, n), sxx, out=np.zeros(n), where=sxx > 0)
+    if not np.any(y):
+        return None  # all zeros: no scaled copy (see fit_scale)
     return factors, float(np.linalg.norm(y - factors[ch] * x) / (np.linalg.norm(y) + 1e-30))

@@ -16,6 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from ..compare import at_resolution
 from ..graph import GraphIndex, NodeInfo
 from ..records import Capture, ExportedModel, LayerResult, LoadedModel, ModelInputs, TensorDiff, Tolerance
 from ..weights import Weights
@@ -241,7 +242,8 @@ class DiagnosisContext:
         store = Weights({n: weights.arrays[n] for n in inits if n in weights.arrays})
         sub = _segment.with_inputs(sub, values)
         run_outputs = [t for t in wanted if t not in values]
-        result = dict(self.backend.run(sub, values, run_outputs, store, one_shot=True, optimize=optimize))
+        result = at_resolution(self.backend.run(sub, values, run_outputs, store, one_shot=True, optimize=optimize),
+                               self.graph.half_resolution)
         result.update({t: values[t] for t in wanted if t in values})
         if model is self.skeleton and weights is self.weights and feeds is None:
             self._runs[key] = result

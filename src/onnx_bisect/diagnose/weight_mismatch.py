@@ -27,7 +27,10 @@ class WeightMismatch(Rule):
             value = ctx.initializer(name)
             if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
                 continue
-            best = _best(value, name, candidates) or _best(value, name, _everything(ctx, value.size))
+            best = _best(value, name, candidates)
+            if best is None or (not best[1].equal and best[1].correlation < 0.5):
+                # the segment may hold another module's weight (its output fused away): search the whole model
+                best = _best(value, name, _everything(ctx, value.size)) or best
             if best is None or best[1].equal or best[1].correlation < 0.5:
                 continue
             if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):

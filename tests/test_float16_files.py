@@ -1,0 +1,160 @@
+"""Float16 files at the user's tolerance: tensors computed from float16 data are judged at float16
+resolution inside the model, the outputs at the dtype they declare, and a planted fault is still pinned."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import TensorProto, helper
+
+import onnx_bisect
+from onnx_bisect import compare, graph
+from onnx_bisect.records import ErrorOrigin, Status, Tolerance
+
+import rewrites
+from archs import build
+
+
+def _tiny_half_graph() -> onnx.ModelProto:
+    """x → Cast16 → Relu → Cast32 (y, an output);  x → Cast16 → Cast32 → Resize → Cast16 → Cast32 → MatMul (z)."""
+    f32, f16 = TensorProto.FLOAT, TensorProto.FLOAT16
+    nodes = [
+        helper.make_node("Cast", ["x"], ["h"], to=f16, name="down"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("Cast", ["r"], ["y"], to=f32, name="up"),
+        helper.make_node("Cast", ["h"], ["h32"], to=f32, name="up2"),
+        helper.make_node("Resize", ["h32", "", "scales"], ["big"], mode="linear", name="resize"),
+        helper.make_node("Cast", ["big"], ["big16"], to=f16, name="down2"),
+        helper.make_node("Cast", ["big16"], ["big32"], to=f32, name="up3"),
+        helper.make_node("MatMul", ["big32", "w"], ["z"], name="mm"),
+    ]
+    g = helper.make_graph(
+        nodes, "half", [helper.make_tensor_value_info("x", f32, [1, 1, 2, 2])],
+        [helper.make_tensor_value_info("y", f32, [1, 1, 2, 2]), helper.make_tensor_value_info("z", f32, [1, 1, 4, 4])],
+        [helper.make_tensor("scales", f32, [4], [1, 1, 2, 2]),
+         helper.make_tensor("w", f32, [4, 4], np.eye(4, dtype=np.float32).ravel())])
+    return onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+
+
+def test_half_resolution_follows_float16_data_not_float32_compute():
+    index = graph.index_graph(_tiny_half_graph())
+    assert "y" in index.half_resolution  # a Cast up from float16
+    assert "h32" in index.half_resolution
+    assert "big" in index.half_resolution  # float32 Resize whose only reader casts it to float16
+    assert "big32" in index.half_resolution
+    assert "z" not in index.half_resolution  # a float32 MatMul hands on float32: measured at float32
+
+
+def test_half_resolution_values_are_judged_at_float16_resolution_unchanged():
+    ref = np.random.default_rng(0).normal(size=(64,)).astype(np.float32)
+    onnx_value = ref.astype(np.float16).astype(np.float32)  # float16 data declared float32
+    tol = Tolerance(1e-5, 1e-5)
+    assert not compare.compare_tensors(onnx_value, ref, tol).ok
+    marked = compare.at_resolution({"t": onnx_value, "u": onnx_value}, {"t"})
+    d = compare.compare_tensors(marked["t"], ref, tol)
+    assert d.ok and d.ulps is not None and d.ulps <= 0.5 + 1e-6
+    assert d.max_abs == compare.compare_tensors(onnx_value, ref, tol).max_abs  # the numbers are untouched
+    assert compare.check_tensors(marked["t"], ref, tol).ok
+    assert not compare.compare_tensors(marked["u"], ref, tol).ok
+    wrong = compare.at_resolution({"t": onnx_value * np.float32(1.05)}, {"t"})["t"]
+    assert not compare.compare_tensors(wrong, ref, tol).ok
+
+
+@pytest.fixture(scope="module")
+def bert_fp16():
+    model, inputs = build("bert")
+    return model, inputs, rewrites.to_float16(rewrites.export(model, inputs, "torchscript"))
+
+
+def test_clean_float16_file_at_the_default_tolerance_blames_precision_not_a_layer(bert_fp16):
+    """Every layer agrees within float16 resolution; the float32 outputs do not meet 1e-4: the report says the
+    float16 path adds up (precision, confirmed in float32), with no layer said to introduce error."""
+    model, inputs, proto = bert_fp16
+    report = onnx_bisect.bisect(model, inputs, onnx=proto)
+    assert not report.ok
+    assert not [r.pair.activation.name for r in report.layers
+                if r.origin is ErrorOrigin.INTRODUCED], "a float16 rounding reported as a layer's own error"
+    fd = report.first_divergence
+    assert fd.cause == "precision" and not fd.introduced and fd.confirmed
+    # no stale-weight warning for weights that are only rounded to float16 (renamed MatMul weights included)
+    assert not [w for w in report.warnings if "differ from the PyTorch parameters" in w]
+    outputs = {o.name for o in proto.graph.output}
+    unjudged = [r.pair.activation.name for r in report.layers
+                if r.diff is not None and r.pair.tensor not in outputs and r.diff.ulps is None]
+    assert not unjudged, f"judged at float32 resolution inside a float16 model: {unjudged}"
+
+
+def test_weight_fault_in_a_float16_file_is_pinned_at_the_default_tolerance(bert_fp16):
+    model, inputs, proto = bert_fp16
+    pinned = 0
+    for weight, node in rewrites.weights(proto):
+        if not any(n.name == node and n.op_type in ("MatMul", "Gemm") for n in proto.graph.node):
+            continue
+        report = onnx_bisect.bisect(model, inputs, onnx=rewrites.perturb(proto, weight, 0.3))
+        fd = report.first_divergence
+        owner = rewrites.owner(model, proto, weight)
+        where = f"{weight} of {node}; blamed {fd.layer.pair.activation.name if fd else None}"
+        assert fd is not None and fd.introduced, where
+        assert node in fd.layer.segment, where
+        if owner is not None:
+            assert fd.layer.pair.activation.module.startswith(owner), where
+        assert fd.cause == "weight-mismatch", where
+        pinned += 1
+        if pinned == 4:
+            break
+    assert pinned == 4
+
+
+class _Gated(torch.nn.Module):
+    """fc's outputs are all negative: the ReLU after it zeroes any fault in fc's weight."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc, self.relu, self.out = torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4)
+        with torch.no_grad():
+            self.fc.bias.fill_(-100.0)
+
+    def forward(self, x):
+        return self.out(self.relu(self.fc(x)))
+
+
+def test_a_fault_the_model_hides_is_warned_about_though_the_outputs_agree():
+    model, x = _Gated().eval(), torch.randn(3, 8, generator=torch.Generator().manual_seed(1))
+    proto = rewrites.export(model, (x,), "torchscript")
+    weight = next(w for w, node in rewrites.weights(proto) if rewrites.owner(model, proto, w) == "fc")
+    report = onnx_bisect.bisect(model, (x,), onnx=rewrites.perturb(proto, weight, 0.2))
+    assert report.ok and report.first_divergence is None
+    fc = next(r for r in report.layers if r.pair.activation.module == "fc")
+    assert fc.status is Status.DIVERGED and fc.origin is ErrorOrigin.INTRODUCED
+    hidden = [w for w in report.warnings if w.startswith("The outputs agree, but")]
+    assert len(hidden) == 1 and "fc (Linear)" in hidden[0]
+    clean = onnx_bisect.bisect(model, (x,), onnx=proto)
+    assert not [w for w in clean.warnings if w.startswith("The outputs agree, but")]
+
+
+class _SquareLinears(torch.nn.Module):
+    """Linears that keep the width on 3-d inputs: onnxslim turns each into Reshape→Gemm→Reshape, and the
+    leading Reshape of the input is as large as the output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.q, self.k, self.out = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.q(x)) * self.k(x))
+
+
+def test_fault_in_a_reshaped_gemm_of_a_simplified_file_is_blamed_on_its_own_module():
+    model, x = _SquareLinears().eval(), torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(2))
+    proto = rewrites.slim(rewrites.export(model, (x,), "torchscript"))
+    assert not onnx_bisect.bisect(model, (x,), onnx=proto).layers[0].status is Status.DIVERGED
+    for module in ("q", "k"):
+        weight = next(w for w, _ in rewrites.weights(proto) if rewrites.owner(model, proto, w) == module)
+        report = onnx_bisect.bisect(model, (x,), onnx=rewrites.perturb(proto, weight, 0.2))
+        fd = report.first_divergence
+        assert fd is not None and fd.introduced and fd.layer.pair.activation.module == module, (
+            module, fd and fd.layer.pair.activation.module)
+        assert fd.cause == "weight-mismatch"
