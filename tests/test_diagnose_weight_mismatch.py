@@ -32,3 +32,43 @@ def test_silent_on_a_wrong_fold_and_on_equal_weights():
     assert WeightMismatch().match(ctx) is None  # a per-channel rescale: the fold rule's case
     _, ctx = bisect_case(dc.gelu("mlp", "dynamo"))
     assert WeightMismatch().match(ctx) is None
+
+
+class _Recurrent(__import__("torch").nn.Module):
+    """A bidirectional LSTM and a 2-layer GRU: ONNX stacks the directions and orders the gates otherwise."""
+
+    def __init__(self):
+        import torch
+        super().__init__()
+        torch.manual_seed(0)
+        self.lstm = torch.nn.LSTM(6, 8, batch_first=True, bidirectional=True)
+        self.gru = torch.nn.GRU(16, 8, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        z, _ = self.gru(y)
+        return self.head(z)
+
+
+def test_recurrent_weights_in_onnx_gate_order():
+    """Every W/R/B of the exported LSTM and GRU nodes equals its parameters in ONNX layout (no false preflight
+    report); a perturbed one is named, with the layer and the input it feeds, and the fix confirmed."""
+    import torch
+    import onnx_bisect
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import rewrites
+
+    model, x = _Recurrent().eval(), torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(1))
+    proto = rewrites.export(model, (x,), "torchscript")
+    clean = onnx_bisect.bisect(model, (x,), onnx=proto)
+    assert clean.ok and not [w for w in clean.warnings if "differ from the PyTorch" in w]
+    rnn_inputs = [(n.op_type, n.input[2]) for n in proto.graph.node if n.op_type in ("LSTM", "GRU")]
+    assert [op for op, _ in rnn_inputs] == ["LSTM", "GRU", "GRU"]
+    for (op, recurrence), module, layer in zip(rnn_inputs, ("lstm", "gru", "gru"), (0, 0, 1)):
+        report = onnx_bisect.bisect(model, (x,), onnx=rewrites.perturb(proto, recurrence, 0.3))
+        fd = report.first_divergence
+        assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed, (op, layer)
+        [row] = fd.evidence["parameters"]
+        assert row["parameter"] == f"rnn({module}, layer {layer}, R)", row
+        assert fd.layer.pair.activation.module == module

@@ -28,7 +28,7 @@ import onnx
 from . import fusion, structure
 from .graph import GraphIndex
 from .records import Activation, Capture, MatchMethod, TensorPair
-from .similarity import distance, fits, kind
+from .similarity import distance, fits, kind, perms
 from .structure import STRUCTURE_MAX_REL
 
 _CALL_SUFFIX = re.compile(r"^(.*)_(\d+)$")
@@ -275,6 +275,12 @@ def _pair_by_scope(acts, graph, scopes: ScopeMap, values, pairs) -> None:
             if not fitting:
                 fitting = _reshaped_in_scope(a, [t for t in tensors if graph.order_of(t) > last], values, graph)
             if not fitting:
+                moved = _transposed_in_scope(a, [t for t in tensors if graph.order_of(t) > last], values, graph)
+                if moved is not None:
+                    pairs[a.index] = dataclasses.replace(
+                        _pair(a, graph, moved[0], method), perm=moved[1],
+                        note=f"the module's only output-sized tensor, transposed {list(moved[1])} (by shape)")
+                    last = graph.order_of(moved[0]) if a.path == _last_path(group, a) else last
                 continue
             if len(fitting) == 1 or _same_count(group, a, tensors, values):
                 chosen, conf = fitting[0], 1.0
@@ -306,6 +312,28 @@ def _reshaped_in_scope(a: Activation, tensors: list[str], values, graph: GraphIn
     if a.is_leaf and a.module and (len(rows) == 1 or len(computed) == 1):
         return rows if len(rows) == 1 else computed
     return [t for t in same_size if distance(values[t].reshape(a.value.shape), a.value) <= STRUCTURE_MAX_REL]
+
+
+def _transposed_in_scope(a: Activation, tensors: list[str], values, graph: GraphIndex
+                         ) -> tuple[str, tuple[int, ...]] | None:
+    """``(tensor, perm)`` when a leaf's scope computes exactly one tensor of its size, and that tensor's
+    shape is the activation's in one axis order only (an RNN's time-major output of a batch-first
+    module, [5, 2, 16] for [2, 5, 16]).
+
+    Taken on the name and the shape alone, like a reshaped output, so that a
+    fault in the module itself still shows there rather than unpairing it.
+    """
+    if not (a.is_leaf and a.module) or kind(a.value) != "f":
+        return None
+    same_size = [t for t in tensors if values[t].size == a.value.size and kind(values[t]) == "f"]
+    computed = [t for t in same_size if graph.node_of(t) is None or graph.node_of(t).op_type not in _LAYOUT_OPS
+                or len(same_size) == 1]
+    if len(computed) != 1:
+        return None
+    layouts = [perm for perm in perms(a.value, values[computed[0]]) if perm is not None]
+    if len(layouts) != 1 or len(set(a.value.shape)) != a.value.ndim:
+        return None
+    return computed[0], layouts[0]
 
 
 #: ops that only lay out their input's elements anew

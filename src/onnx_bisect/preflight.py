@@ -15,6 +15,7 @@ from onnx import TensorProto, helper
 
 from .errors import BackendError, OnnxLoadError
 from .records import Capture, ExportedModel, Exporter, LoadedModel, ModelInputs
+from .param_layouts import model_rnn_weights
 from .weights import Weights
 
 BN_TYPES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
@@ -220,6 +221,7 @@ def compare_weights(loaded: LoadedModel, skeleton: onnx.ModelProto, weights: Wei
     torch_arrays = {n: t.detach().cpu().numpy() for n, t in
                     list(loaded.module.named_parameters()) + list(loaded.module.named_buffers())
                     if t.is_floating_point()}
+    torch_arrays.update({n: a.astype(np.float32) for n, a in model_rnn_weights(loaded.module).items()})
     folded = _fold_pairs(loaded, capture)
     inits = _float_initializers(skeleton, weights)
     diffs, unmatched = [], {}

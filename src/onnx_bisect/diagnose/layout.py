@@ -7,6 +7,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ..param_layouts import model_rnn_weights, rnn_weights
 from . import edits
 from .base import DiagnosisContext, attribute
 
@@ -174,6 +175,7 @@ def torch_candidates(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
         for pname, tensor in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False)):
             if tensor is not None and tensor.is_floating_point():
                 out[f"{qualname}.{pname}" if qualname else pname] = tensor.detach().double().cpu().numpy()
+        out.update(rnn_weights(qualname, module))
     pair = conv_bn_pair(ctx)
     if pair is not None:
         out.update(folds(*pair))
@@ -201,6 +203,7 @@ def all_torch_tensors(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
         return reference_tensors(ctx)
     tensors = list(model.named_parameters()) + list(model.named_buffers())
     out = {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point()}
+    out.update(model_rnn_weights(model))
     acts = ctx.capture.activations
     for act in acts:
         if act.module_type in BN_TYPES:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..param_layouts import model_rnn_weights
 from . import edits, layout
 from .base import DiagnosisContext, Finding, Rule
 
@@ -63,7 +64,9 @@ def _segment_initializers(ctx: DiagnosisContext) -> list[str]:
 def _everything(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
     """Every floating parameter and buffer of the model with ``size`` elements (the fallback search)."""
     tensors = list(ctx.loaded.module.named_parameters()) + list(ctx.loaded.module.named_buffers())
-    return {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point() and t.numel() == size}
+    out = {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point() and t.numel() == size}
+    out.update({n: a for n, a in model_rnn_weights(ctx.loaded.module).items() if a.size == size})
+    return out
 
 
 def _best(value: np.ndarray, name: str, candidates: dict[str, np.ndarray]):

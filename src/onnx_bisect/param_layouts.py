@@ -1,0 +1,59 @@
+"""PyTorch parameters as exporters lay them out in ONNX, where that is more than a transpose.
+
+An ``nn.LSTM``/``nn.GRU``/``nn.RNN`` becomes one ONNX LSTM/GRU/RNN node per
+layer whose ``W``, ``R`` and ``B`` inputs stack both directions and order the
+gates differently: PyTorch's LSTM gates are (input, forget, cell, output),
+ONNX's (input, output, forget, cell); GRU (reset, update, new) becomes
+(update, reset, hidden); ``B`` is the input bias followed by the hidden bias.
+Shared by the weight checks before the run and the weight rule after it.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+#: ONNX gate order, as indices into PyTorch's gate chunks
+_GATES = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2), "RNN": (0,)}
+
+
+def rnn_weights(qualname: str, module) -> dict[str, np.ndarray]:
+    """``{"rnn(lstm, layer 0, W)": array, ...}`` (float64) for an nn.LSTM/GRU/RNN, else ``{}``."""
+    kind = type(module).__name__
+    order = _GATES.get(kind)
+    if order is None or getattr(module, "proj_size", 0):
+        return {}
+    directions = ["", "_reverse"] if module.bidirectional else [""]
+
+    def param(name: str) -> np.ndarray | None:
+        t = getattr(module, name, None)
+        return None if t is None else t.detach().double().cpu().numpy()
+
+    def gates(a: np.ndarray) -> np.ndarray:
+        chunks = np.split(a, len(order), axis=0)
+        return np.concatenate([chunks[i] for i in order], axis=0)
+
+    out: dict[str, np.ndarray] = {}
+    for layer in range(module.num_layers):
+        w, r, b = [], [], []
+        for d in directions:
+            wi, wh = param(f"weight_ih_l{layer}{d}"), param(f"weight_hh_l{layer}{d}")
+            if wi is None or wh is None:
+                return out
+            w.append(gates(wi))
+            r.append(gates(wh))
+            bi, bh = param(f"bias_ih_l{layer}{d}"), param(f"bias_hh_l{layer}{d}")
+            if bi is not None and bh is not None:
+                b.append(np.concatenate([gates(bi), gates(bh)]))
+        prefix = f"rnn({qualname or '<model>'}, layer {layer}"
+        out[f"{prefix}, W)"] = np.stack(w)
+        out[f"{prefix}, R)"] = np.stack(r)
+        if len(b) == len(directions):
+            out[f"{prefix}, B)"] = np.stack(b)
+    return out
+
+
+def model_rnn_weights(model) -> dict[str, np.ndarray]:
+    """:func:`rnn_weights` of every recurrent module of ``model``."""
+    out: dict[str, np.ndarray] = {}
+    for qualname, module in model.named_modules():
+        out.update(rnn_weights(qualname, module))
+    return out
