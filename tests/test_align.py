@@ -350,3 +350,53 @@ def test_a_scope_output_read_through_quantize_dequantize_is_judged_with_quantiza
     pairs = _align(_acts(("fc", "Linear", noisy, (), True), ("", "Model", np.maximum(noisy, 0), (0,), False)),
                    index, values)
     assert (pairs["fc"].tensor == out) is quantized
+
+
+class _SharedBlock(nn.Module):
+    """One block applied three times (ALBERT shares its layer this way): its earlier calls' outputs are read
+    only inside its own scope, so the scope exports one tensor for three calls."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.block = nn.Sequential(nn.Linear(16, 16), nn.Tanh(), nn.LayerNorm(16))
+        self.head = nn.Linear(16, 4)
+
+    def forward(self, x):
+        for _ in range(3):
+            x = self.block(x)
+        return self.head(x)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_shared_block_is_not_paired_with_another_calls_tensor(exporter):
+    model, x = _SharedBlock().eval(), torch.randn(2, 16, generator=torch.Generator().manual_seed(1))
+    proto = rewrites.export(model, (x,), exporter)
+    report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    assert report.ok
+    assert not [(r.pair.activation.name, r.pair.activation.call) for r in report.layers
+                if r.status is Status.DIVERGED], "a call paired with another call's tensor"
+    last = [r for r in report.layers if r.pair.activation.module == "block" and r.pair.activation.call == 2]
+    assert last and last[0].pair.tensor is not None  # the call whose tensor leaves the scope keeps it
+
+
+@pytest.mark.parametrize("transformers_model", ["albert"])
+def test_albert_shared_layer_clean_export_shows_no_divergence(transformers_model):
+    from transformers import AlbertConfig, AlbertModel
+
+    torch.manual_seed(0)
+    m = AlbertModel(AlbertConfig(vocab_size=100, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                                 num_attention_heads=2, intermediate_size=64, max_position_embeddings=32),
+                    add_pooling_layer=False).eval()
+
+    class Hidden(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = m
+
+        def forward(self, ids):
+            return self.m(input_ids=ids).last_hidden_state
+
+    model, ids = Hidden().eval(), torch.randint(0, 100, (1, 8), generator=torch.Generator().manual_seed(1))
+    report = onnx_bisect.bisect(model, (ids,), onnx=rewrites.export(model, (ids,), "torchscript"))
+    assert report.ok and not [r.pair.activation.name for r in report.layers if r.status is Status.DIVERGED]

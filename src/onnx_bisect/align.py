@@ -282,7 +282,11 @@ def _pair_by_scope(acts, graph, scopes: ScopeMap, values, pairs) -> None:
                         note=f"the module's only output-sized tensor, transposed {list(moved[1])} (by shape)")
                     last = graph.order_of(moved[0]) if a.path == _last_path(group, a) else last
                 continue
-            if len(fitting) == 1 or _same_count(group, a, tensors, values):
+            # A module called several times whose scope exports fewer tensors than calls are left (a
+            # shared layer whose earlier calls feed its later ones inside the scope: ALBERT) cannot be
+            # paired by order: only the values can say which call a tensor belongs to.
+            calls_left = sum(1 for b in group if b.path == a.path and b.call >= a.call)
+            if (len(fitting) == 1 and calls_left <= 1) or _same_count(group, a, tensors, values):
                 chosen, conf = fitting[0], 1.0
             else:
                 # Several tensors of this shape leave the scope: the values choose, and a
