@@ -386,7 +386,10 @@ def audit(report, proto: onnx.ModelProto, args: tuple) -> dict[str, Any]:
         else:
             entry.update(closest=hit[0] if hit else None, rel=hit[1] if hit else None)
             out["nowhere"].append(entry)
-        if entry["absent"] and (a.module in paths or "tensor" in entry and entry in out["in_graph"]):
+        # An output the model never uses is pruned from a module the graph still computes: its scope being
+        # named is expected; only a graph tensor holding its value contradicts that claim.
+        unused = "do not use this value" in r.pair.note
+        if entry["absent"] and ((a.module in paths and not unused) or "tensor" in entry and entry in out["in_graph"]):
             out["absent_contradicted"].append(
                 {"module": a.name, "why": "value computed by " + entry["tensor"] if entry in out["in_graph"]
                  else "the graph names this module's scope"})

@@ -139,3 +139,30 @@ def test_dropout_in_eval_is_a_passthrough():
     assert dropout.inputs == (linear.index,)
     np.testing.assert_array_equal(dropout.value, linear.value)
     assert not linear.passthrough and not gelu.passthrough
+
+
+class _Tagger(torch.nn.Module):
+    """Uses the LSTM's sequence output and discards its final states; the GRU's final state is used."""
+
+    def __init__(self):
+        super().__init__()
+        self.lstm = torch.nn.LSTM(4, 6, num_layers=2, batch_first=True)
+        self.gru = torch.nn.GRU(6, 5, batch_first=True)
+
+    def forward(self, x):
+        y, _ = self.lstm(x)
+        _, h = self.gru(y)
+        return h.squeeze(0) * 2
+
+
+def test_unused_outputs_are_the_ones_the_model_outputs_do_not_depend_on():
+    from onnx_bisect.capture import unused_outputs
+    from onnx_bisect.records import ModelInputs
+
+    torch.manual_seed(0)
+    model = _Tagger().eval()
+    inputs = ModelInputs(args=(torch.randn(2, 3, 4),), kwargs={}, names=("x",))
+    wanted = frozenset({("lstm", 0, "[0]"), ("lstm", 0, "[1][0]"), ("lstm", 0, "[1][1]"),
+                        ("gru", 0, "[0]"), ("gru", 0, "[1]")})
+    assert unused_outputs(model, inputs, wanted) == {("lstm", 0, "[1][0]"), ("lstm", 0, "[1][1]"), ("gru", 0, "[0]")}
+    assert all(not p.requires_grad or p.grad is None for p in model.parameters())  # nothing was back-propagated

@@ -150,3 +150,62 @@ def to_numpy(tensor: torch.Tensor, copy: bool = False) -> np.ndarray:
     if t.is_conj():
         t = t.resolve_conj()
     return t.cpu().numpy()
+
+
+def unused_outputs(model: torch.nn.Module, inputs: ModelInputs,
+                   wanted: frozenset[tuple[str, int, str]]) -> frozenset[tuple[str, int, str]]:
+    """Which of the ``wanted`` activations, as ``(module, call, path)``, the model's outputs do not depend on.
+
+    An LSTM returns its final states, a model may discard them, and exporters
+    then prune what computes them: such an activation has no ONNX tensor, and
+    is no alignment failure.  One forward with autograd recording tells: an
+    output is used when the autograd graph of the model's outputs reaches it
+    (its ``grad_fn`` and output number are among the edges walked back from
+    the outputs).  Values autograd does not track (integer tensors, no
+    parameter or float input requiring grad) are never reported unused.
+    """
+    if not wanted:
+        return frozenset()
+    seen: dict[tuple[str, int, str], tuple[Any, int]] = {}
+    calls: dict[str, int] = defaultdict(int)
+    modules = {name for name, _, _ in wanted}
+
+    def hook(name):
+        def _hook(mod, args, output):
+            call = calls[name]
+            calls[name] += 1
+            for path, tensor in flatten_outputs(output):
+                if (name, call, path) in wanted and tensor.grad_fn is not None:
+                    seen[(name, call, path)] = (tensor.grad_fn, tensor.output_nr)
+        return _hook
+
+    handles = [m.register_forward_hook(hook(name)) for name, m in model.named_modules(remove_duplicate=False)
+               if name in modules]
+    args, kwargs = _copy_inputs(inputs)
+    args, kwargs = tree_map_only(torch.Tensor, lambda t: t.requires_grad_(True) if t.is_floating_point() else t,
+                                 (args, kwargs))
+    try:
+        with torch.enable_grad():
+            output = model(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    used: set[tuple[int, int]] = set()
+    stack = []
+    for _, t in flatten_outputs(output):
+        if t.grad_fn is not None:
+            used.add((id(t.grad_fn), t.output_nr))
+            stack.append(t.grad_fn)
+    visited: set[int] = set()
+    alive = list(stack)  # each autograd node keeps one Python object while referenced: ids stay unique
+    while stack:
+        fn = stack.pop()
+        if id(fn) in visited:
+            continue
+        visited.add(id(fn))
+        alive.append(fn)
+        for nxt, nr in fn.next_functions:
+            if nxt is not None:
+                used.add((id(nxt), nr))
+                stack.append(nxt)
+    return frozenset(key for key, (fn, nr) in seen.items() if (id(fn), nr) not in used)

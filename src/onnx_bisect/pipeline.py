@@ -24,8 +24,8 @@ from .diagnose import DiagnosisContext, diagnose
 from .errors import InputError, UsageError
 from .graph import GraphIndex
 from .progress import Progress
-from .records import (Capture, Divergence, ErrorOrigin, Exporter, ExportedModel, LayerResult, LoadedModel, ModelInputs,
-                      OutputResult, Report, Reproduction, RuntimeSettings, Status, TensorPair, Tolerance)
+from .records import (Capture, Divergence, ErrorOrigin, Exporter, ExportedModel, LayerResult, LoadedModel, MatchMethod,
+                      ModelInputs, OutputResult, Report, Reproduction, RuntimeSettings, Status, TensorPair, Tolerance)
 
 
 @dataclass(frozen=True)
@@ -353,6 +353,7 @@ def bisect_case(
         if template is None:
             modules, op_acts = ops.split(captured)
             pairs = align.align_activations(modules, p.index, p.scopes, probed) + ops.pair_ops(op_acts, p.index, probed)
+            pairs = _mark_unused(pairs, p.loaded, inputs)
         else:
             pairs = align.reuse_alignment(template, captured)
         cuts = localize.cut_points(pairs, p.index)
@@ -418,6 +419,24 @@ def bisect_case(
         reproduction=reproduction, reproduction_max_abs=reproduction_max_abs, faithful=faithful,
     )
     return CaseRun(report, pairs, final, probed)
+
+
+def _mark_unused(pairs: tuple[TensorPair, ...], loaded: LoadedModel, inputs: ModelInputs) -> tuple[TensorPair, ...]:
+    """Unaligned leaf outputs the model's outputs never use (an LSTM's final states a model discards) are
+    absent from the graph, not alignment failures: exporters prune what computes them."""
+    lost = {(q.activation.module, q.activation.call, q.activation.path): q for q in pairs
+            if q.tensor is None and q.method is MatchMethod.NONE and q.activation.is_leaf and q.activation.module
+            and not q.note.startswith(align.ABSENT)}
+    if not lost or loaded.module is None:
+        return pairs
+    try:
+        unused = capture.unused_outputs(loaded.module, inputs, frozenset(lost))
+    except Exception:  # noqa: BLE001 - a model that will not run with autograd keeps its reasons
+        return pairs
+    note = (f"{align.ABSENT}: the model's outputs do not use this value (PyTorch computes it, the exporter "
+            "pruned what computes it)")
+    return tuple(dataclasses.replace(q, note=note)
+                 if (q.activation.module, q.activation.call, q.activation.path) in unused else q for q in pairs)
 
 
 def paired_tensors(template: tuple[TensorPair, ...], index: GraphIndex) -> list[str]:
