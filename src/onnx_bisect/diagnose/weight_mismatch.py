@@ -44,10 +44,16 @@ class WeightMismatch(Rule):
                 for n, p, r, _ in differing]
         listed = "; ".join(f"'{n}' vs {p} ({r.layout}): max abs {r.max_abs:.2g}, relative L2 {r.rel_l2:.2g}, "
                            f"{r.fraction_differing:.0%} of elements differ" for n, p, r, _ in differing)
-        summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. The "
-                   f"values are correlated (same layer) but not equal, as from another checkpoint.")
-        fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
-               "check the export script loads the weights before torch.onnx.export.")
+        if ctx.loaded.module is None:  # --reference: another ONNX model stands in for PyTorch
+            summary = (f"The ONNX weights differ from the reference model's initializers: {listed}. The values are "
+                       "correlated (same layer) but not equal: the conversion step changed them.")
+            fix = ("Redo the conversion from the reference file, or find the step that rewrote these initializers "
+                   "(a converter, a quantizer, an edit by hand).")
+        else:
+            summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. The "
+                       f"values are correlated (same layer) but not equal, as from another checkpoint.")
+            fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
+                   "check the export script loads the weights before torch.onnx.export.")
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
                        counterfactual=lambda c: _restore(c, differing))
 
@@ -63,6 +69,8 @@ def _segment_initializers(ctx: DiagnosisContext) -> list[str]:
 
 def _everything(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
     """Every floating parameter and buffer of the model with ``size`` elements (the fallback search)."""
+    if ctx.loaded.module is None:
+        return {}  # --reference: the candidates were every initializer of the reference already
     tensors = list(ctx.loaded.module.named_parameters()) + list(ctx.loaded.module.named_buffers())
     out = {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point() and t.numel() == size}
     out.update({n: a for n, a in model_rnn_weights(ctx.loaded.module).items() if a.size == size})
