@@ -400,3 +400,41 @@ def test_albert_shared_layer_clean_export_shows_no_divergence(transformers_model
     model, ids = Hidden().eval(), torch.randint(0, 100, (1, 8), generator=torch.Generator().manual_seed(1))
     report = onnx_bisect.bisect(model, (ids,), onnx=rewrites.export(model, (ids,), "torchscript"))
     assert report.ok and not [r.pair.activation.name for r in report.layers if r.status is Status.DIVERGED]
+
+
+class _Residual(nn.Module):
+    """Two residual Adds; ONNX Runtime fuses the second with the LayerNormalization after the block."""
+
+    def __init__(self):
+        super().__init__()
+        self.ln1, self.fc1, self.ln2, self.fc2 = nn.LayerNorm(16), nn.Linear(16, 16), nn.LayerNorm(16), nn.Linear(16, 16)
+
+    def forward(self, x):
+        x = x + self.fc1(self.ln1(x))
+        return x + self.fc2(self.ln2(x))
+
+
+class _ResidualNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.block, self.norm, self.head = _Residual(), nn.LayerNorm(16), nn.Linear(16, 4)
+        with torch.no_grad():  # fc2 adds little: the first Add is within 1e-3 of the block's output, not within noise
+            self.block.fc2.weight.mul_(1e-3)
+            self.block.fc2.bias.zero_()
+
+    def forward(self, x):
+        return self.head(self.norm(self.block(x)))
+
+
+def test_a_container_is_not_paired_with_an_inner_tensor_its_children_come_after():
+    """ONNX Runtime's SkipLayerNormalization absorbs the block's last Add: the only block-scoped tensor left is
+    the first residual Add, computed before fc2 — not the block's output."""
+    model, x = _ResidualNet().eval(), torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1))
+    proto = rewrites.ort_optimized(rewrites.export(model, (x,), "torchscript"), "extended")
+    assert "SkipLayerNormalization" in {n.op_type for n in proto.graph.node}
+    report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    assert report.ok
+    assert not [r.pair.activation.name for r in report.layers if r.status is Status.DIVERGED]
+    block = next(r for r in report.layers if r.pair.activation.module == "block")
+    assert block.pair.tensor is None or block.diff.ok

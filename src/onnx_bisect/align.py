@@ -193,6 +193,7 @@ def align_activations(
 
     _pair_graph_outputs(acts, graph, values, pairs)
     _pair_by_scope(acts, graph, scopes, values, pairs)
+    _unpair_containers_before_children(acts, graph, values, pairs)
     fusion.pair_into_producer(acts, scopes, values, pairs, make_pair)
     settle()
     signatures = structure.signatures_of(graph, values)
@@ -209,6 +210,32 @@ def align_activations(
         settle()
     _mark_folded_constants(acts, graph, values, pairs)
     return tuple(pairs.get(a.index) or _unmatched(a, scopes, values) for a in acts)
+
+
+def _unpair_containers_before_children(acts, graph: GraphIndex, values, pairs) -> None:
+    """A container paired by its scope's name keeps a tensor that comes before a tensor of a module it
+    called only when the values agree.
+
+    PyTorch computes a container's output after every call it makes; a scope
+    tensor earlier in the graph than a child's output is an inner one (the first
+    residual Add of a block whose last Add an optimizer fused into the next
+    LayerNormalization, renaming it), not the container's output — though its
+    values may be close when the later children add little: only float noise
+    counts as agreement here.
+    """
+    for a in acts:
+        p = pairs.get(a.index)
+        if (p is None or p.tensor is None or a.is_leaf or not a.module or p.tensor not in values
+                or p.method not in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME)):
+            continue
+        start = max((b.index for b in acts if b.module == a.module and b.call < a.call), default=-1)
+        order = graph.order_of(p.tensor)
+        later = [q for b in acts[start + 1:a.index] if b.module.startswith(a.module + ".")
+                 for q in [pairs.get(b.index)] if q is not None and q.tensor and graph.order_of(q.tensor) > order]
+        v = values[p.tensor]
+        exact = HALF_MAX_REL if _agreement(v) == HALF_MAX_REL else STRUCTURE_MAX_REL  # float noise only
+        if later and fits(v, a.value) and distance(v, a.value) > exact:
+            del pairs[a.index]
 
 
 def _mark_folded_constants(acts, graph: GraphIndex, values, pairs) -> None:
