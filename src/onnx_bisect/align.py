@@ -223,12 +223,15 @@ def _unpair_containers_before_children(acts, graph: GraphIndex, values, pairs) -
     values may be close when the later children add little: only float noise
     counts as agreement here.
     """
+    last_of_call: dict[tuple[str, int], int] = {}
+    for b in acts:
+        last_of_call[(b.module, b.call)] = b.index
     for a in acts:
         p = pairs.get(a.index)
         if (p is None or p.tensor is None or a.is_leaf or not a.module or p.tensor not in values
                 or p.method not in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME)):
             continue
-        start = max((b.index for b in acts if b.module == a.module and b.call < a.call), default=-1)
+        start = last_of_call.get((a.module, a.call - 1), -1)  # where this call's children begin
         order = graph.order_of(p.tensor)
         later = [q for b in acts[start + 1:a.index] if b.module.startswith(a.module + ".")
                  for q in [pairs.get(b.index)] if q is not None and q.tensor and graph.order_of(q.tensor) > order]
