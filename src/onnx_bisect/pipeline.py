@@ -353,12 +353,14 @@ def bisect_case(
         if template is None:
             modules, op_acts = ops.split(captured)
             pairs = align.align_activations(modules, p.index, p.scopes, probed) + ops.pair_ops(op_acts, p.index, probed)
-            pairs = _mark_unused(pairs, p.loaded, inputs)
         else:
             pairs = align.reuse_alignment(template, captured)
         cuts = localize.cut_points(pairs, p.index)
         kept = {q.tensor for q in pairs} | set(p.index.graph_outputs)
         probed = {t: v for t, v in probed.items() if t in kept}  # free the candidates nobody matched
+    if template is None and _unaligned_leaves(pairs):
+        with progress.step("liveness", "checking which unaligned outputs the model uses"):
+            pairs = _mark_unused(pairs, p.loaded, inputs)  # one PyTorch forward with autograd recording
     with progress.step("report", "comparing"):
         outputs = compare_outputs(captured, p.index, final, tolerance)
         ok = all(o.diff.ok for o in outputs)
@@ -421,12 +423,17 @@ def bisect_case(
     return CaseRun(report, pairs, final, probed)
 
 
+def _unaligned_leaves(pairs: tuple[TensorPair, ...]) -> dict[tuple[str, int, str], TensorPair]:
+    """Leaf activations with no ONNX tensor and no reason yet to call them absent, by (module, call, path)."""
+    return {(q.activation.module, q.activation.call, q.activation.path): q for q in pairs
+            if q.tensor is None and q.method is MatchMethod.NONE and q.activation.is_leaf and q.activation.module
+            and not q.note.startswith(align.ABSENT)}
+
+
 def _mark_unused(pairs: tuple[TensorPair, ...], loaded: LoadedModel, inputs: ModelInputs) -> tuple[TensorPair, ...]:
     """Unaligned leaf outputs the model's outputs never use (an LSTM's final states a model discards) are
     absent from the graph, not alignment failures: exporters prune what computes them."""
-    lost = {(q.activation.module, q.activation.call, q.activation.path): q for q in pairs
-            if q.tensor is None and q.method is MatchMethod.NONE and q.activation.is_leaf and q.activation.module
-            and not q.note.startswith(align.ABSENT)}
+    lost = _unaligned_leaves(pairs)
     if not lost or loaded.module is None:
         return pairs
     try:
