@@ -117,11 +117,25 @@ class OnnxRuntimeBackend:
         except UsageError:
             raise
         except Exception as exc:
+            hint = self._optimizer_hint(source, weights, one_shot, providers) if optimize else ""
             raise BackendError(
                 f"ONNX Runtime could not load the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
-                "Check the model's opset, custom-domain operators, the execution provider and its options."
+                + (hint or "Check the model's opset, custom-domain operators, the execution provider and its "
+                           "options.")
             ) from exc
         return OnnxRuntimeSession(session)
+
+    def _optimizer_hint(self, source, weights, one_shot, providers) -> str:
+        """When the model loads with graph optimizations off, say that the optimizer is what fails."""
+        if self.opt_level == "disable":
+            return ""
+        try:
+            ort.InferenceSession(source, self._options(weights, one_shot, optimize=False), providers=providers)
+        except Exception:  # noqa: BLE001 - it fails either way: the optimizer is not the cause
+            return ""
+        return (f"It loads with graph optimizations off: ONNX Runtime's optimizer fails on this model at level "
+                f"'{self.opt_level}', so the file will not load like this where it ships either. Debug it with "
+                "--ort-opt-level disable, and report the failure to ONNX Runtime.")
 
     def run(
         self,
