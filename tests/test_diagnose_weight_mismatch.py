@@ -72,3 +72,43 @@ def test_recurrent_weights_in_onnx_gate_order():
         [row] = fd.evidence["parameters"]
         assert row["parameter"] == f"rnn({module}, layer {layer}, R)", row
         assert fd.layer.pair.activation.module == module
+
+
+def _bert_ort_extended():
+    import onnx_bisect  # noqa: F401
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import rewrites
+    from archs import build
+
+    model, x = build("bert")
+    return model, x, rewrites.ort_optimized(rewrites.export(model, x, "dynamo"), "extended"), rewrites
+
+
+def test_a_fault_in_a_folded_constant_is_compared_with_the_activation_it_was_folded_from():
+    """The exporter folds the position embeddings of a fixed length into a constant: a stale one is a
+    weight mismatch against that module's output, and restoring it is confirmed."""
+    import onnx_bisect
+
+    model, x, proto, rewrites = _bert_ort_extended()
+    constant = next(w for w, _ in rewrites.weights(proto)
+                    if any(i.name == w and list(i.dims)[-1] == 32 and i.dims[0] == 1 for i in proto.graph.initializer)
+                    and rewrites.owner(model, proto, w) is None)
+    fd = onnx_bisect.bisect(model, x, onnx=rewrites.perturb(proto, constant, 0.3)).first_divergence
+    assert fd.cause == "weight-mismatch" and fd.confirmed
+    [row] = fd.evidence["parameters"]
+    assert row["parameter"].startswith("the output of bert.embeddings.") and "folded into a constant" in row["parameter"]
+
+
+def test_a_weight_whose_module_output_was_fused_away_is_named_with_its_module():
+    """ONNX Runtime fuses intermediate.dense with its GELU: the fault shows at output.dense, and the explanation
+    says the weight belongs to intermediate.dense."""
+    import onnx_bisect
+
+    model, x, proto, rewrites = _bert_ort_extended()
+    weight = next(w for w, _ in rewrites.weights(proto)
+                  if rewrites.owner(model, proto, w) == "bert.encoder.layer.0.intermediate.dense")
+    fd = onnx_bisect.bisect(model, x, onnx=rewrites.perturb(proto, weight, 0.3)).first_divergence
+    assert fd.cause == "weight-mismatch" and fd.confirmed
+    assert fd.evidence["parameters"][0]["parameter"] == "bert.encoder.layer.0.intermediate.dense.weight"
+    if fd.layer.pair.activation.module != "bert.encoder.layer.0.intermediate.dense":
+        assert "The weight belongs to bert.encoder.layer.0.intermediate.dense" in fd.explanation

@@ -32,6 +32,11 @@ class WeightMismatch(Rule):
             if best is None or (not best[1].equal and best[1].correlation < 0.5):
                 # the segment may hold another module's weight (its output fused away): search the whole model
                 best = _best(value, name, _everything(ctx, value.size)) or best
+            if best is None or (not best[1].equal and best[1].correlation < 0.5):
+                # an exporter folds an activation that depends on no input into a constant (the position
+                # embeddings of a fixed length): the constant then stands for that module's output
+                folded = _best(value, name, _constant_activations(ctx, value.size))
+                best = folded if folded is not None and folded[1].correlation >= 0.9 else best
             if best is None or best[1].equal or best[1].correlation < 0.5:
                 continue
             if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
@@ -51,11 +56,29 @@ class WeightMismatch(Rule):
                    "(a converter, a quantizer, an edit by hand).")
         else:
             summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. The "
-                       f"values are correlated (same layer) but not equal, as from another checkpoint.")
+                       f"values are correlated (same layer) but not equal, as from another checkpoint."
+                       + _other_owners(ctx, [p for _, p, _, _ in differing]))
             fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
                    "check the export script loads the weights before torch.onnx.export.")
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
                        counterfactual=lambda c: _restore(c, differing))
+
+
+def _other_owners(ctx: DiagnosisContext, parameters: list[str]) -> str:
+    """A sentence naming the modules that own the differing parameters when the blamed activation is another
+    one: the segment computes them too, but the file keeps no tensor of their own (fused away)."""
+    blamed = ctx.layer.pair.activation.module
+    modules = dict(ctx.loaded.module.named_modules())
+    owners = []
+    for name in parameters:
+        owner = name.rpartition(".")[0] if not name.startswith("rnn(") else name[4:].split(",")[0]
+        if owner in modules and owner != blamed and not blamed.startswith(owner + ".") and owner not in owners:
+            owners.append(owner)
+    if not owners:
+        return ""
+    return (f" The weight belongs to {', '.join(owners)}, which this segment also computes: the file keeps no "
+            f"tensor of {'its' if len(owners) == 1 else 'their'} own output (fused or unaligned), so the divergence "
+            f"shows at {blamed or '<model>'}.")
 
 
 def _segment_initializers(ctx: DiagnosisContext) -> list[str]:
@@ -75,6 +98,15 @@ def _everything(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
     out = {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point() and t.numel() == size}
     out.update({n: a for n, a in model_rnn_weights(ctx.loaded.module).items() if a.size == size})
     return out
+
+
+def _constant_activations(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
+    """Leaf-module outputs of ``size`` elements, by a name saying what the constant holding one would be."""
+    if ctx.capture is None:
+        return {}
+    return {f"the output of {a.module} (folded into a constant)": np.asarray(a.value, dtype=np.float64)
+            for a in ctx.capture.activations
+            if a.is_leaf and a.module and a.value.size == size and a.value.dtype.kind == "f" and a.call == 0}
 
 
 def _best(value: np.ndarray, name: str, candidates: dict[str, np.ndarray]):
