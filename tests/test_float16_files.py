@@ -144,7 +144,10 @@ class _SquareLinears(torch.nn.Module):
         self.q, self.k, self.out = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
 
     def forward(self, x):
-        return self.out(torch.tanh(self.q(x)) * self.k(x))
+        # split into heads right away, as attention does: onnxslim merges the Gemm's trailing Reshape with
+        # this one, so the module's scope keeps only its 2-d Gemm output (and the input's Reshape)
+        q, k = self.q(x).reshape(2, 5, 4, 4), self.k(x).reshape(2, 5, 4, 4)
+        return self.out((torch.tanh(q) * k).reshape(2, 5, 16))
 
 
 def test_fault_in_a_reshaped_gemm_of_a_simplified_file_is_blamed_on_its_own_module():

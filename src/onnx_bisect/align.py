@@ -342,10 +342,24 @@ def _reshaped_in_scope(a: Activation, tensors: list[str], values, graph: GraphIn
     """
     same_size = [t for t in tensors if values[t].size == a.value.size and kind(values[t]) == kind(a.value)]
     rows = [t for t in same_size if _merged_axes(values[t].shape, a.value.shape)]
-    computed = [t for t in rows if (graph.node_of(t) is None or graph.node_of(t).op_type not in _LAYOUT_OPS)]
+    computed = [t for t in rows if _computed_in(a.module, t, graph)]
     if a.is_leaf and a.module and (len(rows) == 1 or len(computed) == 1):
         return rows if len(rows) == 1 else computed
     return [t for t in same_size if distance(values[t].reshape(a.value.shape), a.value) <= STRUCTURE_MAX_REL]
+
+
+def _computed_in(module: str, tensor: str, graph: GraphIndex) -> bool:
+    """Whether ``tensor`` is computed inside ``module``'s scope, looking through layout ops: a Reshape of
+    the Gemm inside is (a head split the simplifier merged with the Gemm's own Reshape), a Reshape of the
+    module's input is not (the chain's leading Reshape, as large as the output when a Linear keeps the
+    width)."""
+    node = graph.node_of(tensor)
+    while node is not None and node.op_type in _LAYOUT_OPS and node.inputs:
+        node = graph.node_of(node.inputs[0])
+    if node is None or node.scope is None:
+        return False
+    parts = tuple(module.split("."))
+    return node.scope[:len(parts)] == parts
 
 
 def _transposed_in_scope(a: Activation, tensors: list[str], values, graph: GraphIndex
@@ -360,8 +374,7 @@ def _transposed_in_scope(a: Activation, tensors: list[str], values, graph: Graph
     if not (a.is_leaf and a.module) or kind(a.value) != "f":
         return None
     same_size = [t for t in tensors if values[t].size == a.value.size and kind(values[t]) == "f"]
-    computed = [t for t in same_size if graph.node_of(t) is None or graph.node_of(t).op_type not in _LAYOUT_OPS
-                or len(same_size) == 1]
+    computed = [t for t in same_size if _computed_in(a.module, t, graph) or len(same_size) == 1]
     if len(computed) != 1:
         return None
     layouts = [perm for perm in perms(a.value, values[computed[0]]) if perm is not None]
