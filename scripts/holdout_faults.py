@@ -37,7 +37,6 @@ import rewrites  # noqa: E402
 import onnx_bisect  # noqa: E402
 from onnx_bisect.records import ErrorOrigin  # noqa: E402
 
-ARCHS = ("llama", "roberta", "albert", "distilbert", "deit", "segformer", "wav2vec2")
 PROVENANCES = ("dynamo", "torchscript", "slim:dynamo", "slim:torchscript", "fp16:dynamo", "fp16:torchscript",
                "ort-extended:dynamo", "ort-extended:torchscript")
 LAYER_OPS = ("MatMul", "Gemm", "Conv")
@@ -52,47 +51,46 @@ class _Hidden(torch.nn.Module):
         return self.m(**{self.key: x}).last_hidden_state
 
 
+#: name -> (model class, config class, config, extra model arguments, input kind); all small, seeded
+SMALL = dict(num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
+SPECS = {
+    "llama": ("LlamaModel", "LlamaConfig", dict(SMALL, vocab_size=200, hidden_size=64, num_key_value_heads=2,
+                                                  max_position_embeddings=64), {}, "text"),
+    "roberta": ("RobertaModel", "RobertaConfig", dict(SMALL, vocab_size=200, hidden_size=64,
+                                                      max_position_embeddings=64), {"add_pooling_layer": False}, "text"),
+    "albert": ("AlbertModel", "AlbertConfig", dict(SMALL, vocab_size=200, embedding_size=32, hidden_size=64,
+                                                   max_position_embeddings=64), {"add_pooling_layer": False}, "text"),
+    "distilbert": ("DistilBertModel", "DistilBertConfig", dict(vocab_size=200, dim=64, n_layers=2, n_heads=4,
+                                                               hidden_dim=128, max_position_embeddings=64), {}, "text"),
+    "deit": ("DeiTModel", "DeiTConfig", dict(SMALL, image_size=32, patch_size=8, hidden_size=64),
+             {"add_pooling_layer": False}, "image"),
+    "segformer": ("SegformerModel", "SegformerConfig", dict(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
+                                                            hidden_sizes=[16, 32], num_attention_heads=[1, 2],
+                                                            decoder_hidden_size=32, patch_sizes=[7, 3],
+                                                            strides=[4, 2]), {}, "image"),
+    "wav2vec2": ("Wav2Vec2Model", "Wav2Vec2Config", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                                                         intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2),
+                                                         conv_kernel=(10, 3), num_conv_pos_embeddings=16,
+                                                         num_conv_pos_embedding_groups=4, do_stable_layer_norm=True),
+                 {}, "audio"),
+}
+#: input kind -> (forward keyword, input maker)
+INPUTS = {
+    "text": ("input_ids", lambda g: torch.randint(3, 200, (2, 12), generator=g)),
+    "image": ("pixel_values", lambda g: torch.randn(2, 3, 32, 32, generator=g)),
+    "audio": ("input_values", lambda g: torch.randn(2, 800, generator=g)),
+}
+
+
 def build(name: str):
     """``(model, inputs)``: a small seeded ``transformers`` model returning its last hidden state."""
-    import transformers as T
+    import transformers
 
+    model_class, config_class, config, extra, kind = SPECS[name]
     torch.manual_seed(0)
-    g = torch.Generator().manual_seed(1)
-    text = (torch.randint(3, 200, (2, 12), generator=g),)
-    image = (torch.randn(2, 3, 32, 32, generator=g),)
-    if name == "llama":
-        m = T.LlamaModel(T.LlamaConfig(vocab_size=200, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
-        return _Hidden(m, "input_ids").eval(), text
-    if name == "roberta":
-        m = T.RobertaModel(T.RobertaConfig(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                           intermediate_size=128, max_position_embeddings=64), add_pooling_layer=False)
-        return _Hidden(m, "input_ids").eval(), text
-    if name == "albert":
-        m = T.AlbertModel(T.AlbertConfig(vocab_size=200, embedding_size=32, hidden_size=64, num_hidden_layers=2,
-                                         num_attention_heads=4, intermediate_size=128, max_position_embeddings=64),
-                          add_pooling_layer=False)
-        return _Hidden(m, "input_ids").eval(), text
-    if name == "distilbert":
-        m = T.DistilBertModel(T.DistilBertConfig(vocab_size=200, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
-                                                 max_position_embeddings=64))
-        return _Hidden(m, "input_ids").eval(), text
-    if name == "deit":
-        m = T.DeiTModel(T.DeiTConfig(image_size=32, patch_size=8, hidden_size=64, num_hidden_layers=2,
-                                     num_attention_heads=4, intermediate_size=128), add_pooling_layer=False)
-        return _Hidden(m, "pixel_values").eval(), image
-    if name == "segformer":
-        m = T.SegformerModel(T.SegformerConfig(num_encoder_blocks=2, depths=[1, 1], sr_ratios=[2, 1],
-                                               hidden_sizes=[16, 32], num_attention_heads=[1, 2],
-                                               decoder_hidden_size=32, patch_sizes=[7, 3], strides=[4, 2]))
-        return _Hidden(m, "pixel_values").eval(), image
-    if name == "wav2vec2":
-        m = T.Wav2Vec2Model(T.Wav2Vec2Config(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                             intermediate_size=64, conv_dim=(16, 16), conv_stride=(5, 2),
-                                             conv_kernel=(10, 3), num_conv_pos_embeddings=16,
-                                             num_conv_pos_embedding_groups=4, do_stable_layer_norm=True))
-        return _Hidden(m, "input_values").eval(), (torch.randn(2, 800, generator=g),)
-    raise KeyError(name)
+    model = getattr(transformers, model_class)(getattr(transformers, config_class)(**config), **extra)
+    key, make = INPUTS[kind]
+    return _Hidden(model, key).eval(), (make(torch.Generator().manual_seed(1)),)
 
 
 def make_file(model, inputs, provenance: str):
@@ -142,7 +140,7 @@ def measure(arch: str, provenance: str, faults: int, noise: float) -> dict:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--archs", default=",".join(ARCHS))
+    parser.add_argument("--archs", default=",".join(SPECS))
     parser.add_argument("--provenances", default=",".join(PROVENANCES))
     parser.add_argument("--faults", type=int, default=4, help="weights planted per file")
     parser.add_argument("--noise", type=float, default=0.3, help="noise, times the weight's spread")

@@ -236,8 +236,7 @@ def _unpair_containers_before_children(acts, graph: GraphIndex, values, pairs) -
         later = [q for b in acts[start + 1:a.index] if b.module.startswith(a.module + ".")
                  for q in [pairs.get(b.index)] if q is not None and q.tensor and graph.order_of(q.tensor) > order]
         v = values[p.tensor]
-        exact = HALF_MAX_REL if _agreement(v) == HALF_MAX_REL else STRUCTURE_MAX_REL  # float noise only
-        if later and fits(v, a.value) and distance(v, a.value) > exact:
+        if later and fits(v, a.value) and distance(v, a.value) > _float_noise(v):
             del pairs[a.index]
 
 
@@ -340,12 +339,17 @@ def _reshaped_in_scope(a: Activation, tensors: list[str], values, graph: GraphIn
     (the chain's leading Reshape of the module's *input*, as large as the output
     when a Linear keeps the width) is not what the module computes.
     """
-    same_size = [t for t in tensors if values[t].size == a.value.size and kind(values[t]) == kind(a.value)]
+    same_size = _same_size(a, tensors, values)
     rows = [t for t in same_size if _merged_axes(values[t].shape, a.value.shape)]
     computed = [t for t in rows if _computed_in(a.module, t, graph)]
     if a.is_leaf and a.module and (len(rows) == 1 or len(computed) == 1):
         return rows if len(rows) == 1 else computed
     return [t for t in same_size if distance(values[t].reshape(a.value.shape), a.value) <= STRUCTURE_MAX_REL]
+
+
+def _same_size(a: Activation, tensors: list[str], values) -> list[str]:
+    """The tensors holding as many elements of the same kind as ``a``'s value."""
+    return [t for t in tensors if values[t].size == a.value.size and kind(values[t]) == kind(a.value)]
 
 
 def _computed_in(module: str, tensor: str, graph: GraphIndex) -> bool:
@@ -373,7 +377,7 @@ def _transposed_in_scope(a: Activation, tensors: list[str], values, graph: Graph
     """
     if not (a.is_leaf and a.module) or kind(a.value) != "f":
         return None
-    same_size = [t for t in tensors if values[t].size == a.value.size and kind(values[t]) == "f"]
+    same_size = _same_size(a, tensors, values)
     computed = [t for t in same_size if _computed_in(a.module, t, graph) or len(same_size) == 1]
     if len(computed) != 1:
         return None
@@ -414,9 +418,18 @@ def _weak_agreement(graph: GraphIndex, tensor: str, v: np.ndarray) -> float:
     return QUANTIZED_MAX_REL if quantized else _agreement(v)
 
 
+def _is_half(v: np.ndarray) -> bool:
+    return v.dtype == np.float16 or v.dtype.name == "bfloat16"
+
+
 def _agreement(v: np.ndarray) -> float:
     """Largest relative L2 distance at which a tensor of ``v``'s dtype still holds the same value."""
-    return HALF_MAX_REL if v.dtype in (np.float16,) or v.dtype.name == "bfloat16" else WEAK_MAX_REL
+    return HALF_MAX_REL if _is_half(v) else WEAK_MAX_REL
+
+
+def _float_noise(v: np.ndarray) -> float:
+    """Largest relative L2 distance that rounding alone explains for a tensor of ``v``'s dtype."""
+    return HALF_MAX_REL if _is_half(v) else STRUCTURE_MAX_REL
 
 
 def _last_path(group, a) -> str:

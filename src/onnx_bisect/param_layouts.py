@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+_PREFIX = "rnn("
+
 #: ONNX gate order, as indices into PyTorch's gate chunks
 _GATES = {"LSTM": (0, 3, 1, 2), "GRU": (1, 0, 2), "RNN": (0,)}
 
@@ -43,7 +45,7 @@ def rnn_weights(qualname: str, module) -> dict[str, np.ndarray]:
             bi, bh = param(f"bias_ih_l{layer}{d}"), param(f"bias_hh_l{layer}{d}")
             if bi is not None and bh is not None:
                 b.append(np.concatenate([gates(bi), gates(bh)]))
-        prefix = f"rnn({qualname or '<model>'}, layer {layer}"
+        prefix = f"{_PREFIX}{qualname or '<model>'}, layer {layer}"
         out[f"{prefix}, W)"] = np.stack(w)
         out[f"{prefix}, R)"] = np.stack(r)
         if len(b) == len(directions):
@@ -57,3 +59,10 @@ def model_rnn_weights(model) -> dict[str, np.ndarray]:
     for qualname, module in model.named_modules():
         out.update(rnn_weights(qualname, module))
     return out
+
+
+def owner_of(name: str) -> str:
+    """The module a parameter name belongs to: ``a.b.weight`` → ``a.b``, ``rnn(a.b, layer 0, W)`` → ``a.b``."""
+    if name.startswith(_PREFIX):
+        return name[len(_PREFIX):].split(",")[0]
+    return name.rpartition(".")[0]

@@ -425,7 +425,7 @@ def bisect_case(
 
 def _unaligned_leaves(pairs: tuple[TensorPair, ...]) -> dict[tuple[str, int, str], TensorPair]:
     """Leaf activations with no ONNX tensor and no reason yet to call them absent, by (module, call, path)."""
-    return {(q.activation.module, q.activation.call, q.activation.path): q for q in pairs
+    return {_call_key(q): q for q in pairs
             if q.tensor is None and q.method is MatchMethod.NONE and q.activation.is_leaf and q.activation.module
             and not q.note.startswith(align.ABSENT)}
 
@@ -442,8 +442,12 @@ def _mark_unused(pairs: tuple[TensorPair, ...], loaded: LoadedModel, inputs: Mod
         return pairs
     note = (f"{align.ABSENT}: the model's outputs do not use this value (PyTorch computes it, the exporter "
             "pruned what computes it)")
-    return tuple(dataclasses.replace(q, note=note)
-                 if (q.activation.module, q.activation.call, q.activation.path) in unused else q for q in pairs)
+    return tuple(dataclasses.replace(q, note=note) if _call_key(q) in unused else q for q in pairs)
+
+
+def _call_key(q: TensorPair) -> tuple[str, int, str]:
+    """Which output of which call of which module a pair is about."""
+    return q.activation.module, q.activation.call, q.activation.path
 
 
 def paired_tensors(template: tuple[TensorPair, ...], index: GraphIndex) -> list[str]:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..param_layouts import model_rnn_weights
+from ..param_layouts import model_rnn_weights, owner_of
 from . import edits, layout
 from .base import DiagnosisContext, Finding, Rule
 
@@ -71,7 +71,7 @@ def _other_owners(ctx: DiagnosisContext, parameters: list[str]) -> str:
     modules = dict(ctx.loaded.module.named_modules())
     owners = []
     for name in parameters:
-        owner = name.rpartition(".")[0] if not name.startswith("rnn(") else name[4:].split(",")[0]
+        owner = owner_of(name)
         if owner in modules and owner != blamed and not blamed.startswith(owner + ".") and owner not in owners:
             owners.append(owner)
     if not owners:
