@@ -255,7 +255,7 @@ def limit_threads(n: int) -> None:
     import torch
 
     torch.set_num_threads(n)
-    from onnx_bisect.backends import onnxruntime as backend
+    from onnx_bisect.run import onnxruntime as backend
 
     original = backend.OnnxRuntimeBackend._options
 
@@ -398,7 +398,7 @@ def audit(report, proto: onnx.ModelProto, args: tuple) -> dict[str, Any]:
 
 def summarize(report, lowp: set[str] | None = None) -> dict[str, Any]:
     from onnx_bisect.records import Status
-    from onnx_bisect.report import leaf_coverage, to_json
+    from onnx_bisect.report.text import leaf_coverage, to_json
 
     doc = to_json(report)
     aligned, total, absent = leaf_coverage(report.layers)

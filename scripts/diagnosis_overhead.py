@@ -23,7 +23,7 @@ HERE = Path(__file__).resolve().parent
 RUN = textwrap.dedent('''
     import contextlib, io, json, sys, time
     t0 = time.perf_counter()
-    from onnx_bisect import pipeline
+    from onnx_bisect.pipeline import bisect as pipeline
     from onnx_bisect.cli import main
     from onnx_bisect.records import Divergence
     if sys.argv[4] == "off":

@@ -14,9 +14,10 @@ from onnx import TensorProto, helper, numpy_helper
 from torch import nn
 
 import onnx_bisect
-from onnx_bisect import align, export, graph
+from onnx_bisect import align
+from onnx_bisect.source import export, graph
 from onnx_bisect.records import Activation, Capture, MatchMethod, Status
-from onnx_bisect.report import leaf_coverage
+from onnx_bisect.report.text import leaf_coverage
 
 import rewrites
 from archs import build

@@ -5,7 +5,7 @@ import onnxruntime as ort
 import pytest
 
 from conftest import tiny_onnx
-from onnx_bisect.backends.onnxruntime import OnnxRuntimeBackend
+from onnx_bisect.run.onnxruntime import OnnxRuntimeBackend
 from onnx_bisect.errors import BackendError
 from onnx_bisect.records import RuntimeSettings
 

@@ -11,7 +11,7 @@ from onnx import numpy_helper
 
 import onnx_bisect
 from onnx_bisect.records import MatchMethod, Status
-from onnx_bisect.report import leaf_coverage, render_text
+from onnx_bisect.report.text import leaf_coverage, render_text
 from onnx_bisect.testing import assert_no_divergence
 
 from archs import build

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from onnx_bisect.capture import capture_activations
+from onnx_bisect.capture.modules import capture_activations
 from onnx_bisect.records import ModelInputs
 
 
@@ -156,7 +156,7 @@ class _Tagger(torch.nn.Module):
 
 
 def test_unused_outputs_are_the_ones_the_model_outputs_do_not_depend_on():
-    from onnx_bisect.capture import unused_outputs
+    from onnx_bisect.capture.modules import unused_outputs
     from onnx_bisect.records import ModelInputs
 
     torch.manual_seed(0)

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from onnx_bisect.compare import check_tensors, compare_tensors
+from onnx_bisect.measure.compare import check_tensors, compare_tensors
 from onnx_bisect.records import Tolerance
 
 

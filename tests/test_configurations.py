@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from onnx_bisect import configurations as cf
+from onnx_bisect.pipeline import configurations as cf
 from onnx_bisect.errors import InputError, UsageError
-from onnx_bisect.load import read_input, to_model_inputs
-from onnx_bisect.pipeline import loaded_from_module
+from onnx_bisect.source.load import read_input, to_model_inputs
+from onnx_bisect.pipeline.bisect import loaded_from_module
 from onnx_bisect.records import CaseKind, ModelInputs, RuntimeSettings
-from onnx_bisect.specs import AxisSpec, parse_config_entries, parse_provider, parse_sizes, parse_vary
+from onnx_bisect.pipeline.specs import AxisSpec, parse_config_entries, parse_provider, parse_sizes, parse_vary
 
 
 class TwoInputs(torch.nn.Module):

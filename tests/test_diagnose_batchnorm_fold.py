@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 from diagnosis_suite import bisect_case  # noqa: E402
 
-from onnx_bisect.diagnose.batchnorm_fold import BatchNormFold  # noqa: E402
+from onnx_bisect.diagnose.rules.batchnorm_fold import BatchNormFold  # noqa: E402
 
 
 def test_fold_without_epsilon():

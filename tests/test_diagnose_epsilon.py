@@ -9,7 +9,7 @@ import diagnosis_cases as dc  # noqa: E402
 import plant  # noqa: E402
 from diagnosis_suite import bisect_case  # noqa: E402
 
-from onnx_bisect.diagnose.epsilon import EpsilonMismatch  # noqa: E402
+from onnx_bisect.diagnose.rules.epsilon import EpsilonMismatch  # noqa: E402
 
 
 def test_layernorm_epsilon_attribute():

@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 from diagnosis_suite import bisect_case  # noqa: E402
 
-from onnx_bisect.diagnose.gelu import GeluApproximation, gelu_erf, gelu_tanh  # noqa: E402
+from onnx_bisect.diagnose.rules.gelu import GeluApproximation, gelu_erf, gelu_tanh  # noqa: E402
 
 
 def test_tanh_gelu_in_the_graph_is_named_and_switched_back():

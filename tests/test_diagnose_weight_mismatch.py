@@ -8,7 +8,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 from diagnosis_suite import bisect_case  # noqa: E402
 
-from onnx_bisect.diagnose.weight_mismatch import WeightMismatch  # noqa: E402
+from onnx_bisect.diagnose.rules.weight_mismatch import WeightMismatch  # noqa: E402
 
 
 def test_renamed_transposed_weight_of_the_dynamo_exporter():

@@ -3,7 +3,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper
 
-from onnx_bisect.expose import cut_at_tensors, expose_tensors, reference_input_name
+from onnx_bisect.run.expose import cut_at_tensors, expose_tensors, reference_input_name
 
 
 def _chain() -> onnx.ModelProto:

@@ -9,7 +9,8 @@ import torch
 from onnx import TensorProto, helper
 
 import onnx_bisect
-from onnx_bisect import compare, graph
+from onnx_bisect.measure import compare
+from onnx_bisect.source import graph
 from onnx_bisect.records import ErrorOrigin, Status, Tolerance
 
 import rewrites

@@ -7,7 +7,7 @@ import torch
 
 from conftest import MLP_SOURCE, write_source
 from onnx_bisect.errors import InputError, ModelLoadError
-from onnx_bisect.load import load_inputs, load_model
+from onnx_bisect.source.load import load_inputs, load_model
 
 TWO_ARGUMENT_SOURCE = """
     import torch

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from onnx_bisect.compare import compare_tensors
-from onnx_bisect.observe import locate_faithfully
+from onnx_bisect.measure.compare import compare_tensors
+from onnx_bisect.measure.observe import locate_faithfully
 from onnx_bisect.records import Activation, MatchMethod, TensorPair, Tolerance
 
 TOL = Tolerance(1e-4, 1e-3)

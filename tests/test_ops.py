@@ -10,7 +10,7 @@ import torch
 import onnx_bisect
 from conftest import write_source
 from onnx_bisect.records import MatchMethod, Status
-from onnx_bisect.report import leaf_coverage
+from onnx_bisect.report.text import leaf_coverage
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 

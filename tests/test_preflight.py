@@ -13,11 +13,11 @@ import diagnosis_cases as dc  # noqa: E402
 import plant  # noqa: E402
 
 import onnx_bisect  # noqa: E402
-from onnx_bisect import preflight  # noqa: E402
-from onnx_bisect.backends import make_backend  # noqa: E402
+from onnx_bisect.diagnose import preflight  # noqa: E402
+from onnx_bisect.run.backend import make_backend  # noqa: E402
 from onnx_bisect.errors import OnnxLoadError  # noqa: E402
 from onnx_bisect.records import LoadedModel, ModelInputs  # noqa: E402
-from onnx_bisect.weights import split_weights  # noqa: E402
+from onnx_bisect.source.weights import split_weights  # noqa: E402
 
 from conftest import tiny_onnx  # noqa: E402
 

@@ -10,7 +10,7 @@ import pytest
 
 from conftest import run_cli
 from onnx_bisect.records import MatchMethod
-from onnx_bisect.reference import bisect_onnx
+from onnx_bisect.pipeline.reference import bisect_onnx
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))

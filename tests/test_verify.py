@@ -135,7 +135,7 @@ def test_optimizer_rewrite_hidden_by_exposure_is_located_faithfully():
     bisection's probe) stops the fusion, so that instrumented run agrees with PyTorch while the shipped graph
     does not: the divergence is then located with exposures that keep the shipped outputs.  The matrix, whose
     probe exposes only the paired tensors once the alignment is known, sees the rewrite directly."""
-    from onnx_bisect.load import load_inputs, load_model
+    from onnx_bisect.source.load import load_inputs, load_model
 
     loaded, module = load_model(str(FIXTURES / "models" / "bert.py"))
     inputs = load_inputs([str(FIXTURES / "inputs" / "bert.npy")], loaded, module)

@@ -9,11 +9,11 @@ __all__ = ["bisect", "verify", "Config", "Report", "MatrixReport", "BisectError"
 def __getattr__(name: str):
     # Lazy: `onnx-bisect --help` and usage errors should not wait for torch to import.
     if name in ("bisect", "Config"):
-        from . import pipeline
+        from .pipeline import bisect as pipeline
 
         return getattr(pipeline, name)
     if name == "verify":
-        from .verification import verify
+        from .pipeline.verify import verify
 
         return verify
     if name in ("Report", "MatrixReport"):

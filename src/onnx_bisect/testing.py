@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .pipeline import bisect
-from .report import render_text
+from .pipeline.bisect import bisect
+from .report.text import render_text
 
 
 def assert_no_divergence(model: Any, inputs: Any, onnx: Any = None, **options: Any):

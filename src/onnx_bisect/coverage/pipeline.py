@@ -12,7 +12,7 @@ import onnx
 import onnx.inliner
 
 from ..errors import OnnxLoadError, UsageError
-from ..weights import split_weights, split_weights_from_file
+from ..source.weights import split_weights, split_weights_from_file
 from .classify import classify_node
 from .inventory import take_inventory
 from .kernels import check_kernel
@@ -105,7 +105,7 @@ def triage_onnx(skeleton: onnx.ModelProto, weights, providers: tuple[ProviderInf
 
 
 def _export(config: CoverageConfig):
-    from ..load import load_inputs, load_model
+    from ..source.load import load_inputs, load_model
     from .export_triage import triage_export
 
     loaded, module = load_model(config.target)

@@ -1,0 +1,232 @@
+"""Fusion awareness for the align stage: modules whose own output the ONNX graph does not hold.
+
+Exporters and optimizers compute several PyTorch modules in one ONNX node: a
+BatchNorm folded into the preceding Conv, Conv+BatchNorm+ReLU as one FusedConv,
+a layer scale or an attention scale folded into a MatMul's weights.  Such a
+module has no tensor of its own to compare; it is reported ``fused`` into the
+node that computes it, but only where the graph shows it:
+
+* **into a neighbour** — the module's nearest consumer is aligned, and the
+  nodes computing that consumer's tensor include an op that can compute the
+  module (the module→op table :data:`HOST_OPS`);
+* **with a scale after it** — a tensor holds exactly the module's value times a
+  factor per channel, and that tensor also holds a later activation's value
+  (the arithmetic between the two was folded into the module's node); or it
+  holds the module's value times one factor (an attention scale folded into a
+  projection).
+
+The values decide; a module is never declared fused for its position alone.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Callable
+
+from ..records.graph import GraphIndex, NodeInfo
+from ..records import Activation, MatchMethod, TensorPair
+from .similarity import distance, fit_scale, fits
+
+#: a neighbour's value computed by another module's node: near it, not merely nearer
+FUSED_MAX_REL = 0.2
+#: residual of a fitted scale: float noise only (the folded weights round differently)
+SCALE_MAX_REL = 1e-4
+#: a scale fitted on a sample of the elements leaving more than this is not worth fitting on all of them
+SCREEN_MAX_REL = 1e-2
+#: a graph output holding the model's output within float noise (float16 included) can host a fused module
+OUTPUT_MAX_REL = 1e-2
+#: a structural pair this confident matched within float noise (a loose pair is less)
+EXACT_CONFIDENCE = 0.99
+#: how many same-sized tensors after a module's inputs are tried for a single folded scale
+SCALE_CANDIDATES = 8
+
+#: ops that can compute (part of) a module of each family, ONNX Runtime's fused contrib ops included
+HOST_OPS: dict[str, frozenset[str]] = {
+    "conv": frozenset({"Conv", "ConvTranspose", "FusedConv", "NhwcConv", "NhwcFusedConv", "QLinearConv",
+                       "ConvInteger"}),
+    "linear": frozenset({"MatMul", "Gemm", "FusedMatMul", "FusedGemm", "MatMulInteger", "QLinearMatMul",
+                         "DynamicQuantizeMatMul", "MatMulNBits", "MatMulIntegerToFloat", "Attention",
+                         "MultiHeadAttention", "GroupQueryAttention", "PackedAttention", "Einsum", "Conv",
+                         "FusedConv", "QLinearConv"}),
+    "batchnorm": frozenset({"BatchNormalization", "Conv", "ConvTranspose", "FusedConv", "NhwcFusedConv",
+                            "QLinearConv", "Gemm", "MatMul", "FusedMatMul", "Mul", "Add"}),
+    "layernorm": frozenset({"LayerNormalization", "SkipLayerNormalization", "SimplifiedLayerNormalization",
+                            "SkipSimplifiedLayerNormalization", "EmbedLayerNormalization", "RMSNormalization",
+                            "ReduceMean", "Div", "Sqrt"}),
+    "groupnorm": frozenset({"GroupNormalization", "InstanceNormalization", "GroupNorm", "SkipGroupNorm",
+                            "ReduceMean"}),
+    "relu": frozenset({"Relu", "Clip", "LeakyRelu", "PRelu", "Max", "Min", "FusedConv", "NhwcFusedConv", "FusedGemm",
+                       "FusedMatMul", "QLinearConv", "QLinearLeakyRelu"}),
+    "gelu": frozenset({"Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Tanh"}),
+    "sigmoid": frozenset({"Sigmoid", "HardSigmoid", "HardSwish", "QuickGelu", "FusedConv", "QLinearSigmoid", "Mul"}),
+    "tanh": frozenset({"Tanh", "FusedConv"}),
+    "embedding": frozenset({"Gather", "GatherND", "GatherElements", "EmbedLayerNormalization"}),
+}
+#: families whose output may have a scale folded in, and the channel axis the scale runs along
+SCALED_FAMILIES = {"linear": -1, "embedding": -1, "conv": 1}
+
+MakePair = Callable[..., TensorPair]
+
+
+def family(module_type: str) -> str | None:
+    """The :data:`HOST_OPS` family of a module class name, None when unknown."""
+    t = module_type
+    if t.startswith(("Conv", "LazyConv")) and t != "Conv1D":
+        return "conv"
+    if t.endswith("Linear") or t == "Conv1D":  # transformers' Conv1D is a transposed Linear
+        return "linear"
+    if "BatchNorm" in t:
+        return "batchnorm"
+    if "LayerNorm" in t or "RMSNorm" in t:
+        return "layernorm"
+    if t in ("GroupNorm", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"):
+        return "groupnorm"
+    if t in ("ReLU", "ReLU6", "LeakyReLU", "Hardtanh", "PReLU"):
+        return "relu"
+    if "GELU" in t or "Gelu" in t:
+        return "gelu"
+    if t in ("SiLU", "Sigmoid", "Hardswish", "Hardsigmoid", "Swish"):
+        return "sigmoid"
+    if t == "Tanh":
+        return "tanh"
+    if t in ("Embedding", "EmbeddingBag"):
+        return "embedding"
+    return None
+
+
+def host_node(module_type: str, nodes: list[NodeInfo]) -> NodeInfo | None:
+    """The first of ``nodes`` that can compute a module of this type; any node for an unknown type."""
+    fam = family(module_type)
+    if fam is None:
+        return nodes[0] if nodes else None
+    return next((n for n in nodes if n.op_type in HOST_OPS[fam]), None)
+
+
+def pair_into_producer(acts, scopes, values, pairs, make_pair: MakePair) -> None:
+    """A module whose paired tensor is nearer the next module's value than its own: both are
+    computed by one node (an optimizer fused Conv+BN+ReLU); the next module takes the tensor."""
+    for b in acts:
+        if b.index in pairs or b.passthrough or b.module in scopes.boundary or len(b.inputs) != 1:
+            continue
+        a = acts[b.inputs[0]]
+        pa = pairs.get(a.index)
+        if pa is None or pa.tensor is None or pa.method is MatchMethod.FUSED:
+            continue
+        v = values.get(pa.tensor)
+        if v is None or not fits(v, b.value):
+            continue
+        if distance(v, b.value) < distance(v, a.value) and distance(v, b.value) <= FUSED_MAX_REL:
+            note = f"{a.name} and {b.name} are computed by one ONNX node"
+            pairs[b.index] = make_pair(b, pa.tensor, MatchMethod.FUSED, pa.confidence, note)
+            pairs[a.index] = TensorPair(a, None, pa.node, pa.op_type, MatchMethod.FUSED, pa.confidence,
+                                        f"folded into {pa.node} with {b.name}")
+
+
+def pair_into_consumers(acts, graph: GraphIndex, scopes, values, pairs) -> None:
+    """Leaf modules with no tensor of their own, computed inside the node of an aligned consumer.
+
+    The consumer's tensor must be backed by its name or its value (a graph
+    output only when it holds the model's output), and the nodes computing it
+    must include an op that can compute the module.  Walks in reverse call
+    order, so a chain (Conv → BatchNorm → ReLU fused into one FusedConv)
+    resolves from the aligned end.
+    """
+    consumers: dict[int, list[Activation]] = defaultdict(list)
+    for a in acts:
+        for i in a.inputs:
+            consumers[i].append(a)
+    stops = {p.tensor for p in pairs.values() if p.cuttable and p.tensor in graph.producer}
+    hosts: dict[int, str] = {}  # fused activation -> the tensor whose nodes compute it
+    for a in reversed(acts):
+        if a.index in pairs or a.passthrough or a.module in scopes.boundary or not (a.is_leaf and a.module):
+            continue
+        for b in consumers.get(a.index, ()):
+            pb = pairs.get(b.index)
+            tensor = hosts.get(b.index) if pb is None or pb.tensor is None else (
+                pb.tensor if _backed(pb, graph, values) else None)
+            if pb is None or tensor is None:
+                continue
+            seg = [graph.nodes[i] for i in graph.segment(tensor, frozenset(stops - {tensor}))]
+            node = host_node(a.module_type, seg)
+            if node is None:
+                continue
+            rule = f" by {node.rewrite_rule}" if node.rewrite_rule else ""
+            pairs[a.index] = TensorPair(a, None, node.name, node.op_type, MatchMethod.FUSED, pb.confidence,
+                                        f"no ONNX node of its own; folded into {node.name} ({node.op_type}){rule} "
+                                        f"with {b.name}")
+            hosts[a.index] = tensor
+            if pb.method in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME) and rule:
+                pairs[b.index] = TensorPair(pb.activation, pb.tensor, pb.node, pb.op_type, MatchMethod.FUSED,
+                                            pb.confidence, f"computed together with {a.name}{rule}")
+            break
+
+
+def _backed(p: TensorPair, graph: GraphIndex, values) -> bool:
+    """Whether a pair's tensor is known to compute its activation: by scope, by value, or an
+    agreeing graph output (a diverging output says nothing about what computes it)."""
+    if p.tensor not in graph.producer:
+        return False
+    if p.method is MatchMethod.GRAPH_OUTPUT:
+        v = values.get(p.tensor)
+        return v is not None and v.size == p.activation.value.size and \
+            distance(v.reshape(p.activation.value.shape), p.activation.value) <= OUTPUT_MAX_REL
+    if p.method is MatchMethod.STRUCTURE:
+        return p.confidence >= EXACT_CONFIDENCE  # a loose pair (outputs diverging) proves too little
+    return p.method is not MatchMethod.NONE
+
+
+def pair_scaled(acts, graph: GraphIndex, scopes, values, pairs, reach: Callable[[Activation], int]) -> None:
+    """Modules whose value reaches the graph only times a folded scale (see the module docstring).
+
+    Considers unaligned modules and modules paired by scope whose tensor does
+    not hold their value.
+    """
+    claimed: dict[str, list[TensorPair]] = defaultdict(list)  # tensor -> pairs confirmed by value
+    for p in pairs.values():
+        if p.tensor and p.method in (MatchMethod.STRUCTURE, MatchMethod.FUSED, MatchMethod.IDENTITY):
+            claimed[p.tensor].append(p)
+    for a in acts:
+        axis = SCALED_FAMILIES.get(family(a.module_type) or "")
+        if axis is None or not a.is_leaf or a.value.dtype.kind != "f":
+            continue
+        p = pairs.get(a.index)
+        if p is not None and (p.method not in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME)
+                              or p.tensor not in values or distance(values[p.tensor], a.value) <= SCALE_MAX_REL):
+            continue
+        found = _scaled_tensor(a, axis, graph, scopes, values, claimed, reach(a), p)
+        if found is None:
+            continue
+        tensor, scale, later = found
+        nodes = [graph.nodes[i] for i in graph.segment(tensor, frozenset(
+            q.tensor for q in pairs.values() if q.tensor and q.tensor != tensor and q.cuttable))]
+        node = host_node(a.module_type, nodes[::-1]) or graph.node_of(tensor)
+        how = (f"one factor {float(scale.factors[0]):.4g}" if scale.axis is None
+               else f"a factor per channel (axis {scale.axis})")
+        whose = f", the value of {later}" if later else ""
+        pairs[a.index] = TensorPair(
+            a, None, node.name, node.op_type, MatchMethod.FUSED, round(1.0 - scale.residual, 6),
+            f"folded into {node.name} ({node.op_type}) with a scale after it: {tensor} holds its value times "
+            f"{how} (residual {scale.residual:.1e}){whose}")
+
+
+def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, claimed, lo: int,
+                   pair: TensorPair | None):
+    """``(tensor, scale, later activation or "")`` for a tensor holding ``a``'s value scaled, or None."""
+    tried: list[str] = []
+    if pair is not None:
+        tried.append(pair.tensor)
+    tried += [t for t in scopes.boundary.get(a.module, ()) if t in values]
+    nearby = [t for t, v in values.items() if v.size == a.value.size and graph.order_of(t) > lo]
+    tried += sorted(nearby, key=graph.order_of)[:SCALE_CANDIDATES]
+    for t in dict.fromkeys(tried):
+        v = values.get(t)
+        if v is None or v.size != a.value.size:
+            continue
+        later = next((q.activation.name for q in claimed.get(t, ()) if q.activation.index > a.index), "")
+        if later:
+            scale = fit_scale(v, a.value, axis, screen=SCREEN_MAX_REL)
+            if scale is not None and scale.residual <= SCALE_MAX_REL and not scale.trivial:
+                return t, scale, later
+        scale = fit_scale(v, a.value, None, screen=SCREEN_MAX_REL)
+        if scale is not None and scale.residual <= SCALE_MAX_REL and not scale.trivial:
+            return t, scale, ""
+    return None

@@ -1,0 +1,512 @@
+"""Align stage: pair each PyTorch activation with the ONNX tensor computing the same value.
+
+Methods, in order of trust:
+1. scope: the node's module path (dynamo metadata or TorchScript-style names);
+   a module's candidates are the tensors its scope hands to the rest of the
+   graph, of the activation's shape, taken call by call in graph order;
+2. graph outputs for the model's own outputs;
+3. identity for modules that return their input unchanged (Dropout in eval);
+4. fusion when a module has no tensor of its own (a BatchNorm folded into the
+   preceding Conv, a scale folded into a MatMul; see :mod:`.fusion`), run again
+   after each pass below;
+5. structure: the same elements (up to a reshape or transpose) after the
+   tensors of the activation's inputs, accepted only when the values agree;
+6. loose structure, only in a graph without scope information whose outputs
+   diverge: the nearest value after the inputs, so that a fault is still
+   located at its own segment rather than at the last module.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from . import fusion, structure
+from ..records.graph import GraphIndex
+from ..records import Activation, Capture, MatchMethod, TensorPair
+from .similarity import distance, fits, kind, perms
+from .structure import STRUCTURE_MAX_REL
+
+_CALL_SUFFIX = re.compile(r"^(.*)_(\d+)$")
+WEAK_MAX_REL = 1e-3  # the same for a scope output read by a node of unknown scope
+HALF_MAX_REL = 1e-2  # the same for a float16 / bfloat16 tensor
+QUANTIZED_MAX_REL = 0.1  # the same for a tensor quantized to 8 bits on its way
+@dataclass(frozen=True)
+class ScopeMap:
+    """Module qualname of every node that has one, and the tensors each scope exports."""
+
+    module_of: dict[int, str]  # node index -> qualified module name
+    boundary: dict[str, tuple[str, ...]]  # module -> tensors leaving its scope, graph order
+    # Tensors read by a node of unknown scope (an optimizer's fused node, a renamed
+    # node): the scope's real output may have been fused away, so such a tensor
+    # is paired only when its values agree.
+    weak: frozenset[str] = frozenset()
+
+
+def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
+    """Resolve node scopes to known module names and find each scope's exported tensors."""
+    known = {a.module for a in capture.activations}
+    prefix = _common_prefix(graph, known)
+    module_of: dict[int, str] = {}
+    for node in graph.nodes:
+        if node.scope is None:
+            continue
+        resolved = _resolve(node.scope[prefix:], known)
+        if resolved is not None:
+            module_of[node.index] = resolved
+    boundary: dict[str, list[str]] = defaultdict(list)
+    weak: set[str] = set()
+    outputs = set(graph.graph_outputs)
+    for node in graph.nodes:
+        q = module_of.get(node.index)
+        if q is None:
+            continue
+        for t in node.outputs:
+            if not t:
+                continue
+            consumer_scopes = [module_of.get(i) for i in _effective_consumers(graph, t, module_of)]
+            if not graph.consumers.get(t) and t not in outputs:
+                # nothing reads it (an RNN's final state when the model uses only the sequence):
+                # still what the module computes, for the module itself
+                boundary[q].append(t)
+                continue
+            if None in consumer_scopes:
+                weak.add(t)
+            for s in _ancestors(q):
+                if t in outputs or any(c is None or not _within(c, s) for c in consumer_scopes):
+                    boundary[s].append(t)
+                else:
+                    break
+    return ScopeMap(module_of=module_of, boundary={k: tuple(v) for k, v in boundary.items()}, weak=frozenset(weak))
+
+
+#: nodes that converters insert around a tensor without changing what it means
+#: (fp16 casts, QDQ pairs); scope analysis looks through them to the real consumers.
+TRANSPARENT_OPS = frozenset({"Cast", "QuantizeLinear", "DequantizeLinear", "Identity"})
+
+
+def _effective_consumers(graph: GraphIndex, tensor: str, module_of: dict[int, str]) -> list[int]:
+    """Consumers of ``tensor``, looking through unscoped casts and quantize/dequantize pairs."""
+    out, stack, seen = [], list(graph.consumers.get(tensor, ())), set()
+    while stack:
+        i = stack.pop()
+        if i in seen:
+            continue
+        seen.add(i)
+        node = graph.nodes[i]
+        if node.op_type in TRANSPARENT_OPS and i not in module_of:
+            for o in node.outputs:
+                stack.extend(graph.consumers.get(o, ()))
+        else:
+            out.append(i)
+    return out
+
+
+def _common_prefix(graph: GraphIndex, known: set[str]) -> int:
+    """How many leading scope components to drop (a wrapper module at export time)."""
+    votes: Counter[int] = Counter()
+    for node in graph.nodes[:: max(1, len(graph.nodes) // 200)]:
+        if not node.scope:
+            continue
+        for k in range(0, min(3, len(node.scope))):
+            if _resolve(node.scope[k:], known) not in (None, ""):
+                votes[k] += 1
+                break
+    return votes.most_common(1)[0][0] if votes else 0
+
+
+def _resolve(parts: tuple[str, ...], known: set[str]) -> str | None:
+    """The innermost known module that ``parts`` names, tolerating ``_N`` call suffixes
+    (TorchScript names a module's second call ``fc_1``) and containers that are never
+    called themselves (ModuleList)."""
+    plain = tuple(_strip_call(p) for p in parts)
+    for k in range(len(parts), 0, -1):
+        for candidate in (".".join(parts[:k]), ".".join(plain[:k])):
+            if candidate in known:
+                return candidate
+    return "" if "" in known else None
+
+
+def _strip_call(part: str) -> str:
+    m = _CALL_SUFFIX.match(part)
+    return m.group(1) if m else part
+
+
+def _ancestors(q: str):
+    parts = q.split(".") if q else []
+    for k in range(len(parts), -1, -1):
+        yield ".".join(parts[:k])
+
+
+def _within(q: str, scope: str) -> bool:
+    return scope == "" or q == scope or q.startswith(scope + ".")
+
+
+def candidate_tensors(capture: Capture, graph: GraphIndex, scopes: ScopeMap) -> list[str]:
+    """Every tensor alignment may want to look at: scope exports, graph outputs, and for
+    modules the graph has no scope for, the tensors whose inferred shape fits."""
+    names: dict[str, None] = dict.fromkeys(graph.graph_outputs)
+    for tensors in scopes.boundary.values():
+        names.update(dict.fromkeys(tensors))
+    scoped = set(scopes.boundary)
+    sizes = {a.value.size for a in capture.activations if a.module not in scoped}
+    if sizes:
+        for node in graph.nodes:
+            for t in node.outputs:
+                if t and _may_have_shape(graph.shapes.get(t), sizes):
+                    names[t] = None
+    found = [n for n in names if n not in graph.initializers and n not in graph.graph_inputs]
+    # an activation that does not depend on the inputs (position embeddings) may be folded into a constant
+    return found + sorted(t for t in graph.initializers if graph.elem_types.get(t) in FLOAT_TYPES
+                          and t in graph.shapes and _may_have_shape(graph.shapes[t], sizes))
+
+
+FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                         onnx.TensorProto.BFLOAT16})
+
+
+def _may_have_shape(static: tuple | None, sizes: set[int]) -> bool:
+    """Whether a tensor whose inferred shape is ``static`` (None = unknown) may hold
+    as many elements as one of the activations (it may be reshaped or transposed)."""
+    if static is None or any(d is None for d in static):
+        return True
+    return int(np.prod(static, dtype=np.int64)) in sizes
+
+
+def align_activations(
+    capture: Capture, graph: GraphIndex, scopes: ScopeMap, values: dict[str, np.ndarray]
+) -> tuple[TensorPair, ...]:
+    """Pair every activation with an ONNX tensor (or say why none), in capture order."""
+    acts = capture.activations
+    pairs: dict[int, TensorPair] = {}
+
+    def make_pair(a, tensor, method, confidence=1.0, note=""):
+        return _pair(a, graph, tensor, method, confidence, note)
+
+    def settle() -> None:
+        _pair_shared(acts, pairs)
+        _pair_identities(acts, graph, pairs)
+
+    _pair_graph_outputs(acts, graph, values, pairs)
+    _pair_by_scope(acts, graph, scopes, values, pairs)
+    _unpair_containers_before_children(acts, graph, values, pairs)
+    fusion.pair_into_producer(acts, scopes, values, pairs, make_pair)
+    settle()
+    signatures = structure.signatures_of(graph, values)
+    structure.pair_by_structure(acts, graph, values, pairs, signatures)
+    settle()
+    reach = structure.reaches(acts, graph, pairs)
+    fusion.pair_scaled(acts, graph, scopes, values, pairs, lambda a: structure.lower_bound(a, reach))
+    fusion.pair_into_consumers(acts, graph, scopes, values, pairs)
+    settle()
+    divergence = structure.output_divergence(capture, graph, values)
+    if not scopes.module_of and divergence > structure.LOOSE_GATE_REL:
+        structure.pair_loosely(acts, graph, values, pairs, signatures, divergence)
+        fusion.pair_into_consumers(acts, graph, scopes, values, pairs)
+        settle()
+    _mark_folded_constants(acts, graph, values, pairs)
+    return tuple(pairs.get(a.index) or _unmatched(a, scopes, values) for a in acts)
+
+
+def _unpair_containers_before_children(acts, graph: GraphIndex, values, pairs) -> None:
+    """A container paired by its scope's name keeps a tensor that comes before a tensor of a module it
+    called only when the values agree.
+
+    PyTorch computes a container's output after every call it makes; a scope
+    tensor earlier in the graph than a child's output is an inner one (the first
+    residual Add of a block whose last Add an optimizer fused into the next
+    LayerNormalization, renaming it), not the container's output — though its
+    values may be close when the later children add little: only float noise
+    counts as agreement here.
+    """
+    last_of_call: dict[tuple[str, int], int] = {}
+    for b in acts:
+        last_of_call[(b.module, b.call)] = b.index
+    for a in acts:
+        p = pairs.get(a.index)
+        if (p is None or p.tensor is None or a.is_leaf or not a.module or p.tensor not in values
+                or p.method not in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME)):
+            continue
+        start = last_of_call.get((a.module, a.call - 1), -1)  # where this call's children begin
+        order = graph.order_of(p.tensor)
+        later = [q for b in acts[start + 1:a.index] if b.module.startswith(a.module + ".")
+                 for q in [pairs.get(b.index)] if q is not None and q.tensor and graph.order_of(q.tensor) > order]
+        v = values[p.tensor]
+        if later and fits(v, a.value) and distance(v, a.value) > _float_noise(v):
+            del pairs[a.index]
+
+
+def _mark_folded_constants(acts, graph: GraphIndex, values, pairs) -> None:
+    """Unaligned leaves whose value is an initializer: computed once and folded into a constant
+    (position embeddings of a fixed length), so nothing in the graph computes them."""
+    constants = [t for t in values if t in graph.initializers]
+    for a in acts:
+        if a.index in pairs or not (a.is_leaf and a.module) or kind(a.value) != "f":
+            continue
+        for t in constants:
+            found = structure.layout_of(a.value, values[t])
+            if found is not None and found[1] <= STRUCTURE_MAX_REL:
+                pairs[a.index] = TensorPair(a, None, None, None, MatchMethod.NONE, 0.0,
+                                            f"{ABSENT}: its value is the constant {t} (folded when the file was made)")
+                break
+
+
+def _pair_shared(acts, pairs) -> None:
+    """A container returning its last child's tensor unchanged shares that child's pair."""
+    by_value: dict[int, TensorPair] = {}
+    for a in acts:
+        p = pairs.get(a.index)
+        if p is not None and p.tensor is not None:
+            by_value.setdefault(id(a.value), p)
+    for a in acts:
+        src = by_value.get(id(a.value))
+        if a.index not in pairs and src is not None:
+            pairs[a.index] = structure.shared_pair(a, src)
+
+
+def _pair(a: Activation, graph: GraphIndex, tensor: str, method: MatchMethod, confidence=1.0, note="") -> TensorPair:
+    node = graph.node_of(tensor)
+    return TensorPair(a, tensor, node.name if node else None, node.op_type if node else None, method, confidence, note)
+
+
+def _pair_graph_outputs(acts, graph, values, pairs) -> None:
+    roots = [a for a in acts if a.module == ""]
+    for a, name in zip(roots, graph.graph_outputs):
+        v = values.get(name)
+        if v is not None and v.shape == a.value.shape:
+            pairs[a.index] = _pair(a, graph, name, MatchMethod.GRAPH_OUTPUT)
+
+
+def _pair_by_scope(acts, graph, scopes: ScopeMap, values, pairs) -> None:
+    by_module: dict[str, list[Activation]] = defaultdict(list)
+    for a in acts:
+        if a.index not in pairs:
+            by_module[a.module].append(a)
+    for module, group in by_module.items():
+        tensors = [t for t in scopes.boundary.get(module, ()) if t in values]
+        if not tensors:
+            continue
+        if any(t in scopes.weak for t in tensors):
+            refs = [a.value for a in group]
+            tensors = [t for t in tensors if t not in scopes.weak
+                       or any(fits(values[t], r) and distance(values[t], r) <= _weak_agreement(graph, t, values[t])
+                              for r in refs)]
+            if not tensors:
+                continue
+        method = _scope_method(graph, tensors[0])
+        last = -1
+        for a in sorted(group, key=lambda a: (a.call, a.index)):
+            fitting = [t for t in tensors if graph.order_of(t) > last and fits(values[t], a.value)]
+            if not fitting:
+                fitting = _reshaped_in_scope(a, [t for t in tensors if graph.order_of(t) > last], values, graph)
+            if not fitting:
+                moved = _transposed_in_scope(a, [t for t in tensors if graph.order_of(t) > last], values, graph)
+                if moved is not None:
+                    pairs[a.index] = dataclasses.replace(
+                        _pair(a, graph, moved[0], method), perm=moved[1],
+                        note=f"the module's only output-sized tensor, transposed {list(moved[1])} (by shape)")
+                    last = graph.order_of(moved[0]) if a.path == _last_path(group, a) else last
+                continue
+            # A module called several times whose scope exports fewer tensors than calls are left (a
+            # shared layer whose earlier calls feed its later ones inside the scope: ALBERT) cannot be
+            # paired by order: only the values can say which call a tensor belongs to.
+            calls_left = sum(1 for b in group if b.path == a.path and b.call >= a.call)
+            if (len(fitting) == 1 and calls_left <= 1) or _same_count(group, a, tensors, values):
+                chosen, conf = fitting[0], 1.0
+            else:
+                # Several tensors of this shape leave the scope: the values choose, and a
+                # choice no value supports is no pair (it would show as a divergence).
+                chosen, conf = _closest(fitting, a.value, values)
+                if distance(values[chosen], a.value) > _agreement(values[chosen]):
+                    continue
+            pairs[a.index] = _pair(a, graph, chosen, method, conf)
+            last = graph.order_of(chosen) if a.path == _last_path(group, a) else last
+
+
+def _reshaped_in_scope(a: Activation, tensors: list[str], values, graph: GraphIndex) -> list[str]:
+    """Scope tensors holding ``a``'s elements in another shape.
+
+    A rewritten graph reshapes a module's output inside the same node chain
+    (Reshape→Gemm→Reshape, the Gemm's 2-d output in the module's scope).  A leaf
+    whose scope exports exactly one computed tensor holding its elements in the
+    same order (axes merged or split) takes it on the name alone, like a tensor
+    of its shape would — so a fault in the leaf's own weights still shows there
+    — ; anything else must agree in value.  A tensor that a layout op makes
+    (the chain's leading Reshape of the module's *input*, as large as the output
+    when a Linear keeps the width) is not what the module computes.
+    """
+    same_size = _same_size(a, tensors, values)
+    rows = [t for t in same_size if _merged_axes(values[t].shape, a.value.shape)]
+    computed = [t for t in rows if _computed_in(a.module, t, graph)]
+    if a.is_leaf and a.module and (len(rows) == 1 or len(computed) == 1):
+        return rows if len(rows) == 1 else computed
+    return [t for t in same_size if distance(values[t].reshape(a.value.shape), a.value) <= STRUCTURE_MAX_REL]
+
+
+def _same_size(a: Activation, tensors: list[str], values) -> list[str]:
+    """The tensors holding as many elements of the same kind as ``a``'s value."""
+    return [t for t in tensors if values[t].size == a.value.size and kind(values[t]) == kind(a.value)]
+
+
+def _computed_in(module: str, tensor: str, graph: GraphIndex) -> bool:
+    """Whether ``tensor`` is computed inside ``module``'s scope, looking through layout ops: a Reshape of
+    the Gemm inside is (a head split the simplifier merged with the Gemm's own Reshape), a Reshape of the
+    module's input is not (the chain's leading Reshape, as large as the output when a Linear keeps the
+    width)."""
+    node = graph.node_of(tensor)
+    while node is not None and node.op_type in _LAYOUT_OPS and node.inputs:
+        node = graph.node_of(node.inputs[0])
+    if node is None or node.scope is None:
+        return False
+    parts = tuple(module.split("."))
+    return node.scope[:len(parts)] == parts
+
+
+def _transposed_in_scope(a: Activation, tensors: list[str], values, graph: GraphIndex
+                         ) -> tuple[str, tuple[int, ...]] | None:
+    """``(tensor, perm)`` when a leaf's scope computes exactly one tensor of its size, and that tensor's
+    shape is the activation's in one axis order only (an RNN's time-major output of a batch-first
+    module, [5, 2, 16] for [2, 5, 16]).
+
+    Taken on the name and the shape alone, like a reshaped output, so that a
+    fault in the module itself still shows there rather than unpairing it.
+    """
+    if not (a.is_leaf and a.module) or kind(a.value) != "f":
+        return None
+    same_size = _same_size(a, tensors, values)
+    computed = [t for t in same_size if _computed_in(a.module, t, graph) or len(same_size) == 1]
+    if len(computed) != 1:
+        return None
+    layouts = [perm for perm in perms(a.value, values[computed[0]]) if perm is not None]
+    if len(layouts) != 1 or len(set(a.value.shape)) != a.value.ndim:
+        return None
+    return computed[0], layouts[0]
+
+
+#: ops that only lay out their input's elements anew
+_LAYOUT_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"})
+
+
+def _merged_axes(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    """Whether one shape is the other with adjacent axes merged (size-1 axes aside): the same
+    elements in the same order, as [16, 32] is [1, 16, 32] and [32, 64] is [2, 16, 64]; [12, 2, 32]
+    is not [2, 12, 32] (a transpose)."""
+    short, long_ = sorted(([d for d in a if d != 1], [d for d in b if d != 1]), key=len)
+    i = 0
+    for d in short:
+        size = 1
+        while i < len(long_) and size < d:
+            size *= long_[i]
+            i += 1
+        if size != d:
+            return False
+    return i == len(long_)
+
+
+def _weak_agreement(graph: GraphIndex, tensor: str, v: np.ndarray) -> float:
+    """How far a scope output read by a node of unknown scope may be from its activation and still be
+    its value: float noise, or quantization noise when it is quantized before use or computed from
+    dequantized inputs (a QDQ file; the quantizer's nodes carry no scope)."""
+    node = graph.node_of(tensor)
+    quantized = any(graph.nodes[i].op_type == "QuantizeLinear" for i in graph.consumers.get(tensor, ())) or (
+        node is not None and any((p := graph.node_of(i)) is not None and p.op_type == "DequantizeLinear"
+                                 for i in node.inputs))
+    return QUANTIZED_MAX_REL if quantized else _agreement(v)
+
+
+def _is_half(v: np.ndarray) -> bool:
+    return v.dtype == np.float16 or v.dtype.name == "bfloat16"
+
+
+def _agreement(v: np.ndarray) -> float:
+    """Largest relative L2 distance at which a tensor of ``v``'s dtype still holds the same value."""
+    return HALF_MAX_REL if _is_half(v) else WEAK_MAX_REL
+
+
+def _float_noise(v: np.ndarray) -> float:
+    """Largest relative L2 distance that rounding alone explains for a tensor of ``v``'s dtype."""
+    return HALF_MAX_REL if _is_half(v) else STRUCTURE_MAX_REL
+
+
+def _last_path(group, a) -> str:
+    paths = [b.path for b in group if b.call == a.call]
+    return paths[-1]
+
+
+def _same_count(group, a, tensors, values) -> bool:
+    """True when the scope exports exactly one fitting tensor per call: assign in order."""
+    same = [b for b in group if b.path == a.path]
+    fitting = [t for t in tensors if fits(values[t], a.value)]
+    return len(fitting) == len(same) and len({b.path for b in group}) == 1
+
+
+def _scope_method(graph: GraphIndex, tensor: str) -> MatchMethod:
+    node = graph.node_of(tensor)
+    return MatchMethod.METADATA if node and node.scope_source == "metadata" else MatchMethod.SCOPE_NAME
+
+
+def _closest(candidates, ref, values) -> tuple[str, float]:
+    ranked = sorted(candidates, key=lambda t: (distance(values[t], ref), -candidates.index(t)))
+    best = distance(values[ranked[0]], ref)
+    runner = distance(values[ranked[1]], ref) if len(ranked) > 1 else float("inf")
+    confident = best < 1e-3 or runner > 10 * best
+    return ranked[0], 0.95 if confident else 0.7
+
+
+def _pair_identities(acts, graph: GraphIndex, pairs) -> None:
+    for a in acts:
+        if a.index in pairs or not a.passthrough:
+            continue
+        source = next((pairs[i] for i in a.inputs if i in pairs and pairs[i].tensor
+                       and acts[i].value.shape == a.value.shape), None)
+        if source is not None:
+            pairs[a.index] = TensorPair(a, source.tensor, source.node, source.op_type, MatchMethod.IDENTITY,
+                                        source.confidence, f"returns its input unchanged ({source.activation.name})")
+
+
+ABSENT = "absent from the ONNX graph"
+
+
+def _unmatched(a: Activation, scopes: ScopeMap, values) -> TensorPair:
+    if a.module in scopes.boundary:
+        same = [t for t in scopes.boundary[a.module] if t in values and values[t].shape == a.value.shape]
+        sized = [t for t in scopes.boundary[a.module] if t in values and values[t].size == a.value.size]
+        if same:
+            note = (f"{len(same)} ONNX tensor(s) of shape {list(a.value.shape)} leave this module's scope and none "
+                    "holds its value")
+        elif sized:
+            note = (f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope; "
+                    f"{len(sized)} of as many elements ({', '.join(repr(t) for t in sized[:3])}) neither hold its "
+                    "value nor are its only reshaped output")
+        else:
+            note = f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope"
+    elif scopes.module_of:
+        note = (f"{ABSENT}: no node carries this module's scope (pruned as unused or folded into a "
+                "constant) and no tensor with equal values was found")
+    else:
+        note = "the graph carries no scope information and no tensor with equal values was found"
+    return TensorPair(a, None, None, None, MatchMethod.NONE, 0.0, note)
+
+
+def reuse_alignment(template: tuple[TensorPair, ...], capture: Capture) -> tuple[TensorPair, ...]:
+    """The pairs found for one input case, carried over to another capture of the same model.
+
+    Activations are matched by module, call and output path; the pairing is a
+    property of the model and the graph, so a case whose values cannot be
+    matched by value (all zeros) still gets it.  An activation the template
+    lacks (other control flow) is unmatched, with that reason.
+    """
+    by_key = {(p.activation.module, p.activation.call, p.activation.path): p for p in template}
+    pairs = []
+    for a in capture.activations:
+        p = by_key.get((a.module, a.call, a.path))
+        if p is None:
+            pairs.append(TensorPair(a, None, None, None, MatchMethod.NONE, 0.0,
+                                    "not called on the input the alignment was made on"))
+        else:
+            pairs.append(dataclasses.replace(p, activation=a))
+    return tuple(pairs)

@@ -1,0 +1,283 @@
+"""Structural matching for the align stage: the same numbers, wherever the graph computes them.
+
+A PyTorch activation without a scope pair takes the ONNX tensor holding its
+elements (up to a reshape or an axis permutation) after the tensors of its
+inputs in graph order, confirmed by value.  In a graph without scope
+information whose outputs diverge, values downstream of a fault equal nothing,
+so :func:`pair_loosely` pairs by nearness instead (see its docstring).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..records.graph import GraphIndex
+from ..records import Activation, Capture, MatchMethod, TensorPair
+from .similarity import distance, kind, laid_out, nearness, perms
+
+STRUCTURE_MAX_REL = 1e-4  # relative L2 distance for a structural pair: float noise only
+#: a candidate farther than this on a sample of its elements is not compared in full
+SCREEN_MAX_REL = 1e-2
+SCREEN_SAMPLE = 256
+#: loose pairs (outputs diverging, no scopes): within this distance, and this many times nearer than the next
+LOOSE_MAX_REL = 0.5
+LOOSE_MARGIN = 2.0
+LOOSE_CANDIDATES = 8  # same-sized tensors after an activation's inputs that a loose pair may take
+LOOSE_FINALISTS = 3  # of them, those nearest on a sample, measured in full
+#: graph outputs this far (relative L2) from the model's: beyond float32 noise, so a fault lies somewhere
+LOOSE_GATE_REL = 1e-5
+LOOSE_CONFIDENCE = 0.9  # enough to cut there: the segment after a fault is then measured on its own
+
+
+def shared_pair(a: Activation, src: TensorPair) -> TensorPair:
+    """``src``'s tensor for ``a``, a container returning the tensor ``src``'s module returned."""
+    return TensorPair(a, src.tensor, src.node, src.op_type, src.method, src.confidence,
+                      f"returns the tensor of {src.activation.name}", src.perm)
+
+
+def reaches(acts, graph: GraphIndex, pairs) -> dict[int, int]:
+    """The latest graph position among the tensors of each activation and of the
+    activations it consumed, directly or not."""
+    reach: dict[int, int] = {}
+    for a in acts:
+        p = pairs.get(a.index)
+        own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
+        reach[a.index] = max([own] + [reach.get(i, -1) for i in a.inputs])
+    return reach
+
+
+def lower_bound(a: Activation, reach: dict[int, int]) -> int:
+    """Graph position a tensor holding ``a`` must come after: where its inputs were computed."""
+    return max((reach.get(i, -1) for i in a.inputs), default=-1)
+
+
+def leaf_tensors(pairs) -> set[str]:
+    """Tensors already holding a leaf module's value (a container's claim does not block a leaf)."""
+    return {p.tensor for p in pairs.values() if p.tensor and p.activation.is_leaf and p.activation.module}
+
+
+def signatures_of(graph: GraphIndex, values) -> dict[str, tuple[int, float, float] | None]:
+    """The permutation-invariant signature (size, sum, sum of squares) of every computed tensor."""
+    return {t: _signature(v) for t, v in values.items() if t in graph.producer}
+
+
+def pair_by_structure(acts, graph: GraphIndex, values, pairs, signatures) -> None:
+    """Same elements (up to a reshape or transpose), after the tensors of earlier
+    activations in graph order, confirmed by value.
+
+    The signatures (:func:`signatures_of`) filter the candidates, so only
+    tensors that can hold the same numbers are compared.
+    """
+    taken = leaf_tensors(pairs)
+    buckets = _buckets(graph, values, signatures)
+    by_value = {id(p.activation.value): p for p in pairs.values() if p.tensor is not None}
+    # ``reach[i]``: the latest graph position among the tensors of activation i and of
+    # the activations it consumed, directly or not.  A structural match must come
+    # after what its own inputs came from, not after unrelated branches that the
+    # ONNX graph happens to schedule later.
+    reach: dict[int, int] = {}
+    for a in acts:
+        if a.index not in pairs and id(a.value) in by_value:
+            pairs[a.index] = shared_pair(a, by_value[id(a.value)])  # a container returning its child's tensor
+        elif a.index not in pairs and a.value.size:
+            lo = lower_bound(a, reach)
+            sig = _signature(a.value)
+            leaf = a.is_leaf and bool(a.module)
+            candidates = [t for t in _same_numbers(buckets, a.value.size, sig, lo)
+                          if (a.passthrough or not leaf or t not in taken) and kind(values[t]) == kind(a.value)]
+            found = _best_layout(a.value, candidates, values, signatures)
+            if found is not None:
+                tensor, perm, rel = found
+                # Position alone proves nothing: a structural pair must agree in value,
+                # or a wrongly paired tensor would show up as a divergence.
+                layout = "" if perm is None else f", transposed {list(perm)}"
+                pairs[a.index] = TensorPair(
+                    a, tensor, graph.node_of(tensor).name, graph.node_of(tensor).op_type, MatchMethod.STRUCTURE,
+                    round(1.0 - rel, 6), f"same values (rel. L2 {rel:.1e}{layout})", perm)
+                if leaf:
+                    taken.add(tensor)
+                by_value.setdefault(id(a.value), pairs[a.index])
+        p = pairs.get(a.index)
+        own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
+        reach[a.index] = max([own] + [reach.get(i, -1) for i in a.inputs])
+
+
+def _signature(v: np.ndarray) -> tuple[int, float, float] | None:
+    """Size, sum and sum of squares (float64): equal for any reshape or transpose of the same numbers."""
+    if v.dtype.kind not in "fiub" or v.size == 0:
+        return None
+    x = v.ravel()
+    total, squares = float(x.sum(dtype=np.float64)), float(np.einsum("i,i->", x, x, dtype=np.float64))
+    if not (np.isfinite(total) and np.isfinite(squares)):
+        return None
+    return v.size, total, squares
+
+
+def _buckets(graph: GraphIndex, values, signatures) -> dict:
+    """Tensors by (size, finite), in graph order, with their positions, sums and sums of squares as arrays."""
+    grouped: dict[tuple[int, bool], list[str]] = {}
+    for t in sorted(signatures, key=graph.order_of):  # ties: the earliest copy
+        grouped.setdefault((values[t].size, signatures[t] is not None), []).append(t)
+    return {key: (names, np.array([graph.order_of(t) for t in names]),
+                  np.array([signatures[t][1] if key[1] else 0.0 for t in names]),
+                  np.array([signatures[t][2] if key[1] else 0.0 for t in names])) for key, names in grouped.items()}
+
+
+def _same_numbers(buckets, size: int, sig, lo: int) -> list[str]:
+    """Tensors after position ``lo`` whose signature matches ``sig`` (sums within 1e-3 of their scale)."""
+    found = buckets.get((size, sig is not None))
+    if found is None:
+        return []
+    names, order, totals, squares = found
+    keep = order > lo
+    if sig is not None:
+        _, total, square = sig
+        scale = max(square, 1e-30) ** 0.5 * size ** 0.5
+        keep &= (np.abs(totals - total) <= 1e-3 * scale) & (np.abs(squares - square) <= 1e-3 * max(square, 1e-30))
+    return [names[i] for i in np.flatnonzero(keep)]
+
+
+def _best_layout(ref: np.ndarray, candidates: list[str], values, signatures
+                 ) -> tuple[str, tuple[int, ...] | None, float] | None:
+    """The candidate (and axis permutation of ``ref``) holding the same values; the earliest of equals.
+
+    Once one matches, its copies (reshaped or transposed: the same signature)
+    cannot do better and are not compared again.
+    """
+    best, copies = None, None
+    for t in candidates:
+        if copies is not None and _copy_key(signatures[t]) == copies:
+            continue
+        found = layout_of(ref, values[t], screen=SCREEN_MAX_REL)
+        if found is not None and found[1] <= STRUCTURE_MAX_REL and (best is None or found[1] < best[2]):
+            best, copies = (t, *found), _copy_key(signatures[t])
+    return best
+
+
+def _copy_key(sig) -> tuple:
+    """A signature up to the summation order (a transposed copy sums in another order)."""
+    return sig[0], float(f"{sig[1]:.9g}"), float(f"{sig[2]:.9g}")
+
+
+def layout_of(ref: np.ndarray, v: np.ndarray, measure=distance, screen: float | None = None,
+              sampled: bool = False) -> tuple[tuple[int, ...] | None, float] | None:
+    """The axis permutation of ``ref`` closest to ``v`` (first within float noise), and its distance.
+
+    With ``screen``, a layout farther than that on a sample of the elements is
+    not measured on all of them (nor returned); with ``sampled``, the distance
+    is the sample's only (a cheap ranking).
+    """
+    if v.size != ref.size:
+        return None
+    best = None
+    for perm in perms(ref, v):
+        r = laid_out(ref, perm)
+        if (screen is not None or sampled) and r.size > SCREEN_SAMPLE * 4:
+            sample = np.unravel_index((np.arange(SCREEN_SAMPLE) * (r.size // SCREEN_SAMPLE | 1) + 7) % r.size,
+                                      r.shape)
+            rel = measure(v.reshape(r.shape)[sample], r[sample])
+            if sampled:
+                best = (perm, rel) if best is None or rel < best[1] else best
+                continue
+            if rel > screen:
+                continue
+        rel = measure(v.reshape(r.shape), r)
+        if best is None or rel < best[1]:
+            best = (perm, rel)
+        if rel <= STRUCTURE_MAX_REL:
+            break
+    return best
+
+
+def output_divergence(capture: Capture, graph: GraphIndex, values) -> float:
+    """The largest relative L2 distance between a graph output and the model's output."""
+    worst = 0.0
+    for name, ref in zip(graph.graph_outputs, capture.outputs):
+        v = values.get(name)
+        if v is not None and v.size == ref.size and kind(v) == "f" == kind(ref):
+            worst = max(worst, distance(v.reshape(ref.shape), ref))
+    return worst
+
+
+def pair_loosely(acts, graph: GraphIndex, values, pairs, signatures, divergence: float) -> None:
+    """Pairs by nearness of value where exact values cannot exist: a graph without scope
+    information whose outputs diverge by ``divergence`` (relative L2).
+
+    Downstream of a fault no tensor equals its activation, so the structural
+    pass leaves the rest of the graph unaligned and the fault would be blamed on
+    the last module.  Here an activation takes the nearest tensor of its layout
+    after its inputs, when that tensor is within ``LOOSE_MAX_REL`` (in value or in
+    direction: a wrongly scaled tensor points the same way) and clearly nearer
+    than the others.  Never taken: a tensor feeding one that holds its
+    activation's value far more exactly than the outputs hold theirs (it lies
+    upstream of any fault), a tensor that an earlier call's tensor is computed
+    from (a later call's value cannot be there), and the numbers of a tensor
+    already paired, reshaped.
+    """
+    exact_rel = min(STRUCTURE_MAX_REL, divergence / 10)
+    exact = {p.tensor for p in pairs.values() if p.method is MatchMethod.STRUCTURE and p.tensor in graph.producer
+             and p.tensor in values and distance(values[p.tensor].reshape(p.reference().shape), p.reference())
+             <= exact_rel}
+    upstream = ancestors_of(graph, exact)
+    keys = {t: _copy_key(sig) for t, sig in signatures.items() if t not in upstream and sig is not None}
+    taken = leaf_tensors(pairs)
+    held = {_copy_key(signatures[t]) for t in taken if signatures.get(t) is not None}
+    ordered = sorted(keys, key=graph.order_of)
+    reach = reaches(acts, graph, pairs)
+    earlier: set[str] = set()  # what earlier calls' tensors are computed from
+    for a in acts:
+        if a.index not in pairs and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size:
+            lo = lower_bound(a, reach)
+            near = [t for t in ordered if graph.order_of(t) > lo and t not in taken and keys[t] not in held
+                    and values[t].size == a.value.size and kind(values[t]) == "f"
+                    and (a.passthrough or t not in earlier)][:LOOSE_CANDIDATES]
+            found = _nearest(a.value, near, values)
+            if found is not None:
+                tensor, perm, rel = found
+                layout = "" if perm is None else f", transposed {list(perm)}"
+                node = graph.node_of(tensor)
+                pairs[a.index] = TensorPair(a, tensor, node.name, node.op_type, MatchMethod.STRUCTURE,
+                                            LOOSE_CONFIDENCE, f"nearest value after its inputs while the outputs "
+                                            f"diverge (rel. L2 or direction {rel:.1e}{layout})", perm)
+                taken.add(tensor)
+                held.add(keys[tensor])
+        p = pairs.get(a.index)
+        own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
+        reach[a.index] = max([reach.get(a.index, -1), own] + [reach.get(i, -1) for i in a.inputs])
+        if own >= 0:
+            earlier |= ancestors_of(graph, {p.tensor}, earlier)
+
+
+def _nearest(ref: np.ndarray, near: list[str], values) -> tuple[str, tuple[int, ...] | None, float] | None:
+    """The tensor of ``near`` clearly nearest to ``ref`` (and ``ref``'s layout in it), within ``LOOSE_MAX_REL``."""
+    if len(near) > LOOSE_FINALISTS:  # rank on a sample of the elements, measure the finalists in full
+        ranked = sorted((found[1], i) for i, t in enumerate(near)
+                        if (found := layout_of(ref, values[t], nearness, sampled=True)) is not None)
+        near = [near[i] for _, i in sorted(ranked)[:LOOSE_FINALISTS]]
+    scored = sorted((found[1], i, found[0]) for i, t in enumerate(near)
+                    if (found := layout_of(ref, values[t], nearness)) is not None)
+    if not scored or scored[0][0] > LOOSE_MAX_REL:
+        return None
+    rel, i, perm = scored[0]
+    tensor = near[i]
+    # the same numbers reshaped or transposed are one candidate, not a rival
+    rivals = [r for r, j, _ in scored[1:] if (same := layout_of(values[near[j]], values[tensor])) is None
+              or same[1] > STRUCTURE_MAX_REL]
+    if rivals and rivals[0] < LOOSE_MARGIN * rel:
+        return None
+    return tensor, perm, rel
+
+
+def ancestors_of(graph: GraphIndex, tensors: set[str], known: set[str] = frozenset()) -> set[str]:
+    """Every tensor that ``tensors`` are computed from (themselves included); the walk stops at
+    ``known`` tensors, whose ancestors the caller already has."""
+    seen: set[str] = set()
+    stack = list(tensors)
+    while stack:
+        t = stack.pop()
+        if t in seen or t in known:
+            continue
+        seen.add(t)
+        node = graph.node_of(t)
+        if node is not None:
+            stack.extend(i for i in node.inputs if i and i not in seen)
+    return seen

@@ -1,0 +1,188 @@
+"""Capture stage: record every module's outputs with forward hooks, in call order."""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._pytree import tree_map_only
+
+from ..records import Activation, Capture, ModelInputs
+from ..records.nest import flatten_outputs, to_numpy
+
+
+def capture_activations(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
+    """Run ``model`` once in eval mode under ``no_grad`` and record all module outputs.
+
+    Hooks are removed afterwards, whatever happens.  Each recorded value is the
+    module's output as it was when the module returned: outputs are kept without
+    a copy, and if one was later changed in place (``ReLU(inplace=True)`` after a
+    BatchNorm), the forward runs again copying exactly those at return time.  The
+    model runs on copies of the inputs, so a forward that modifies its arguments
+    in place leaves the caller's tensors (which later become the ONNX feeds) as
+    they were.
+    """
+    recorder = _record(model, inputs, copy=frozenset())
+    changed = recorder.changed()
+    if changed:
+        recorder = _record(model, inputs, copy=changed)
+        if recorder.changed() - changed:  # the forward took another path: copy everything
+            recorder = _record(model, inputs, copy=None)
+    flat = list(flatten_outputs(recorder.output))
+    return Capture(
+        activations=tuple(recorder.activations),
+        outputs=tuple(to_numpy(t) for _, t in flat),
+        output_names=tuple(path for path, _ in flat),
+    )
+
+
+def capture_outputs(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
+    """Run ``model`` once in eval mode under ``no_grad`` without hooks: its outputs only, no activations
+    (enough to tell whether a configuration agrees; :func:`capture_activations` when it does not)."""
+    model.eval()
+    args, kwargs = _copy_inputs(inputs)
+    with torch.no_grad():
+        output = model(*args, **kwargs)
+    flat = list(flatten_outputs(output))
+    return Capture(activations=(), outputs=tuple(to_numpy(t) for _, t in flat),
+                   output_names=tuple(path for path, _ in flat))
+
+
+def _record(model: torch.nn.Module, inputs: ModelInputs, copy: frozenset[int] | None) -> "_Recorder":
+    """One hooked forward; ``copy`` names the activation indices to copy at return time (None: all)."""
+    recorder = _Recorder(model, copy)
+    model.eval()
+    handles = []
+    for name, m in model.named_modules(remove_duplicate=False):
+        handles.append(m.register_forward_pre_hook(recorder.pre_hook(name), with_kwargs=True))
+        handles.append(m.register_forward_hook(recorder.hook(name, m), with_kwargs=True))
+    args, kwargs = _copy_inputs(inputs)
+    try:
+        with torch.no_grad():
+            recorder.output = model(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    return recorder
+
+
+class _Recorder:
+    def __init__(self, model: torch.nn.Module, copy: frozenset[int] | None):
+        self.activations: list[Activation] = []
+        self.output = None
+        self._copy = copy
+        self._calls: dict[str, int] = defaultdict(int)
+        self._made_by: dict[int, int] = {}  # id(tensor) -> activation index
+        self._values: dict[tuple[int, int], np.ndarray] = {}  # (id, version) -> recorded value
+        self._kept: list[tuple[int, torch.Tensor, int]] = []  # (activation index, tensor, version when recorded)
+        self._leaf = {name: not any(True for _ in m.children()) for name, m in model.named_modules(remove_duplicate=False)}
+        # (id, version) of each running call's inputs, taken before the call: an
+        # in-place module (ReLU(inplace=True)) returns its input object with a
+        # new version, and must not count as returning its input unchanged.
+        self._entered: dict[str, list[set[tuple[int, int]]]] = defaultdict(list)
+
+    def pre_hook(self, name: str):
+        def _pre_hook(mod, args, kwargs):
+            self._entered[name].append({(id(t), t._version) for _, t in flatten_outputs((args, kwargs))})
+        return _pre_hook
+
+    def hook(self, name: str, module: torch.nn.Module):
+        def _hook(mod, args, kwargs, output):
+            self.record(name, type(mod).__name__, args, kwargs, output)
+        return _hook
+
+    def record(self, name: str, type_name: str, args, kwargs, output) -> None:
+        call = self._calls[name]
+        self._calls[name] += 1
+        in_tensors = [t for _, t in flatten_outputs((args, kwargs))]
+        consumed = tuple(sorted({self._made_by[id(t)] for t in in_tensors if id(t) in self._made_by}))
+        stack = self._entered[name]
+        in_ids = stack.pop() if stack else set()
+        for path, tensor in flatten_outputs(output):
+            key = (id(tensor), tensor._version)
+            index = len(self.activations)
+            if key not in self._values:
+                copy = self._copy is None or index in self._copy
+                self._values[key] = to_numpy(tensor, copy=copy)
+                self._kept.append((index, tensor, tensor._version))
+            self.activations.append(Activation(
+                index=index, module=name, module_type=type_name, call=call, path=path,
+                value=self._values[key], is_leaf=self._leaf.get(name, True),
+                inputs=consumed, passthrough=key in in_ids,
+            ))
+            self._made_by[id(tensor)] = index
+
+    def changed(self) -> frozenset[int]:
+        """Activations kept without a copy whose tensor was modified in place after it was recorded."""
+        return frozenset(i for i, t, version in self._kept
+                         if t._version != version and not (self._copy is None or i in self._copy))
+
+
+def _copy_inputs(inputs: ModelInputs) -> tuple[tuple, dict]:
+    """Clone every tensor argument, keeping the nesting of tuples, lists and dicts."""
+    with torch.no_grad():
+        return tree_map_only(torch.Tensor, torch.Tensor.clone, (tuple(inputs.args), dict(inputs.kwargs)))
+
+
+
+
+
+
+def unused_outputs(model: torch.nn.Module, inputs: ModelInputs,
+                   wanted: frozenset[tuple[str, int, str]]) -> frozenset[tuple[str, int, str]]:
+    """Which of the ``wanted`` activations, as ``(module, call, path)``, the model's outputs do not depend on.
+
+    An LSTM returns its final states, a model may discard them, and exporters
+    then prune what computes them: such an activation has no ONNX tensor, and
+    is no alignment failure.  One forward with autograd recording tells: an
+    output is used when the autograd graph of the model's outputs reaches it
+    (its ``grad_fn`` and output number are among the edges walked back from
+    the outputs).  Values autograd does not track (integer tensors, no
+    parameter or float input requiring grad) are never reported unused.
+    """
+    if not wanted:
+        return frozenset()
+    seen: dict[tuple[str, int, str], tuple[Any, int]] = {}
+    calls: dict[str, int] = defaultdict(int)
+    modules = {name for name, _, _ in wanted}
+
+    def hook(name):
+        def _hook(mod, args, output):
+            call = calls[name]
+            calls[name] += 1
+            for path, tensor in flatten_outputs(output):
+                if (name, call, path) in wanted and tensor.grad_fn is not None:
+                    seen[(name, call, path)] = (tensor.grad_fn, tensor.output_nr)
+        return _hook
+
+    handles = [m.register_forward_hook(hook(name)) for name, m in model.named_modules(remove_duplicate=False)
+               if name in modules]
+    args, kwargs = _copy_inputs(inputs)
+    args, kwargs = tree_map_only(torch.Tensor, lambda t: t.requires_grad_(True) if t.is_floating_point() else t,
+                                 (args, kwargs))
+    try:
+        with torch.enable_grad():
+            output = model(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    used: set[tuple[int, int]] = set()
+    stack = []
+    for _, t in flatten_outputs(output):
+        if t.grad_fn is not None:
+            used.add((id(t.grad_fn), t.output_nr))
+            stack.append(t.grad_fn)
+    visited: set[int] = set()
+    alive = list(stack)  # each autograd node keeps one Python object while referenced: ids stay unique
+    while stack:
+        fn = stack.pop()
+        if id(fn) in visited:
+            continue
+        visited.add(id(fn))
+        alive.append(fn)
+        for nxt, nr in fn.next_functions:
+            if nxt is not None:
+                used.add((id(nxt), nr))
+                stack.append(nxt)
+    return frozenset(key for key, (fn, nr) in seen.items() if (id(fn), nr) not in used)

@@ -1,0 +1,314 @@
+"""What a diagnosis rule sees and what it returns.
+
+A rule is a small class with a ``cause`` slug and one ``match(ctx)`` method
+returning a :class:`Finding` or None.  The runner in ``__init__`` evaluates all
+rules on the first divergence, confirms the best finding by re-running the
+segment with the rule's counterfactual applied, and turns it into the report's
+``Divergence``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from ..measure.compare import at_resolution
+from ..records.graph import GraphIndex, NodeInfo
+from ..records import Capture, ExportedModel, LayerResult, LoadedModel, ModelInputs, TensorDiff, Tolerance
+from ..records.weights import Weights
+from .support import segment as _segment
+
+#: re-run the cut graph (each segment fed PyTorch values) on a modified model;
+#: returns the local values of the cut tensors.  ``optimize=False`` disables
+#: the backend's graph optimizations for that run.
+LocalRun = Callable[..., Mapping[str, np.ndarray]]
+
+#: float32 rounding steps an error must exceed before a rule may call it a fault:
+#: below that, any re-ordering of the arithmetic (a fused kernel, a different
+#: summation order) explains it.
+NOISE_ULPS = 64
+
+
+@dataclass(frozen=True)
+class DiagnosisContext:
+    """Everything known about the first divergence."""
+
+    layer: LayerResult
+    introduced: bool
+    layers: tuple[LayerResult, ...]
+    graph: GraphIndex
+    skeleton: onnx.ModelProto  # the ONNX graph, shape-inferred, large weights split off
+    weights: Weights
+    loaded: LoadedModel  # loaded.module is the PyTorch model
+    exported: ExportedModel
+    capture: Capture
+    references: Mapping[str, np.ndarray]  # PyTorch value of every cut tensor, in the ONNX dtype
+    feeds: Mapping[str, np.ndarray]
+    tolerance: Tolerance
+    local_run: LocalRun
+    compare: Callable[[np.ndarray, np.ndarray], TensorDiff]
+    backend: Any = None  # the run stage's Backend: lets rules re-run the segment alone
+    inputs: ModelInputs | None = None  # the PyTorch inputs as given, before any cast for ONNX Runtime
+    #: with an ONNX reference instead of PyTorch: its float initializers by name, standing in for the parameters
+    reference_weights: Mapping[str, np.ndarray] | None = None
+
+    # ------------------------------------------------------------ the divergent tensor
+
+    @property
+    def tensor(self) -> str:
+        """The ONNX tensor of the divergent layer."""
+        return self.layer.pair.tensor
+
+    @property
+    def reference(self) -> np.ndarray:
+        """The PyTorch value of the divergent tensor, in the ONNX tensor's layout (float64 kept)."""
+        ref = self.layer.pair.reference()
+        shape = self.graph.shapes.get(self.tensor)
+        if shape and None not in shape and int(np.prod(shape)) == ref.size:
+            ref = ref.reshape(shape)
+        return ref
+
+    @property
+    def segment_nodes(self) -> list[NodeInfo]:
+        """The ONNX nodes of the divergent segment, in graph order."""
+        names = set(self.layer.segment)
+        return [n for n in self.graph.nodes if n.name in names]
+
+    @cached_property
+    def _protos(self) -> dict[str, onnx.NodeProto]:
+        return {n.name: n for n in self.skeleton.graph.node if n.name}
+
+    def node(self, name: str) -> onnx.NodeProto | None:
+        """The skeleton's NodeProto called ``name`` (read it, never modify it)."""
+        return self._protos.get(name)
+
+    @property
+    def segment_protos(self) -> list[onnx.NodeProto]:
+        """The NodeProtos of the segment, in graph order (read-only)."""
+        return [p for p in (self.node(n.name) for n in self.segment_nodes) if p is not None]
+
+    def initializer(self, name: str) -> np.ndarray | None:
+        """An initializer's value, wherever it is stored (None if it is not one)."""
+        if name in self.weights.arrays:
+            return self.weights.arrays[name]
+        for init in self.skeleton.graph.initializer:
+            if init.name == name and init.data_location != onnx.TensorProto.EXTERNAL:
+                return numpy_helper.to_array(init)
+        return None
+
+    def constant(self, tensor: str) -> np.ndarray | None:
+        """The value of ``tensor`` when it is an initializer or a Constant node's output."""
+        if not tensor:
+            return None
+        value = self.initializer(tensor)
+        if value is not None:
+            return value
+        info = self.graph.node_of(tensor)
+        if info is None or info.op_type != "Constant":
+            return None
+        return constant_value(self.node(info.name))
+
+    # ------------------------------------------------------------ the PyTorch side
+
+    def torch_module(self, qualname: str | None = None):
+        """The PyTorch module of the divergent layer (or of ``qualname``)."""
+        name = self.layer.pair.activation.module if qualname is None else qualname
+        return self._modules.get(name)
+
+    @cached_property
+    def _modules(self) -> dict[str, Any]:
+        # No PyTorch model when the reference is another ONNX model: rules that read modules find none.
+        return {} if self.loaded.module is None else dict(self.loaded.module.named_modules())
+
+    def module_of(self, node: NodeInfo) -> tuple[str, Any] | tuple[None, None]:
+        """``(qualname, module)`` of the PyTorch module that emitted ``node``, if its scope is known."""
+        if node.scope is None:
+            return None, None
+        for start in range(len(node.scope) + 1):  # tolerate wrapper prefixes such as ``model/``
+            for end in range(len(node.scope), start - 1, -1):
+                name = ".".join(node.scope[start:end])
+                if name in self._modules and (name or end == start):
+                    return name, self._modules[name]
+        return None, None
+
+    def modules_near(self) -> list[tuple[str, Any]]:
+        """The divergent module, its ancestors and the modules of the segment's nodes (qualname, module)."""
+        names: list[str] = []
+        act = self.layer.pair.activation.module
+        parts = act.split(".") if act else []
+        names += [".".join(parts[:k]) for k in range(len(parts), -1, -1)]
+        for n in self.segment_nodes:
+            name, _ = self.module_of(n)
+            if name is not None:
+                names.append(name)
+        return [(n, self._modules[n]) for n in dict.fromkeys(names) if n in self._modules]
+
+    def activation_of(self, qualname: str):
+        """The first captured activation of module ``qualname`` (None if not captured)."""
+        return next((a for a in self.capture.activations if a.module == qualname and a.call == 0), None)
+
+    # ------------------------------------------------------------ numbers
+
+    def noise_floor(self, reference: np.ndarray | None = None) -> float:
+        """The largest error float32 re-ordering could explain at the scale of ``reference``."""
+        ref = self.reference if reference is None else reference
+        scale = float(np.max(np.abs(ref))) if ref.size and np.isfinite(ref).all() else 1.0
+        return NOISE_ULPS * float(np.finfo(np.float32).eps) * (1.0 + scale)
+
+    def significant(self, diff: TensorDiff | None) -> bool:
+        """Whether ``diff`` fails the tolerance by more than rounding noise."""
+        return diff is not None and not diff.ok and (diff.nonfinite > 0 or diff.max_abs > self.noise_floor())
+
+    # ------------------------------------------------------------ re-running the segment
+
+    def segment_feeds(self, model: onnx.ModelProto | None = None, from_inputs: bool = False) -> dict[str, np.ndarray]:
+        """The values the segment reads from outside: PyTorch references at cut tensors, else graph inputs."""
+        model = self.skeleton if model is None else model
+        _, boundary, _ = _segment.extract(model, [self.tensor], set() if from_inputs else set(self.references))
+        return {t: self._boundary_value(t) for t in boundary}
+
+    @cached_property
+    def upstream(self) -> list[str]:
+        """Names of every node the divergent tensor depends on, back to the graph inputs."""
+        sub, _, _ = _segment.extract(self.skeleton, [self.tensor], set())
+        return [n.name for n in sub.graph.node]
+
+    @property
+    def error(self) -> TensorDiff | None:
+        """The divergent layer's own error when it introduces it, else the accumulated one."""
+        return self.layer.local if self.introduced else self.layer.diff
+
+    def torch_value(self, tensor: str) -> np.ndarray | None:
+        """The PyTorch value of cut tensor ``tensor`` before any cast to the ONNX dtype (None if not a cut)."""
+        ref = self.references.get(tensor)
+        for layer in self.layers:
+            if layer.pair.tensor == tensor and ref is not None:
+                value = layer.pair.reference()
+                return value.reshape(ref.shape) if value.size == ref.size else value
+        return None
+
+    def torch_input(self, name: str) -> np.ndarray | None:
+        """The PyTorch input behind graph input ``name``, as given (by name, else by position)."""
+        if self.inputs is None or name not in self.graph.graph_inputs:
+            return None
+        by_name = dict(zip(self.inputs.names, self.inputs.args)) | dict(self.inputs.kwargs)
+        value = by_name.get(name)
+        if value is None:
+            position = self.graph.graph_inputs.index(name)
+            value = self.inputs.args[position] if position < len(self.inputs.args) else None
+        if value is None or not hasattr(value, "detach"):
+            return None
+        return value.detach().cpu().numpy()
+
+    def _boundary_value(self, tensor: str) -> np.ndarray:
+        if tensor in self.references:
+            return self.references[tensor]
+        if tensor in self.feeds:
+            return self.feeds[tensor]
+        raise KeyError(f"segment input {tensor!r} is neither a cut tensor nor a graph input")
+
+    def run_segment(
+        self,
+        model: onnx.ModelProto | None = None,
+        weights: Weights | None = None,
+        outputs: Iterable[str] = (),
+        feeds: Mapping[str, np.ndarray] | None = None,
+        optimize: bool = True,
+        from_inputs: bool = False,
+    ) -> dict[str, np.ndarray]:
+        """Run only the nodes computing the divergent tensor (and ``outputs``) from the cut tensors.
+
+        Inputs are the same PyTorch references the local run feeds, unless
+        ``feeds`` overrides some; ``model``/``weights`` default to the user's.
+        Cheap whatever the model size: the session holds just the segment.
+        ``from_inputs`` runs everything upstream from the graph inputs instead
+        (for errors that build up over many segments).
+        """
+        if self.backend is None:
+            raise RuntimeError("this DiagnosisContext has no backend: segments cannot be re-run")
+        key = (tuple(outputs), optimize, from_inputs)
+        if model is None and weights is None and feeds is None and key in self._runs:
+            return self._runs[key]
+        model = self.skeleton if model is None else model
+        weights = self.weights if weights is None else weights
+        wanted = list(dict.fromkeys([self.tensor, *outputs]))
+        sub, boundary, inits = _segment.extract(model, wanted, set() if from_inputs else set(self.references))
+        values = {t: (feeds or {}).get(t) if (feeds or {}).get(t) is not None else self._boundary_value(t)
+                  for t in boundary}
+        store = Weights({n: weights.arrays[n] for n in inits if n in weights.arrays})
+        sub = _segment.with_inputs(sub, values)
+        run_outputs = [t for t in wanted if t not in values]
+        result = at_resolution(self.backend.run(sub, values, run_outputs, store, one_shot=True, optimize=optimize),
+                               self.graph.half_resolution)
+        result.update({t: values[t] for t in wanted if t in values})
+        if model is self.skeleton and weights is self.weights and feeds is None:
+            self._runs[key] = result
+        return result
+
+    @cached_property
+    def _runs(self) -> dict:
+        return {}
+
+    @property
+    def local_value(self) -> np.ndarray:
+        """What the ONNX segment computes for the divergent tensor from exact inputs."""
+        return self.run_segment()[self.tensor]
+
+
+def constant_value(node: onnx.NodeProto | None) -> np.ndarray | None:
+    """The value of a Constant node."""
+    if node is None or node.op_type != "Constant":
+        return None
+    for attr in node.attribute:
+        if attr.name == "value":
+            return numpy_helper.to_array(attr.t)
+        if attr.name in ("value_float", "value_int", "value_floats", "value_ints"):
+            return np.array(helper.get_attribute_value(attr))
+    return None
+
+
+def attribute(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
+    """The value of attribute ``name`` of ``node`` (strings decoded), else ``default``."""
+    for attr in node.attribute:
+        if attr.name == name:
+            value = helper.get_attribute_value(attr)
+            return value.decode() if isinstance(value, bytes) else value
+    return default
+
+
+#: a counterfactual returns ``(skeleton, weights)``, or ``(skeleton, weights, feeds)``
+#: when the fixed segment must also read other input values (e.g. float64 ones)
+Counterfactual = Callable[[DiagnosisContext], tuple]
+
+
+@dataclass(frozen=True)
+class Finding:
+    """A rule's claim about the cause, with the numbers behind it."""
+
+    cause: str
+    confidence: float  # 0..1; >= 0.5 only on evidence of a real fault
+    summary: str  # one or two sentences in plain words
+    fix: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+    counterfactual: Counterfactual | None = field(default=None, compare=False, repr=False)
+    optimize: bool = True  # whether the confirming re-run keeps the backend's graph optimizations
+    from_inputs: bool = False  # the confirming re-run computes from the graph inputs, not from the cut tensors
+    #: the PyTorch value the fixed segment must reproduce, when it is not the divergent layer's own
+    #: (a Conv aligned with the conv module that in fact computes conv + folded BatchNorm)
+    reference: Callable[[DiagnosisContext], np.ndarray] | None = field(default=None, compare=False, repr=False)
+
+
+class Rule:
+    """Base class of a diagnosis rule: one known cause per subclass."""
+
+    cause: str = "unknown"
+    #: expensive rules (a PyTorch re-run) only run when no cheap rule found a confident cause
+    expensive: bool = False
+
+    def match(self, ctx: DiagnosisContext) -> Finding | None:  # pragma: no cover - interface
+        """Return a finding when this cause explains the divergence, else None."""
+        raise NotImplementedError

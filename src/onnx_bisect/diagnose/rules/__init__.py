@@ -1,0 +1,1 @@
+"""Diagnosis rules, one known cause per module."""

@@ -1,0 +1,91 @@
+"""Input dtype: PyTorch computes in float64 but the ONNX segment in float32 (inputs or parameters cast)."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import TensorProto
+
+from ..support import edits, layout
+from ..context import DiagnosisContext, Finding, Rule
+
+
+class Float64Cast(Rule):
+    """Measure what casting the segment's float64 inputs and parameters to float32 costs; re-run it in float64."""
+
+    cause = "dtype"
+
+    def match(self, ctx: DiagnosisContext) -> Finding | None:
+        if ctx.graph.elem_types.get(ctx.tensor) != TensorProto.FLOAT or not ctx.significant(ctx.layer.local):
+            return None
+        inputs = {t: v for t, v in _float64_inputs(ctx).items()}
+        params = _float64_params(ctx)
+        if not inputs and not params and ctx.reference.dtype != np.float64:
+            return None
+        rounding = {t: float(np.max(np.abs(v - v.astype(np.float32).astype(np.float64)))) for t, v in inputs.items()}
+        rounding.update({n: float(np.max(np.abs(v - v.astype(np.float32).astype(np.float64)))) for n, (_, v) in params.items()})
+        if not rounding:
+            return None
+        fixed = _float64(ctx, inputs, params)
+        try:
+            after = ctx.compare(ctx.run_segment(*fixed[:2], feeds=fixed[2])[ctx.tensor], ctx.reference)
+        except Exception:  # noqa: BLE001 - e.g. an op without a float64 kernel: the finding stays a hypothesis
+            after = None
+        evidence = {"float64_inputs": sorted(inputs), "float64_parameters": sorted(params),
+                    "float32_rounding_max_abs": rounding, "local_max_abs": ctx.layer.local.max_abs,
+                    "local_max_abs_in_float64": after.max_abs if after else None}
+        worst = max(rounding, key=rounding.get)
+        rerun = ("re-run in float64 the segment agrees with PyTorch" if after is not None and after.ok else
+                 "the segment could not be re-run in float64" if after is None else
+                 f"re-run in float64 it still differs by {after.max_abs:.2g}")
+        summary = (f"PyTorch computes {ctx.layer.pair.activation.name} in float64 but the ONNX segment in float32: "
+                   f"casting {', '.join(sorted(rounding))} to float32 changes them by up to {rounding[worst]:.2g} "
+                   f"('{worst}'), and the segment differs by {ctx.layer.local.max_abs:.2g}; {rerun}.")
+        fix = ("Compare like with like: export and run the model in float64 (model.double() before export, float64 "
+               "inputs), or make the PyTorch model float32; if the values need float64 (large offsets, "
+               "cancellation), subtract the offset before the model.")
+        if after is None:
+            confidence = 0.55
+        else:
+            confidence = 0.85 if after.ok else 0.3
+        return Finding(self.cause, confidence, summary, fix, evidence, counterfactual=lambda c: _float64(c, inputs, params))
+
+
+def _float64_inputs(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
+    """Segment inputs whose PyTorch value is float64 (cut tensors and graph inputs)."""
+    out = {}
+    for t in ctx.segment_feeds():
+        value = ctx.torch_value(t) if t in ctx.references else ctx.torch_input(t)
+        if value is not None and value.dtype == np.float64:
+            out[t] = value
+    return out
+
+
+def _float64_params(ctx: DiagnosisContext) -> dict[str, tuple[str, np.ndarray]]:
+    """Segment initializers that are float32 copies of float64 PyTorch parameters or buffers."""
+    tensors = {}
+    for qualname, module in ctx.modules_near():
+        for name, t in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False)):
+            if t is not None and t.dtype.is_floating_point and str(t.dtype) == "torch.float64":
+                tensors[f"{qualname}.{name}" if qualname else name] = t.detach().cpu().numpy()
+    out = {}
+    names = {t for p in ctx.segment_protos for t in p.input if t in ctx.graph.initializers}
+    for init in names:
+        value = ctx.initializer(init)
+        if value is None or value.dtype != np.float32:
+            continue
+        for pname, tensor in tensors.items():
+            rel = layout.relate(value, tensor)
+            if rel is not None and rel.rel_l2 < 1e-6:
+                out[init] = (pname, tensor.T if rel.layout == "transposed" else tensor.reshape(value.shape))
+                break
+    return out
+
+
+def _float64(ctx: DiagnosisContext, inputs: dict, params: dict) -> tuple:
+    """The segment in float64, fed PyTorch's float64 values and parameters."""
+    model, weights = edits.convert_float_type(edits.copy_model(ctx.skeleton), ctx.weights, set(ctx.layer.segment),
+                                              {TensorProto.FLOAT}, TensorProto.DOUBLE)
+    for init, (_, value) in params.items():
+        model, weights = edits.replace_array(model, weights, init, value)
+    feeds = {t: v.astype(np.float64) for t, v in ctx.segment_feeds().items() if v.dtype == np.float32}
+    feeds.update(inputs)
+    return model, weights, feeds

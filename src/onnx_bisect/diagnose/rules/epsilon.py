@@ -1,0 +1,85 @@
+"""Epsilon: a normalization's epsilon in the ONNX segment differs from the PyTorch module's ``eps``."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..support import edits
+from ..context import DiagnosisContext, Finding, Rule, attribute
+
+#: normalization ops carrying an ``epsilon`` attribute (ONNX default 1e-5)
+NORM_OPS = {"LayerNormalization", "BatchNormalization", "InstanceNormalization", "GroupNormalization",
+            "RMSNormalization", "SimplifiedLayerNormalization", "SkipLayerNormalization",
+            "SkipSimplifiedLayerNormalization"}
+#: ops that take the square root of (variance + eps) in a decomposed normalization
+ROOT_OPS = {"Sqrt", "Reciprocal", "Pow", "Rsqrt"}
+EPS_NAMES = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps")
+
+
+class EpsilonMismatch(Rule):
+    """Compare every epsilon in the segment (attribute, or the constant added before a square root) with ``eps``."""
+
+    cause = "epsilon-mismatch"
+
+    def match(self, ctx: DiagnosisContext) -> Finding | None:
+        if not ctx.significant(ctx.layer.local):
+            return None
+        wrong = [site for site in _sites(ctx) if not math.isclose(site[2], site[3], rel_tol=1e-3, abs_tol=1e-30)]
+        if not wrong:
+            return None
+        listed = "; ".join(f"{node} ({kind}) uses {onnx_eps:g} where {module} has eps={torch_eps:g}"
+                           for node, kind, onnx_eps, torch_eps, module, _ in wrong)
+        evidence = {"mismatches": [{"onnx_node": node, "where": kind, "onnx_epsilon": onnx_eps,
+                                    "pytorch_eps": torch_eps, "module": module}
+                                   for node, kind, onnx_eps, torch_eps, module, _ in wrong]}
+        summary = (f"Normalization epsilon differs: {listed}. With small variances this shifts every normalized "
+                   f"value (local max abs {ctx.layer.local.max_abs:.2g}).")
+        fix = ("Restore the module's eps in the ONNX graph (the epsilon attribute, or the constant added before the "
+               "square root) and check whatever tool rewrote it; re-exporting from the module gives the right value.")
+        return Finding(self.cause, 0.9, summary, fix, evidence, counterfactual=lambda c: _restore(c, wrong))
+
+
+def _sites(ctx: DiagnosisContext):
+    """``(node, where, onnx eps, torch eps, module, constant tensor or None)`` for every epsilon in the segment."""
+    infos = {n.name: n for n in ctx.segment_nodes}
+    for proto in ctx.segment_protos:
+        torch_eps, module = _torch_eps(ctx, infos[proto.name])
+        if torch_eps is None:
+            continue
+        if proto.op_type in NORM_OPS:
+            yield proto.name, "epsilon attribute", float(attribute(proto, "epsilon", 1e-5)), torch_eps, module, None
+        elif proto.op_type == "Add" and _feeds_root(ctx, proto):
+            for tensor in proto.input:
+                value = ctx.constant(tensor)
+                if value is not None and value.size == 1 and 0 < abs(float(value.reshape(-1)[0])) < 0.5:
+                    yield proto.name, f"constant '{tensor}' added before the square root", \
+                        float(value.reshape(-1)[0]), torch_eps, module, tensor
+
+
+def _feeds_root(ctx: DiagnosisContext, add) -> bool:
+    consumers = ctx.graph.consumers.get(add.output[0], ())
+    return any(ctx.graph.nodes[i].op_type in ROOT_OPS for i in consumers)
+
+
+def _torch_eps(ctx: DiagnosisContext, info) -> tuple[float | None, str]:
+    """The eps of the module that emitted the node, else of the nearest module that has one."""
+    name, module = ctx.module_of(info)
+    candidates = ([(name, module)] if module is not None else []) + ctx.modules_near()
+    for qualname, m in candidates:
+        for attr in EPS_NAMES:
+            value = getattr(m, attr, None)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value), qualname or "<model>"
+    return None, ""
+
+
+def _restore(ctx: DiagnosisContext, wrong) -> tuple:
+    model, weights = edits.copy_model(ctx.skeleton), ctx.weights
+    for node, _, _, torch_eps, _, tensor in wrong:
+        if tensor is None:
+            edits.set_attribute(model, node, "epsilon", torch_eps)
+        else:
+            old = ctx.constant(tensor)
+            model, weights = edits.replace_array(model, weights, tensor, np.full(old.shape, torch_eps, old.dtype))
+    return model, weights

@@ -1,0 +1,165 @@
+"""GELU approximation: the ONNX segment computes tanh-GELU where PyTorch computes erf-GELU, or the reverse."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..support import edits
+from ..context import DiagnosisContext, Finding, Rule, attribute
+from ..support.segment import downstream
+
+ANCHORS = {"Gelu", "FastGelu", "BiasGelu", "Erf", "Tanh"}
+_TANH_CLASSES = ("newgelu", "geluTanh".lower(), "pytorchgelutanh", "fastgelu", "gelupytorchtanh")
+
+
+def gelu_erf(x: np.ndarray) -> np.ndarray:
+    """Exact GELU, ``x/2 (1 + erf(x/√2))``, in float64."""
+    import torch  # noqa: PLC0415 - numpy has no erf; torch is always there when a model is
+
+    x = x.astype(np.float64)
+    return 0.5 * x * (1.0 + torch.special.erf(torch.from_numpy(x / math.sqrt(2.0))).numpy())
+
+
+def gelu_tanh(x: np.ndarray) -> np.ndarray:
+    """tanh-approximated GELU, ``x/2 (1 + tanh(√(2/π)(x + 0.044715 x³)))``, in float64."""
+    x = x.astype(np.float64)
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+FORMULAS = {"erf": gelu_erf, "tanh": gelu_tanh}
+
+
+class GeluApproximation(Rule):
+    """Evaluate both GELU formulas on the segment's real input and see which one each side follows."""
+
+    cause = "gelu-approximation"
+
+    def match(self, ctx: DiagnosisContext) -> Finding | None:
+        protos = [n for n in ctx.segment_protos if n.op_type in ANCHORS]
+        if not protos or not ctx.significant(ctx.layer.local):
+            return None
+        site = _locate(ctx, protos)
+        if site is None:
+            return None
+        x, y, static, node_names, bias = site
+        values = ctx.run_segment(outputs=[t for t in (x, y, bias) if t])
+        dtype = values[x].dtype
+        xv = values[x].astype(np.float64) + (values[bias].astype(np.float64) if bias else 0.0)
+        yv = values[y].astype(np.float64)
+        err = {name: float(np.max(np.abs(yv - f(xv)))) for name, f in FORMULAS.items()}
+        follows = min(err, key=err.get)
+        gap = float(np.max(np.abs(gelu_erf(xv) - gelu_tanh(xv))))
+        torch_formula, torch_err = _torch_formula(ctx, xv, y)
+        if torch_formula is None or gap <= ctx.noise_floor(yv) or follows == torch_formula:
+            return None
+        if static is not None and static != follows:
+            return None  # the graph says one formula, the runtime computes the other: runtime-optimization
+        evidence = {
+            "gelu_nodes": node_names, "onnx_formula": follows, "pytorch_formula": torch_formula,
+            "max_abs_onnx_vs_erf": err["erf"], "max_abs_onnx_vs_tanh": err["tanh"],
+            "max_abs_between_formulas": gap,
+        }
+        evidence.update({f"max_abs_pytorch_vs_{k}": v for k, v in torch_err.items()})
+        module = ctx.layer.pair.activation
+        summary = (
+            f"The ONNX GELU ({', '.join(node_names)}) computes the {follows} form while PyTorch's "
+            f"{module.name} ({module.module_type}) uses the {torch_formula} form: on the segment's real input the "
+            f"ONNX output is {err[follows]:.2g} from the {follows} formula and {err[torch_formula]:.2g} from the "
+            f"{torch_formula} formula (the two formulas differ by up to {gap:.2g} there)."
+        )
+        fix = (
+            f"Make the ONNX GELU use the {torch_formula} form: export from nn.GELU(approximate="
+            f"'{'none' if torch_formula == 'erf' else 'tanh'}'), set the Gelu node's approximate attribute to "
+            f"'{'none' if torch_formula == 'erf' else 'tanh'}', or turn off the tool that rewrote it "
+            f"({'FastGelu fusion / gelu approximation' if torch_formula == 'erf' else 'the erf rewrite'})."
+        )
+        return Finding(self.cause, 0.9, summary, fix, evidence,
+                       counterfactual=lambda c: _switch(c, site, torch_formula, dtype))
+
+
+def _locate(ctx: DiagnosisContext, protos: list[onnx.NodeProto]):
+    """``(x, y, formula in the graph or None, nodes, bias)`` of the segment's GELU, found by value."""
+    for p in protos:
+        if p.op_type == "Gelu":
+            return p.input[0], p.output[0], "tanh" if attribute(p, "approximate", "none") == "tanh" else "erf", [p.name], None
+        if p.op_type in ("FastGelu", "BiasGelu"):
+            bias = p.input[1] if len(p.input) > 1 and p.input[1] else None
+            return p.input[0], p.output[0], "tanh" if p.op_type == "FastGelu" else "erf", [p.name], bias
+    anchor = protos[0]
+    inside = {n.name for n in ctx.segment_protos}
+    float_outputs = [o for n in ctx.segment_protos for o in n.output if o]
+    values = ctx.run_segment(outputs=float_outputs + list(ctx.segment_feeds()))
+    values = {k: v for k, v in values.items() if np.issubdtype(v.dtype, np.floating)}
+    after = downstream(ctx.skeleton, anchor.output, inside)
+    ys = [o for n in ctx.segment_protos if n.name in after or n is anchor for o in n.output if o in values]
+    xs = [t for t in values if t not in ys]
+    best = None
+    for y in ys:
+        for x in xs:
+            if values[x].shape != values[y].shape:
+                continue
+            err = min(float(np.max(np.abs(values[y] - f(values[x])))) for f in FORMULAS.values())
+            if err <= 1e-3 * (1.0 + float(np.max(np.abs(values[y])))) and (best is None or err < best[0]):
+                best = (err, x, y)
+    if best is None:
+        return None
+    nodes = [n.name for n in ctx.segment_protos if n.name in after or n is anchor]
+    return best[1], best[2], "erf" if anchor.op_type == "Erf" else "tanh", nodes, None
+
+
+def _torch_formula(ctx: DiagnosisContext, x: np.ndarray, y: str):
+    """PyTorch's GELU form: from the module's configuration, else from its output when it is ``y``."""
+    torch_err = {}
+    if y == ctx.tensor:
+        ref = ctx.reference.astype(np.float64).reshape(x.shape)
+        torch_err = {name: float(np.max(np.abs(ref - f(x)))) for name, f in FORMULAS.items()}
+    for _, module in ctx.modules_near():
+        kind = type(module).__name__.lower()
+        if "gelu" not in kind:
+            continue
+        approximate = getattr(module, "approximate", None)
+        if approximate is not None:
+            return ("tanh" if approximate == "tanh" else "erf"), torch_err
+        return ("tanh" if any(k in kind for k in _TANH_CLASSES) else "erf"), torch_err
+    if torch_err and min(torch_err.values()) < 0.1 * max(torch_err.values()):
+        return min(torch_err, key=torch_err.get), torch_err
+    return None, torch_err
+
+
+def _switch(ctx: DiagnosisContext, site, formula: str, dtype) -> tuple:
+    """The skeleton with the GELU computing ``y`` from ``x`` replaced by ``formula``."""
+    x, y, _, node_names, bias = site
+    model = edits.copy_model(ctx.skeleton)
+    producer = next(n for n in model.graph.node if y in n.output)
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    prefix = f"{producer.name}_as_{formula}"
+    nodes = []
+    if bias:
+        nodes.append(helper.make_node("Add", [x, bias], [f"{prefix}_x"], name=f"{prefix}_bias"))
+        x = f"{prefix}_x"
+    if opset >= 20:
+        nodes.append(helper.make_node("Gelu", [x], [y], name=prefix, approximate="none" if formula == "erf" else "tanh"))
+    else:
+        nodes += _decomposed(model, x, y, formula, prefix, dtype)
+    edits.replace_nodes(model, {producer.name}, nodes)
+    return model, ctx.weights
+
+
+def _decomposed(model, x: str, y: str, formula: str, prefix: str, dtype) -> list:
+    def const(name, value):
+        return edits.add_initializer(model, f"{prefix}_{name}", np.array(value, dtype=dtype))
+
+    t = [f"{prefix}_{k}" for k in range(6)]
+    if formula == "erf":
+        steps = [("Div", [x, const("sqrt2", math.sqrt(2.0))], t[0]), ("Erf", [t[0]], t[1]),
+                 ("Add", [t[1], const("one", 1.0)], t[2]), ("Mul", [x, t[2]], t[3]),
+                 ("Mul", [t[3], const("half", 0.5)], y)]
+    else:
+        steps = [("Mul", [x, x], t[0]), ("Mul", [t[0], x], t[1]), ("Mul", [t[1], const("c", 0.044715)], t[2]),
+                 ("Add", [x, t[2]], t[3]), ("Mul", [t[3], const("k", math.sqrt(2.0 / math.pi))], t[4]),
+                 ("Tanh", [t[4]], t[5]), ("Add", [t[5], const("one", 1.0)], f"{prefix}_6"),
+                 ("Mul", [x, f"{prefix}_6"], f"{prefix}_7"), ("Mul", [f"{prefix}_7", const("half", 0.5)], y)]
+    return [helper.make_node(op, ins, [out], name=f"{prefix}_{k}_{op}") for k, (op, ins, out) in enumerate(steps)]

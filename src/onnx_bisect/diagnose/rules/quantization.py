@@ -1,0 +1,175 @@
+"""Quantization: QuantizeLinear/DequantizeLinear on the segment's path clip or coarsen the values."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..support import edits, layout
+from ..context import DiagnosisContext, Finding, Rule, attribute
+
+QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
+             "MatMulInteger", "ConvInteger", "QGemm", "QLinearAdd", "QLinearMul"}
+RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127), np.dtype(np.uint16): (0, 65535),
+          np.dtype(np.int16): (-32768, 32767)}
+
+
+class Quantization(Rule):
+    """Measure each quantizer on the real activation (clipping, SQNR) and each quantized weight against PyTorch."""
+
+    cause = "quantization"
+
+    def match(self, ctx: DiagnosisContext) -> Finding | None:
+        protos = [p for p in ctx.segment_protos if p.op_type in QUANT_OPS]
+        if not protos or not ctx.significant(ctx.layer.local):
+            return None
+        quantizers = [p for p in protos if p.op_type == "QuantizeLinear"]
+        values = ctx.run_segment(outputs=[q.input[0] for q in quantizers])
+        acts = [_activation(ctx, q, values[q.input[0]]) for q in quantizers if q.input[0] in values]
+        acts = [a for a in acts if a is not None]
+        weights = [w for w in (_weight(ctx, p) for p in protos if p.op_type == "DequantizeLinear") if w is not None]
+        inside = set(ctx.layer.segment)
+        compute = sorted({ctx.graph.nodes[i].name for p in protos if p.op_type == "DequantizeLinear"
+                          for i in ctx.graph.consumers.get(p.output[0], ())
+                          if ctx.graph.nodes[i].op_type not in QUANT_OPS and ctx.graph.nodes[i].name in inside})
+        advice = _advice(acts, weights, compute)
+        parts = [f"{a['node']}: {a['clip_fraction']:.1%} of the activation clipped, SQNR {a['sqnr_db']:.1f} dB" for a in acts]
+        parts += [f"{w['initializer']} ({'per-channel' if w['per_channel'] else 'per-tensor'}): "
+                  + ("no float weight to compare with" if w["sqnr_db"] is None else f"SQNR {w['sqnr_db']:.1f} dB")
+                  + (f", per-channel would give {w['sqnr_db_per_channel']:.1f} dB" if w.get("sqnr_db_per_channel") else "")
+                  for w in weights]
+        summary = (f"The segment computing {ctx.layer.pair.activation.name} is quantized ({len(protos)} Q/DQ node(s)): "
+                   + ("; ".join(parts) or "the quantized values differ from PyTorch's")
+                   + f". Local max abs {ctx.layer.local.max_abs:.2g}.")
+        evidence = {"activations": acts, "weights": weights, "quantized_nodes": compute}
+        relu = {a["node"] for a in acts if a["acts_as_relu"]}
+        return Finding(self.cause, 0.9, summary, advice, evidence,
+                       counterfactual=lambda c: _dequantized(c, protos, relu))
+
+
+def _activation(ctx: DiagnosisContext, q, x: np.ndarray) -> dict | None:
+    scale = ctx.constant(q.input[1])
+    if scale is None or not np.issubdtype(x.dtype, np.floating):
+        return None
+    zp = ctx.constant(q.input[2]) if len(q.input) > 2 and q.input[2] else np.zeros((), np.uint8)
+    lo_q, hi_q = RANGES.get(np.dtype(zp.dtype), (0, 255))
+    axis = attribute(q, "axis", 1)
+    shape = [1] * x.ndim
+    if scale.size > 1:
+        shape[axis % x.ndim] = scale.size
+    s, z = scale.astype(np.float64).reshape(shape), zp.astype(np.float64).reshape(shape if zp.size > 1 else [1] * x.ndim)
+    x64 = x.astype(np.float64)
+    lo, hi = (lo_q - z) * s, (hi_q - z) * s
+    # A range starting at 0 in front of a tensor that is non-negative in the reference is a ReLU the quantizer
+    # absorbed (quantize_static fuses Conv+Relu this way): cutting the negatives there is the model, not clipping.
+    relu = bool(np.all(lo == 0)) and float(x64.min()) < 0 and _reference_nonnegative(ctx, q)
+    below = np.zeros(x64.shape, bool) if relu else x64 < lo - 0.5 * s
+    clipped = float(np.mean(below | (x64 > hi + 0.5 * s)))
+    dq = (np.clip(np.round(x64 / s) + z, lo_q, hi_q) - z) * s
+    return {"node": q.name, "tensor": q.input[0], "scale": float(scale.reshape(-1)[0]) if scale.size == 1 else scale.tolist(),
+            "zero_point": int(zp.reshape(-1)[0]) if zp.size == 1 else zp.tolist(),
+            "range": [float(np.min(lo)), float(np.max(hi))], "activation_range": [float(x64.min()), float(x64.max())],
+            "clip_fraction": clipped, "sqnr_db": _sqnr(np.maximum(x64, 0) if relu else x64, dq),
+            "acts_as_relu": relu}
+
+
+def _reference_nonnegative(ctx: DiagnosisContext, q) -> bool:
+    """Whether the DequantizeLinear after ``q`` computes the divergent tensor and its reference is >= 0."""
+    after = [ctx.graph.nodes[i] for i in ctx.graph.consumers.get(q.output[0], ())]
+    return any(n.op_type == "DequantizeLinear" and n.outputs[0] == ctx.tensor for n in after) \
+        and float(np.min(ctx.reference)) >= 0
+
+
+def _weight(ctx: DiagnosisContext, dq) -> dict | None:
+    w = _dequantized_weight(ctx, dq)
+    if w is None:
+        return None
+    scale = ctx.constant(dq.input[1])
+    match = _torch_weight(ctx, w)
+    if match is None:
+        return {"initializer": dq.input[0], "per_channel": scale.size > 1, "sqnr_db": None}
+    name, ref = match
+    out = {"initializer": dq.input[0], "parameter": name, "per_channel": scale.size > 1, "sqnr_db": _sqnr(ref, w)}
+    if scale.size == 1 and ref.ndim >= 2:
+        out["sqnr_db_per_channel"] = max(_sqnr(ref, _symmetric(ref, a)) for a in (0, ref.ndim - 1))
+    return out
+
+
+def _dequantized_weight(ctx: DiagnosisContext, dq) -> np.ndarray | None:
+    """The float weight a DequantizeLinear of an integer initializer produces (None for activations)."""
+    q = ctx.initializer(dq.input[0])
+    scale = ctx.constant(dq.input[1])
+    if q is None or scale is None or np.issubdtype(q.dtype, np.floating):
+        return None
+    zp = ctx.constant(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else np.zeros((), q.dtype)
+    axis = attribute(dq, "axis", 1)
+    shape = [1] * q.ndim
+    if scale.size > 1:
+        shape[axis % q.ndim] = scale.size
+    return (q.astype(np.float64) - zp.astype(np.float64).reshape(shape if zp.size > 1 else [1] * q.ndim)) \
+        * scale.astype(np.float64).reshape(shape)
+
+
+def _torch_weight(ctx: DiagnosisContext, w: np.ndarray):
+    """``(name, PyTorch value in w's layout)`` of the parameter (or Conv + BatchNorm fold) ``w`` quantizes."""
+    best = None
+    for name, tensor in layout.torch_candidates(ctx).items():
+        rel = layout.relate(w, tensor)
+        if rel is not None and rel.correlation > 0.9 and (best is None or rel.rel_l2 < best[0]):
+            best = (rel.rel_l2, name, tensor.T if rel.layout == "transposed" else tensor.reshape(w.shape))
+    return None if best is None else best[1:]
+
+
+def _symmetric(w: np.ndarray, axis: int) -> np.ndarray:
+    """``w`` through symmetric int8 quantization with one scale per slice along ``axis``."""
+    amax = np.max(np.abs(w), axis=tuple(i for i in range(w.ndim) if i != axis), keepdims=True)
+    s = np.where(amax > 0, amax / 127.0, 1.0)
+    return np.clip(np.round(w / s), -127, 127) * s
+
+
+def _sqnr(ref: np.ndarray, approx: np.ndarray) -> float:
+    noise = float(np.sum((ref - approx) ** 2))
+    signal = float(np.sum(ref ** 2))
+    return float("inf") if noise == 0 else (float(10 * np.log10(signal / noise)) if signal > 0 else float("-inf"))
+
+
+def _advice(acts: list[dict], weights: list[dict], compute: list[str]) -> str:
+    steps = []
+    if any(a["clip_fraction"] > 0.01 for a in acts):
+        worst = max(acts, key=lambda a: a["clip_fraction"])
+        steps.append(f"recalibrate: {worst['node']}'s range clips {worst['clip_fraction']:.1%} of the activation "
+                     "(calibrate on representative data; CalibrationMethod.Percentile or Entropy)")
+    elif any(a["sqnr_db"] < 30 for a in acts):
+        steps.append("use a tighter calibration (CalibrationMethod.Percentile) or 16-bit activations: the range is "
+                     "wide for the values")
+    if any(w.get("sqnr_db_per_channel") and w["sqnr_db"] is not None and w["sqnr_db_per_channel"] > w["sqnr_db"] + 3
+           for w in weights):
+        steps.append("quantize weights per channel (quantize_static(..., per_channel=True))")
+    steps.append(f"or keep {', '.join(compute) or 'this node'} in float: quantize_static(..., nodes_to_exclude="
+                 f"{compute or ['<node>']})")
+    text = "; ".join(steps)
+    return text[0].upper() + text[1:] + "."
+
+
+def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset()) -> tuple:
+    """The segment with its activation Q/DQ pairs made identities (a Relu where the pair absorbed one) and its
+    quantized weights replaced by PyTorch's (or the reference model's)."""
+    model, weights = edits.copy_model(ctx.skeleton), ctx.weights
+    for q in (p for p in protos if p.op_type == "QuantizeLinear"):
+        for i in ctx.graph.consumers.get(q.output[0], ()):
+            if ctx.graph.nodes[i].op_type == "DequantizeLinear":
+                _identity(model, ctx.graph.nodes[i].name, q.input[0], "Relu" if q.name in relu else "Identity")
+    for dq in (p for p in protos if p.op_type == "DequantizeLinear"):
+        w = _dequantized_weight(ctx, dq)
+        match = _torch_weight(ctx, w) if w is not None else None
+        if match is not None:
+            _identity(model, dq.name, edits.add_initializer(model, f"{dq.name}_float_weight", match[1].astype(np.float32)))
+    return model, weights
+
+
+def _identity(model, node_name: str, source: str, op_type: str = "Identity") -> None:
+    """Turn node ``node_name`` into ``Identity(source)`` (or another one-input op), keeping its output (in place on
+    a copy)."""
+    node = edits.node(model, node_name)
+    node.op_type, node.domain = op_type, ""
+    del node.input[:]
+    node.input.append(source)
+    del node.attribute[:]

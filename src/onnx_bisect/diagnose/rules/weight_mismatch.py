@@ -1,0 +1,155 @@
+"""Weights: an initializer the segment reads differs from the PyTorch parameter it was exported from."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..support.param_layouts import model_rnn_weights, owner_of
+from ..support import edits, layout
+from ..context import DiagnosisContext, Finding, Rule
+
+QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+
+
+class WeightMismatch(Rule):
+    """Pair each float initializer of the segment with its PyTorch tensor (by name, else by value; transposes and BatchNorm folds allowed)."""
+
+    cause = "weight-mismatch"
+
+    def match(self, ctx: DiagnosisContext) -> Finding | None:
+        if not ctx.significant(ctx.layer.local):
+            return None
+        candidates = layout.torch_candidates(ctx)
+        refolded = {t for s in layout.weight_sites(ctx) if _is_refold(ctx, ctx.initializer(s.weight), s.weight)
+                    for t in (s.weight, s.bias) if t}  # a per-channel rescale: the BatchNorm fold rule's case
+        differing = []
+        for name in _segment_initializers(ctx):
+            if name in refolded:
+                continue
+            value = ctx.initializer(name)
+            if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
+                continue
+            best = _best(value, name, candidates)
+            if best is None or (not best[1].equal and best[1].correlation < 0.5):
+                # the segment may hold another module's weight (its output fused away): search the whole model
+                best = _best(value, name, _everything(ctx, value.size)) or best
+            if best is None or (not best[1].equal and best[1].correlation < 0.5):
+                # an exporter folds an activation that depends on no input into a constant (the position
+                # embeddings of a fixed length): the constant then stands for that module's output
+                folded = _best(value, name, _constant_activations(ctx, value.size))
+                best = folded if folded is not None and folded[1].correlation >= 0.9 else best
+            if best is None or best[1].equal or best[1].correlation < 0.5:
+                continue
+            if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
+                continue  # float16 conversion saturated the large weights: the precision rule's case
+            differing.append((name, *best))
+        if not differing:
+            return None
+        rows = [{"initializer": n, "parameter": p, "layout": r.layout, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
+                 "fraction_differing": r.fraction_differing, "correlation": r.correlation}
+                for n, p, r, _ in differing]
+        listed = "; ".join(f"'{n}' vs {p} ({r.layout}): max abs {r.max_abs:.2g}, relative L2 {r.rel_l2:.2g}, "
+                           f"{r.fraction_differing:.0%} of elements differ" for n, p, r, _ in differing)
+        if ctx.loaded.module is None:  # --reference: another ONNX model stands in for PyTorch
+            summary = (f"The ONNX weights differ from the reference model's initializers: {listed}. The values are "
+                       "correlated (same layer) but not equal: the conversion step changed them.")
+            fix = ("Redo the conversion from the reference file, or find the step that rewrote these initializers "
+                   "(a converter, a quantizer, an edit by hand).")
+        else:
+            summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. The "
+                       f"values are correlated (same layer) but not equal, as from another checkpoint."
+                       + _other_owners(ctx, [p for _, p, _, _ in differing]))
+            fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
+                   "check the export script loads the weights before torch.onnx.export.")
+        return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
+                       counterfactual=lambda c: _restore(c, differing))
+
+
+def _other_owners(ctx: DiagnosisContext, parameters: list[str]) -> str:
+    """A sentence naming the modules that own the differing parameters when the blamed activation is another
+    one: the segment computes them too, but the file keeps no tensor of their own (fused away)."""
+    blamed = ctx.layer.pair.activation.module
+    modules = dict(ctx.loaded.module.named_modules())
+    owners = []
+    for name in parameters:
+        owner = owner_of(name)
+        if owner in modules and owner != blamed and not blamed.startswith(owner + ".") and owner not in owners:
+            owners.append(owner)
+    if not owners:
+        return ""
+    return (f" The weight belongs to {', '.join(owners)}, which this segment also computes: the file keeps no "
+            f"tensor of {'its' if len(owners) == 1 else 'their'} own output (fused or unaligned), so the divergence "
+            f"shows at {blamed or '<model>'}.")
+
+
+def _segment_initializers(ctx: DiagnosisContext) -> list[str]:
+    names = []
+    for p in ctx.segment_protos:
+        if p.op_type in QDQ_OPS:
+            continue
+        names += [t for t in p.input if t and (t in ctx.weights.arrays or t in ctx.graph.initializers)]
+    return list(dict.fromkeys(names))
+
+
+def _everything(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
+    """Every floating parameter and buffer of the model with ``size`` elements (the fallback search)."""
+    if ctx.loaded.module is None:
+        return {}  # --reference: the candidates were every initializer of the reference already
+    tensors = list(ctx.loaded.module.named_parameters()) + list(ctx.loaded.module.named_buffers())
+    out = {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point() and t.numel() == size}
+    out.update({n: a for n, a in model_rnn_weights(ctx.loaded.module).items() if a.size == size})
+    return out
+
+
+def _constant_activations(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
+    """Leaf-module outputs of ``size`` elements, by a name saying what the constant holding one would be."""
+    if ctx.capture is None:
+        return {}
+    return {f"the output of {a.module} (folded into a constant)": np.asarray(a.value, dtype=np.float64)
+            for a in ctx.capture.activations
+            if a.is_leaf and a.module and a.value.size == size and a.value.dtype.kind == "f" and a.call == 0}
+
+
+def _best(value: np.ndarray, name: str, candidates: dict[str, np.ndarray]):
+    """``(parameter, relation, torch value)`` of the closest candidate (an exact name match is preferred)."""
+    scored = []
+    for pname, tensor in candidates.items():
+        rel = layout.relate(value, tensor)
+        if rel is not None:
+            scored.append((rel.equal, pname == name, -rel.rel_l2, pname, rel, tensor))
+    if not scored:
+        return None
+    _, _, _, pname, rel, tensor = max(scored, key=lambda s: s[:3])
+    return pname, rel, tensor
+
+
+def _is_refold(ctx: DiagnosisContext, value: np.ndarray, name: str) -> bool:
+    pair = layout.conv_bn_pair(ctx)
+    site = next((s for s in layout.weight_sites(ctx) if s.weight == name), None)
+    if pair is None or site is None:
+        return False
+    w = layout.as_out_in(site, value)
+    wc = pair[1].weight.detach().double().cpu().numpy()
+    if w is None or w.shape != wc.shape:
+        return False
+    w2, wc2 = w.astype(np.float64).reshape(w.shape[0], -1), wc.reshape(wc.shape[0], -1)
+    ratio = np.sum(w2 * wc2, axis=1) / np.maximum(np.sum(wc2 * wc2, axis=1), 1e-300)
+    residual = np.linalg.norm(w2 - ratio[:, None] * wc2, axis=1) / np.maximum(np.linalg.norm(w2, axis=1), 1e-30)
+    return bool(residual.max() <= 1e-3)
+
+
+def _only_clamped(value: np.ndarray, tensor: np.ndarray, layout_name: str) -> bool:
+    """Whether the float16 initializer equals PyTorch's tensor except where a converter clamped large values."""
+    ref = tensor.T if layout_name == "transposed" else tensor.reshape(value.shape)
+    limit = float(np.max(np.abs(value.astype(np.float64))))
+    inside = np.abs(ref) < limit
+    rounded = ref.astype(np.float16).astype(np.float64)
+    return bool(np.allclose(value.astype(np.float64)[inside], rounded[inside], rtol=2e-3, atol=0))
+
+
+def _restore(ctx: DiagnosisContext, differing) -> tuple:
+    model, weights = edits.copy_model(ctx.skeleton), ctx.weights
+    for name, _, rel, tensor in differing:
+        onnx_value = ctx.initializer(name)
+        fixed = tensor.T if rel.layout == "transposed" else tensor.reshape(onnx_value.shape)
+        model, weights = edits.replace_array(model, weights, name, fixed)
+    return model, weights

@@ -1,0 +1,1 @@
+"""What the rules share: graph edits, segment extraction, weight layouts."""

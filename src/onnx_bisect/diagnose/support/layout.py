@@ -1,0 +1,223 @@
+"""Where a segment keeps its weights, in which layout, and which PyTorch Conv/Linear + BatchNorm they come from."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from .param_layouts import model_rnn_weights, rnn_weights
+from . import edits
+from ..context import DiagnosisContext, attribute
+
+CONV_TYPES = ("Conv1d", "Conv2d", "Conv3d", "Linear")
+BN_TYPES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
+
+
+@dataclass(frozen=True)
+class WeightSite:
+    """A Conv/Gemm/MatMul node of the segment reading its weight (and maybe bias) from initializers."""
+
+    node: str
+    op: str
+    weight: str
+    bias: str | None
+    transposed: bool  # the ONNX weight is (in, out), the PyTorch one (out, in)
+
+
+def weight_sites(ctx: DiagnosisContext) -> list[WeightSite]:
+    """Every weight-carrying node of the segment whose weight is an initializer."""
+    sites = []
+    for p in ctx.segment_protos:
+        if p.op_type not in ("Conv", "Gemm", "MatMul") or len(p.input) < 2:
+            continue
+        if ctx.initializer(p.input[1]) is None:
+            continue
+        if p.op_type == "Conv":
+            bias = p.input[2] if len(p.input) > 2 and p.input[2] else None
+            sites.append(WeightSite(p.name, p.op_type, p.input[1], bias, False))
+        elif p.op_type == "Gemm":
+            bias = p.input[2] if len(p.input) > 2 and p.input[2] and ctx.constant(p.input[2]) is not None else None
+            sites.append(WeightSite(p.name, p.op_type, p.input[1], bias, not attribute(p, "transB", 0)))
+        else:
+            sites.append(WeightSite(p.name, p.op_type, p.input[1], _matmul_bias(ctx, p), True))
+    return sites
+
+
+def _matmul_bias(ctx: DiagnosisContext, matmul: onnx.NodeProto) -> str | None:
+    for i in ctx.graph.consumers.get(matmul.output[0], ()):
+        add = ctx.graph.nodes[i]
+        if add.op_type == "Add" and add.name in ctx.layer.segment:
+            for t in add.inputs:
+                value = ctx.constant(t) if t != matmul.output[0] else None
+                if value is not None and value.ndim == 1:
+                    return t
+    return None
+
+
+def as_out_in(site: WeightSite, w: np.ndarray | None) -> np.ndarray | None:
+    """The ONNX weight in PyTorch's (out, in, ...) layout; None when it is not a float array."""
+    if w is None or not np.issubdtype(w.dtype, np.floating):
+        return None
+    return w.T if site.transposed and w.ndim == 2 else w
+
+
+def to_onnx_layout(site: WeightSite, w: np.ndarray) -> np.ndarray:
+    """Inverse of :func:`as_out_in`."""
+    return w.T if site.transposed and w.ndim == 2 else w
+
+
+def add_bias(model: onnx.ModelProto, site: WeightSite, bias: np.ndarray) -> None:
+    """Give ``site``'s node a bias it did not have (in place on a copy)."""
+    name = edits.add_initializer(model, f"{site.node}_refolded_bias", bias)
+    node = edits.node(model, site.node)
+    if site.op in ("Conv", "Gemm"):
+        del node.input[2:]
+        node.input.append(name)
+        return
+    out = node.output[0]
+    node.output[0] = f"{out}_unbiased"
+    add = helper.make_node("Add", [node.output[0], name], [out], name=f"{site.node}_refolded_bias_add")
+    nodes = list(model.graph.node)
+    at = next(i for i, n in enumerate(nodes) if n.name == site.node) + 1
+    model.graph.ClearField("node")
+    model.graph.node.extend(nodes[:at] + [add] + nodes[at:])
+
+
+def conv_bn_pair(ctx: DiagnosisContext):
+    """``(conv name, conv, bn name, bn)`` when the divergent layer is a Conv/Linear followed by a BatchNorm."""
+    acts = ctx.capture.activations
+    candidates = [ctx.layer.pair.activation]
+    for n in ctx.segment_nodes:
+        name, _ = ctx.module_of(n)
+        act = ctx.activation_of(name) if name is not None else None
+        if act is not None:
+            candidates.append(act)
+    for act in candidates:
+        kind = act.module_type
+        if kind in BN_TYPES:
+            for i in act.inputs:
+                src = acts[i]
+                if src.module_type in CONV_TYPES:
+                    return src.module, ctx.torch_module(src.module), act.module, ctx.torch_module(act.module)
+        elif kind in CONV_TYPES:
+            for later in acts[act.index + 1:]:
+                if act.index in later.inputs and later.module_type in BN_TYPES:
+                    return act.module, ctx.torch_module(act.module), later.module, ctx.torch_module(later.module)
+    return None
+
+
+def conv_bn_arrays(conv, bn):
+    """``(w, b, gamma, beta, running_mean, running_var)`` as float64 arrays (defaults for absent ones)."""
+    def arr(t):
+        return t.detach().double().cpu().numpy()
+
+    w = arr(conv.weight)
+    out = w.shape[0]
+    b = arr(conv.bias) if conv.bias is not None else np.zeros(out)
+    gamma = arr(bn.weight) if bn.weight is not None else np.ones(out)
+    beta = arr(bn.bias) if bn.bias is not None else np.zeros(out)
+    mean = arr(bn.running_mean) if bn.running_mean is not None else np.zeros(out)
+    var = arr(bn.running_var) if bn.running_var is not None else np.ones(out)
+    return w, b, gamma, beta, mean, var
+
+
+@dataclass(frozen=True)
+class Relation:
+    """How an ONNX initializer relates to a PyTorch tensor in the best-fitting layout."""
+
+    layout: str  # "same", "transposed" or "reshaped"
+    max_abs: float
+    rel_l2: float  # ||onnx − torch|| / ||torch||
+    correlation: float
+    fraction_differing: float
+    equal: bool  # equal up to the ONNX dtype's rounding
+
+
+def relate(onnx_value: np.ndarray, torch_value: np.ndarray) -> Relation | None:
+    """Compare an initializer with a PyTorch tensor, allowing a transpose or a reshape; None if sizes differ."""
+    if onnx_value.size != torch_value.size or onnx_value.size == 0:
+        return None
+    t = torch_value.astype(np.float64)
+    layouts = []
+    if onnx_value.shape == t.shape:
+        layouts.append(("same", t))
+    if t.ndim == 2 and onnx_value.shape == t.T.shape:
+        layouts.append(("transposed", t.T))
+    if not layouts:
+        layouts.append(("reshaped", t.reshape(onnx_value.shape)))
+    o = onnx_value.astype(np.float64)
+    best = None
+    for name, ref in layouts:
+        rounded = ref.astype(onnx_value.dtype).astype(np.float64) if onnx_value.dtype != np.float64 else ref
+        d = np.abs(o - rounded)
+        norm = float(np.linalg.norm(ref)) or 1.0
+        rel = float(np.linalg.norm(o - ref)) / norm
+        if best is None or rel < best[2]:
+            best = (name, ref, rel, d)
+    name, ref, rel, d = best
+    scale = float(np.max(np.abs(ref))) or 1.0
+    tol = 4 * float(np.finfo(onnx_value.dtype).eps) * scale if np.issubdtype(onnx_value.dtype, np.floating) else 0.0
+    oc, rc = o.ravel() - o.mean(), ref.ravel() - ref.mean()
+    denom = float(np.linalg.norm(oc) * np.linalg.norm(rc))
+    corr = float(oc @ rc / denom) if denom > 0 else (1.0 if np.allclose(o, ref) else 0.0)
+    return Relation(name, float(d.max()), rel, corr, float(np.mean(d > tol)), bool(d.max() <= tol))
+
+
+def torch_candidates(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
+    """PyTorch tensors the segment's initializers may come from (float64): the parameters and buffers of
+    the modules near the divergence, and the Conv/Linear + BatchNorm fold when there is one."""
+    if ctx.loaded.module is None:
+        return reference_tensors(ctx)
+    out: dict[str, np.ndarray] = {}
+    for qualname, module in ctx.modules_near():
+        for pname, tensor in list(module.named_parameters(recurse=False)) + list(module.named_buffers(recurse=False)):
+            if tensor is not None and tensor.is_floating_point():
+                out[f"{qualname}.{pname}" if qualname else pname] = tensor.detach().double().cpu().numpy()
+        out.update(rnn_weights(qualname, module))
+    pair = conv_bn_pair(ctx)
+    if pair is not None:
+        out.update(folds(*pair))
+    return out
+
+
+def reference_tensors(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
+    """The reference ONNX model's float initializers (float64), when it stands in for PyTorch."""
+    return {name: np.asarray(v, dtype=np.float64) for name, v in (ctx.reference_weights or {}).items()
+            if np.issubdtype(np.asarray(v).dtype, np.floating)}
+
+
+def folds(conv_name: str, conv, bn_name: str, bn) -> dict[str, np.ndarray]:
+    """The weight and bias of ``conv`` with ``bn`` folded in (float64), by descriptive name."""
+    w, b, gamma, beta, mean, var = conv_bn_arrays(conv, bn)
+    scale = gamma / np.sqrt(var + bn.eps)
+    return {f"fold({conv_name}.weight, {bn_name})": w * scale.reshape(-1, *[1] * (w.ndim - 1)),
+            f"fold({conv_name}.bias, {bn_name})": (b - mean) * scale + beta}
+
+
+def all_torch_tensors(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
+    """Every floating parameter and buffer of the model, and every Conv/Linear + BatchNorm fold (float64)."""
+    model = ctx.loaded.module
+    if model is None:
+        return reference_tensors(ctx)
+    tensors = list(model.named_parameters()) + list(model.named_buffers())
+    out = {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point()}
+    out.update(model_rnn_weights(model))
+    acts = ctx.capture.activations
+    for act in acts:
+        if act.module_type in BN_TYPES:
+            for i in act.inputs:
+                if acts[i].module_type in CONV_TYPES:
+                    out.update(folds(acts[i].module, ctx.torch_module(acts[i].module), act.module,
+                                     ctx.torch_module(act.module)))
+    return out
+
+
+def exact_torch_value(ctx: DiagnosisContext, value: np.ndarray, candidates: dict[str, np.ndarray]):
+    """``(name, PyTorch value in the initializer's layout)`` of the candidate ``value`` is a rounded copy of."""
+    for name, tensor in candidates.items():
+        rel = relate(value, tensor)
+        if rel is not None and rel.equal:
+            return name, (tensor.T if rel.layout == "transposed" else tensor.reshape(value.shape))
+    return None

@@ -1,0 +1,128 @@
+"""Localize stage: separate the error a segment introduces from the error it inherits.
+
+A *segment* is the set of ONNX nodes that compute one aligned tensor from the
+nearest aligned tensors upstream (the cut points).  Its *local* error comes from
+a run in which every cut point is fed the PyTorch value, so the segment starts
+from exact inputs; its *accumulated* error comes from the plain run.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..records.graph import GraphIndex
+from ..records import (ErrorOrigin, LayerResult, MatchMethod, Status, TensorDiff, TensorPair)
+
+Compare = Callable[[np.ndarray, np.ndarray], TensorDiff]
+
+
+def cut_points(pairs: tuple[TensorPair, ...], graph: GraphIndex) -> dict[str, TensorPair]:
+    """Tensors whose consumers will read the PyTorch value in the local run.
+
+    Only confident pairs computed by a node qualify; for a tensor shared by
+    several activations (a container and its last child) the first wins.
+    """
+    cuts: dict[str, TensorPair] = {}
+    for p in pairs:
+        if p.cuttable and p.tensor in graph.producer and p.tensor not in cuts:
+            cuts[p.tensor] = p
+    return cuts
+
+
+def localize(
+    pairs: tuple[TensorPair, ...],
+    graph: GraphIndex,
+    accumulated: dict[str, np.ndarray],
+    local: dict[str, np.ndarray],
+    cuts: dict[str, TensorPair],
+    compare: Compare,
+    accumulated_reliable: bool = True,
+) -> tuple[LayerResult, ...]:
+    """One LayerResult per pair, sorted in graph order.
+
+    ``accumulated_reliable`` is False when the instrumented run does not
+    reproduce the unmodified model's verdict (exposing tensors stopped a fusion):
+    local errors, measured on a graph that keeps its fusions, are then trusted
+    even where the accumulated run looks exact.
+    """
+    compare = _memoised(compare)
+    stops = frozenset(cuts)
+    refs = {p.activation.index: p.reference() for p in pairs}  # kept alive: the memo keys on ids
+    local_diffs = {t: compare(local[t], refs[p.activation.index]) for t, p in cuts.items() if t in local}
+    rows: list[LayerResult] = []
+    order = -1.0
+    for p in pairs:
+        if p.tensor is not None and (p.tensor in graph.producer or p.tensor in graph.graph_inputs):
+            order = float(graph.order_of(p.tensor))
+        else:
+            order += 1e-3  # keep unmatched rows next to their neighbours in call order
+        rows.append(_layer(p, refs[p.activation.index], graph, accumulated, local_diffs, stops, compare, order,
+                           accumulated_reliable))
+    return tuple(sorted(rows, key=lambda r: (r.order, r.pair.activation.index)))
+
+
+def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order, accumulated_reliable) -> LayerResult:
+    if p.tensor is None:
+        status = Status.FUSED if p.method is MatchMethod.FUSED else Status.UNMATCHED
+        return LayerResult(p, None, None, status, ErrorOrigin.NONE, order=order)
+    value = accumulated.get(p.tensor)
+    if value is not None and p.tensor in graph.graph_outputs:
+        # A graph output is what the user gets: judged as its declared dtype, like the outputs' verdict,
+        # even when it holds float16 data (its segment's local error still allows float16 rounding).
+        value = np.asarray(value)
+    diff = compare(value, reference) if value is not None else None
+    local = local_diffs.get(p.tensor)
+    seg = graph.segment(p.tensor, stops) if p.tensor in graph.producer else ()
+    # A segment that is exact on its real inputs but wrong on the references has
+    # been fed a reference that does not belong there (a doubtful pair upstream),
+    # not a fault of its own: it is not reported as introducing error.
+    if local is not None and not local.ok and (diff is None or not diff.ok or not accumulated_reliable):
+        status, origin = Status.DIVERGED, ErrorOrigin.INTRODUCED
+    elif diff is not None and not diff.ok:
+        status, origin = Status.DIVERGED, ErrorOrigin.INHERITED
+    else:
+        status = Status.FUSED if p.method is MatchMethod.FUSED else Status.MATCHED
+        origin = ErrorOrigin.NONE
+    return LayerResult(
+        pair=p, diff=diff, local=local, status=status, origin=origin,
+        segment=tuple(graph.nodes[i].name for i in seg),
+        segment_ops=tuple(graph.nodes[i].op_type for i in seg), order=order,
+    )
+
+
+def _memoised(compare: Compare) -> Compare:
+    """Containers share their last child's tensor: compare each array pair once."""
+    cache: dict[tuple[int, int], TensorDiff] = {}
+
+    def run(actual: np.ndarray, expected: np.ndarray) -> TensorDiff:
+        key = (id(actual), id(expected))
+        if key not in cache:
+            cache[key] = compare(actual, expected)
+        return cache[key]
+
+    return run
+
+
+def first_divergence(layers: tuple[LayerResult, ...]) -> tuple[LayerResult | None, bool]:
+    """The earliest layer whose segment introduces error beyond tolerance.
+
+    Returns ``(layer, introduced)``.  When no segment exceeds tolerance on its
+    own but errors still build up, the earliest layer whose accumulated error
+    exceeds tolerance is returned with ``introduced=False``.  Among layers that
+    share one tensor, the innermost module is blamed.
+    """
+    for origin in (ErrorOrigin.INTRODUCED, ErrorOrigin.INHERITED):
+        hits = [r for r in layers if r.origin is origin]
+        if hits:
+            first = min(hits, key=lambda r: r.order)
+            same = [r for r in hits if r.pair.tensor == first.pair.tensor]
+            return max(same, key=_depth), origin is ErrorOrigin.INTRODUCED
+    return None, False
+
+
+def _depth(r: LayerResult) -> tuple[int, int, int]:
+    a = r.pair.activation
+    leafness = 1 if a.is_leaf and a.module else 0
+    direct = 1 if r.pair.method is not MatchMethod.IDENTITY else 0
+    return (direct, leafness, a.module.count(".") + (1 if a.module else 0))

@@ -1,0 +1,266 @@
+"""Typed records passed between the pipeline stages.
+
+Stages never import each other; they share only these types.  Everything is
+immutable so a record can be handed on without defensive copies.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ['ExitStatus', 'Exporter', 'MatchMethod', 'Status', 'Reproduction', 'ErrorOrigin', 'Tolerance', 'Activation', 'Capture', 'LoadedModel', 'ModelInputs', 'ExportedModel', 'TensorPair', 'TensorDiff', 'LayerResult', 'OutputResult', 'Divergence', 'FaithfulLocation', 'Report']
+
+
+class ExitStatus(enum.IntEnum):
+    """Process exit status of the command line."""
+
+    OK = 0
+    DIVERGED = 1
+    USAGE = 2
+
+
+class Exporter(enum.Enum):
+    """Which ``torch.onnx.export`` path produced the ONNX model."""
+
+    DYNAMO = "dynamo"
+    TORCHSCRIPT = "torchscript"
+    GIVEN = "given"  # the user passed --onnx
+
+
+class MatchMethod(enum.Enum):
+    """How a PyTorch activation was paired with an ONNX tensor."""
+
+    METADATA = "metadata"  # dynamo exporter's pkg.torch.onnx.name_scopes
+    SCOPE_NAME = "scope-name"  # TorchScript-style /scope/Op node names
+    STRUCTURE = "structure"  # shape + topological order, confirmed by value
+    IDENTITY = "identity"  # module returns its input unchanged (Dropout in eval)
+    FUSED = "fused"  # computed by a node that also computes its neighbour
+    GRAPH_OUTPUT = "graph-output"  # a model output matched to a graph output
+    NAME = "name"  # the tensor of the same name in a reference ONNX model (--reference)
+    OP = "op"  # an exported-program op paired with the ONNX value named after its FX node
+    NONE = "none"
+
+
+class Status(enum.Enum):
+    """Verdict on one aligned layer."""
+
+    MATCHED = "matched"
+    DIVERGED = "diverged"
+    FUSED = "fused"
+    UNMATCHED = "unmatched"
+
+
+class Reproduction(enum.Enum):
+    """Whether the instrumented run (tensors exposed as outputs) computes the shipped outputs."""
+
+    EXACT = "bit-exact"  # every output equal bit for bit to the unmodified model's
+    WITHIN_TOLERANCE = "within-tolerance"  # not bit for bit, but allclose to the unmodified model's
+    DIFFERENT = "different"  # exposing tensors changed what ONNX Runtime computes
+
+
+class ErrorOrigin(enum.Enum):
+    """Whether a layer's error beyond tolerance is its own or comes from upstream."""
+
+    NONE = "none"
+    INTRODUCED = "introduced"
+    INHERITED = "inherited"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """numpy ``allclose`` tolerance: ``|a - b| <= atol + rtol * |b|``."""
+
+    atol: float = 1e-4
+    rtol: float = 1e-3
+
+
+@dataclass(frozen=True)
+class Activation:
+    """One tensor output of one call of one PyTorch module."""
+
+    index: int  # position in capture order
+    module: str  # qualified module name, "" for the root model
+    module_type: str  # class name, e.g. "Linear"
+    call: int  # 0 for the first call of this module, 1 for the second ...
+    path: str  # position inside a nested output, "" or e.g. "[0]" / "[logits]"
+    value: np.ndarray = field(repr=False, compare=False)
+    is_leaf: bool = True
+    inputs: tuple[int, ...] = ()  # indices of activations this call consumed
+    passthrough: bool = False  # output is (value-)identical to one of its inputs
+    op: str = ""  # an op of the exported program (its FX node name) rather than a module output
+
+    @property
+    def name(self) -> str:
+        """Display name: module path, call number when called again, output path."""
+        base = self.module or "<model>"
+        if self.call:
+            base += f"#{self.call + 1}"
+        return base + self.path
+
+
+@dataclass(frozen=True)
+class Capture:
+    """Everything the PyTorch reference run produced."""
+
+    activations: tuple[Activation, ...]
+    outputs: tuple[np.ndarray, ...]  # flattened model outputs, exporter order
+    output_names: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A PyTorch model ready to run, plus what we learnt while loading it."""
+
+    module: Any  # torch.nn.Module (kept untyped so records import no torch)
+    name: str
+    source: str
+    was_training: bool
+    forward_params: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """Positional and keyword arguments of the forward pass, as tensors."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    names: tuple[str, ...] = ()  # forward parameter name of each positional arg
+
+
+@dataclass(frozen=True)
+class ExportedModel:
+    """An ONNX model to debug and where it came from."""
+
+    proto: Any = field(repr=False)  # onnx.ModelProto
+    exporter: Exporter
+    opset: int
+    path: str | None = None  # the user's file when --onnx was given
+    notes: tuple[str, ...] = ()
+    weights: Any = field(default=None, repr=False)  # weights.Weights when proto is already split
+    program: Any = field(default=None, repr=False)  # the torch.export ExportedProgram (dynamo exports)
+
+
+@dataclass(frozen=True)
+class TensorPair:
+    """A PyTorch activation and the ONNX tensor that computes the same value."""
+
+    activation: Activation
+    tensor: str | None
+    node: str | None
+    op_type: str | None
+    method: MatchMethod
+    confidence: float = 1.0
+    note: str = ""
+    perm: tuple[int, ...] | None = None  # the ONNX tensor holds value.transpose(perm), possibly reshaped
+
+    def reference(self) -> np.ndarray:
+        """The PyTorch value laid out as the ONNX tensor holds it (up to a reshape)."""
+        value = self.activation.value
+        return value if self.perm is None else value.transpose(self.perm)
+
+    @property
+    def cuttable(self) -> bool:
+        """Whether downstream nodes may be fed this pair's reference value."""
+        return self.tensor is not None and self.confidence >= 0.9 and self.method not in (
+            MatchMethod.IDENTITY,
+        )
+
+
+@dataclass(frozen=True)
+class TensorDiff:
+    """How far an ONNX tensor is from its PyTorch reference."""
+
+    max_abs: float
+    max_rel: float
+    mean_abs: float
+    cosine: float
+    tol_ratio: float  # max |a-b| / (atol + rtol|b|); > 1 means not allclose
+    ok: bool
+    shape: tuple[int, ...]
+    nonfinite: int = 0  # elements that are NaN/inf in ONNX but finite in PyTorch
+    sqnr_db: float = float("inf")  # 10·log10(Σ ref² / Σ (onnx − ref)²)
+    dtype: str = ""  # the ONNX tensor's dtype
+    ulps: float | None = None  # for float16: max error in units of the dtype's resolution at |ref|
+    actual_shape: tuple[int, ...] | None = None  # the ONNX shape, when its size differs from ``shape``
+
+
+@dataclass(frozen=True)
+class LayerResult:
+    """One row of the report: an aligned (or unaligned) activation."""
+
+    pair: TensorPair
+    diff: TensorDiff | None  # accumulated: full ONNX run vs PyTorch
+    local: TensorDiff | None  # the segment alone, fed PyTorch values
+    status: Status
+    origin: ErrorOrigin
+    segment: tuple[str, ...] = ()  # ONNX nodes computing this tensor from cut points
+    segment_ops: tuple[str, ...] = ()
+    order: float = 0.0  # position in graph order
+
+
+@dataclass(frozen=True)
+class OutputResult:
+    """A final model output as the unmodified ONNX model produced it."""
+
+    name: str
+    diff: TensorDiff
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first segment whose error exceeds tolerance, and what we know about it."""
+
+    layer: LayerResult
+    introduced: bool  # True: the segment's local error exceeds tolerance
+    cause: str  # a diagnosis slug, e.g. "gelu-approximation"; "unknown" when no rule matched
+    explanation: str
+    confidence: float = 0.0
+    evidence: dict[str, Any] = field(default_factory=dict)  # numbers supporting the cause
+    fix: str = ""
+    confirmed: bool | None = None  # re-run with the fix applied: True/False; None = not attempted
+
+
+@dataclass(frozen=True)
+class FaithfulLocation:
+    """The first divergence located with exposures that leave the shipped outputs unchanged.
+
+    Used when exposing every aligned tensor changes what ONNX Runtime computes
+    (an optimizer fusion is blocked): only a few tensors are exposed per run, and
+    a run counts only when its outputs reproduce the unmodified model's.
+    """
+
+    last_good: str | None  # the latest faithfully observed tensor within tolerance (None: the graph inputs)
+    first_bad: str  # the earliest faithfully observed tensor beyond tolerance
+    runs: int  # ONNX Runtime sessions it took
+    unobservable: tuple[str, ...] = ()  # tensors whose exposure changed the outputs (inside a fusion)
+    boundaries_faithful: bool = False  # whether exposing the coarse module boundaries kept the outputs
+
+
+@dataclass(frozen=True)
+class Report:
+    """The complete result of one bisection."""
+
+    ok: bool
+    tolerance: Tolerance
+    exporter: Exporter
+    opset: int
+    provider: str
+    outputs: tuple[OutputResult, ...]
+    first_divergence: Divergence | None
+    layers: tuple[LayerResult, ...]
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    timings: dict[str, float] = field(default_factory=dict)
+    model_name: str = ""
+    reproduction: Reproduction = Reproduction.EXACT
+    reproduction_max_abs: float = 0.0  # largest |instrumented - unmodified| over the outputs
+    faithful: FaithfulLocation | None = None
+    reference: str = "PyTorch"  # what the ONNX model was compared with ("PyTorch", or the reference ONNX file)
+
+    @property
+    def exit_status(self) -> ExitStatus:
+        """0 when the final outputs agree, 1 otherwise."""
+        return ExitStatus.OK if self.ok else ExitStatus.DIVERGED

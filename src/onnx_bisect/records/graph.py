@@ -1,0 +1,80 @@
+"""The ONNX graph as every stage reads it: nodes in order, producers, consumers, module scopes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import onnx
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One ONNX node with the module scope it was exported from (if known)."""
+
+    index: int
+    name: str
+    op_type: str
+    domain: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    scope: tuple[str, ...] | None  # module path components, () = root, None = unknown
+    scope_source: str  # "metadata", "name" or ""
+    rewrite_rule: str = ""
+
+
+@dataclass(frozen=True)
+class GraphIndex:
+    """Topologically ordered nodes and the wiring between them."""
+
+    nodes: tuple[NodeInfo, ...]
+    producer: dict[str, int] = field(repr=False)  # tensor -> node index
+    consumers: dict[str, tuple[int, ...]] = field(repr=False)
+    graph_inputs: tuple[str, ...] = ()
+    graph_outputs: tuple[str, ...] = ()
+    initializers: frozenset[str] = frozenset()
+    elem_types: dict[str, int] = field(default_factory=dict, repr=False)
+    shapes: dict[str, tuple] = field(default_factory=dict, repr=False)
+    #: float32 tensors computed from float16 data only (cast up from float16, or an op kept in float32
+    #: between casts): they carry float16 rounding, and are compared at that resolution
+    half_resolution: frozenset[str] = frozenset()
+
+    def node_of(self, tensor: str) -> NodeInfo | None:
+        """The node producing ``tensor``, or None for inputs and initializers."""
+        i = self.producer.get(tensor)
+        return None if i is None else self.nodes[i]
+
+    def order_of(self, tensor: str) -> int:
+        """Topological position of the producer; -1 for graph inputs/initializers."""
+        return self.producer.get(tensor, -1)
+
+    def segment(self, tensor: str, stops: frozenset[str] | set[str]) -> tuple[int, ...]:
+        """Indices of the nodes computing ``tensor`` back to the ``stops`` tensors.
+
+        The walk also stops at graph inputs and initializers.  The result is in
+        topological order.
+        """
+        seen: set[int] = set()
+        stack = [tensor]
+        while stack:
+            t = stack.pop()
+            i = self.producer.get(t)
+            if i is None or i in seen:
+                continue
+            seen.add(i)
+            for inp in self.nodes[i].inputs:
+                if inp and inp not in stops:
+                    stack.append(inp)
+        return tuple(sorted(seen))
+
+
+def outer_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
+    """Outer-scope tensors read by the subgraphs of If/Loop/Scan nodes."""
+    names: list[str] = []
+    for attr in node.attribute:
+        for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+            defined = {i.name for i in sub.input} | {i.name for i in sub.initializer}
+            for n in sub.node:
+                defined.update(n.output)
+            for n in sub.node:
+                names.extend(i for i in list(n.input) + list(outer_inputs(n)) if i and i not in defined)
+            names.extend(o.name for o in sub.output if o.name not in defined)
+    return tuple(dict.fromkeys(names))

@@ -1,0 +1,1 @@
+"""Report stage: the terminal text, the JSON document, the verification matrix, progress lines."""

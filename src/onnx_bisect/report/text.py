@@ -1,0 +1,294 @@
+"""Report stage: the terminal table, the plain-words verdict and the JSON document."""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from ..align.scopes import ABSENT
+from ..records import (Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Report, Reproduction, Status,
+                      TensorDiff)
+
+NEIGHBOURHOOD = 6
+SMALL_MODEL_ROWS = 40
+
+
+def render_text(report: Report, show_all: bool = False) -> str:
+    """Verdict first, then the layer table (neighbourhood of the divergence by default)."""
+    parts = [_verdict(report)]
+    table = _table(report, show_all)
+    if table:
+        parts.append(table)
+    parts.append(_summary(report))
+    unaligned = [r for r in leaf_rows(report.layers) if r.status is Status.UNMATCHED]
+    if unaligned:
+        shown = "\n".join(f"  {r.pair.activation.name} ({r.pair.activation.module_type}): {r.pair.note}"
+                          for r in unaligned[:8])
+        more = f"\n  … and {len(unaligned) - 8} more (see the JSON coverage)" if len(unaligned) > 8 else ""
+        parts.append(f"Unaligned leaf modules:\n{shown}{more}")
+    for w in report.warnings:
+        parts.append(f"warning: {w}")
+    for n in report.notes:
+        parts.append(f"note: {n}")
+    return "\n\n".join(parts) + "\n"
+
+
+def _verdict(report: Report) -> str:
+    tol = report.tolerance
+    worst = max(report.outputs, key=lambda o: o.diff.tol_ratio, default=None)
+    head = (f"onnx-bisect: {report.model_name} — {report.exporter.value} ONNX (opset {report.opset}) "
+            f"on {report.provider}; tolerance atol={tol.atol:g}, rtol={tol.rtol:g}")
+    if worst is None:
+        return head + "\nNo output could be compared."
+    if report.ok:
+        return head + (f"\nOK: all {len(report.outputs)} output(s) agree with {report.reference} "
+                       f"(worst max abs {worst.diff.max_abs:.3g}, max rel {worst.diff.max_rel:.3g}).")
+    lines = [head, f"DIVERGED: output '{worst.name}' differs from {report.reference} by max abs "
+                   f"{fmt_num(worst.diff.max_abs)} (max rel {fmt_num(worst.diff.max_rel)}, "
+                   f"cosine {worst.diff.cosine:.6f})."]
+    fd = report.first_divergence
+    if fd is not None:
+        p = fd.layer.pair
+        nodes = ", ".join(fd.layer.segment[:6]) + (f" … (+{len(fd.layer.segment) - 6})" if len(fd.layer.segment) > 6 else "")
+        lines.append(
+            f"First divergence: module {p.activation.name} ({p.activation.module_type}) → ONNX node "
+            f"{p.node} ({p.op_type}), tensor '{p.tensor}'. Segment nodes: {nodes or p.node}."
+        )
+        if fd.cause == "unknown":
+            lines.append(f"Cause: unknown. {fd.explanation}")
+        else:
+            proof = {True: "confirmed: re-running with the fix removes the divergence",
+                     False: "not confirmed: re-running with the fix did not remove the divergence",
+                     None: "a hypothesis: the fix could not be re-run automatically"}[fd.confirmed]
+            lines.append(f"Cause: {fd.cause} (confidence {fd.confidence:.0%}; {proof}). {fd.explanation}")
+            if fd.fix:
+                lines.append(f"Fix: {fd.fix}")
+    return "\n".join(lines)
+
+
+def _table(report: Report, show_all: bool) -> str:
+    layers = list(report.layers)
+    if not layers:
+        return ""
+    first = report.first_divergence.layer if report.first_divergence else None
+    if show_all or len(layers) <= SMALL_MODEL_ROWS:
+        rows = layers
+    elif first is not None:
+        i = layers.index(first)
+        rows = layers[max(0, i - NEIGHBOURHOOD): i + NEIGHBOURHOOD + 1]
+    else:
+        rows = sorted(sorted((r for r in layers if r.diff), key=lambda r: -r.diff.tol_ratio)[:10], key=lambda r: r.order)
+    body = [_row(r, r is first) for r in rows]
+    title = "" if rows is layers else (
+        f"(showing {len(rows)} of {len(layers)} layers: "
+        + ("the neighbourhood of the first divergence" if first is not None else "the 10 largest errors")
+        + "; --all shows every layer)\n")
+    return title + tabulate(body, headers=["", "module", "ONNX node", "op", "shape", "max abs", "max rel", "local", "status"],
+                            tablefmt="simple", disable_numparse=True)
+
+
+def _row(r: LayerResult, is_first: bool) -> list[str]:
+    p = r.pair
+    status = r.status.value
+    if r.status is Status.DIVERGED:
+        status += " (introduced)" if r.origin is ErrorOrigin.INTRODUCED else " (inherited)"
+    return [
+        ">>" if is_first else "",
+        _clip(p.activation.name, 48),
+        _clip(p.node or "-", 36),
+        p.op_type or "-",
+        "x".join(map(str, p.activation.value.shape)) or "scalar",
+        fmt_num(r.diff.max_abs) if r.diff else "-",
+        fmt_num(r.diff.max_rel) if r.diff else "-",
+        fmt_num(r.local.max_abs) if r.local else "-",
+        status,
+    ]
+
+
+def leaf_rows(layers) -> list[LayerResult]:
+    """The rows of leaf-module activations (not the root, containers or exported-program ops)."""
+    return [r for r in layers if r.pair.activation.is_leaf and r.pair.activation.module and not r.pair.activation.op]
+
+
+def leaf_coverage(layers) -> tuple[int, int, int]:
+    """``(aligned, total, absent)`` over leaf-module activations.
+
+    ``absent`` counts leaves with no node in a scoped graph at all (pruned as
+    unused, or folded into a constant): there is nothing to align them with.
+    """
+    leaves = leaf_rows(layers)
+    aligned = sum(1 for r in leaves if r.pair.tensor is not None or r.status is Status.FUSED)
+    absent = sum(1 for r in leaves if r.status is Status.UNMATCHED and r.pair.note.startswith(ABSENT))
+    return aligned, len(leaves), absent
+
+
+def _summary(report: Report) -> str:
+    counts = Counter(r.status for r in report.layers)
+    methods = Counter(r.pair.method.value for r in report.layers if r.pair.tensor is not None)
+    aligned, total, absent = leaf_coverage(report.layers)
+    how = ", ".join(f"{k} {v}" for k, v in methods.most_common())
+    return (f"{len(report.layers)} activations: " + ", ".join(f"{counts.get(s, 0)} {s.value}" for s in Status)
+            + f". Leaf modules aligned: {aligned}/{total}"
+            + (f" ({absent} absent from the graph)" if absent else "") + (f"; by {how}." if how else ".")
+            + "\n" + reproduction_line(report.reproduction, report.reproduction_max_abs, report.faithful))
+
+
+def reproduction_line(verdict: Reproduction, max_abs: float, faithful: FaithfulLocation | None) -> str:
+    """Whether the instrumented run computed the shipped outputs, and how the divergence was then located."""
+    text = {
+        Reproduction.EXACT: "The instrumented run reproduces the unmodified model's outputs bit for bit.",
+        Reproduction.WITHIN_TOLERANCE: ("The instrumented run reproduces the unmodified model's outputs within "
+                                        f"tolerance, not bit for bit (max abs {fmt_num(max_abs)})."),
+        Reproduction.DIFFERENT: ("The instrumented run does NOT reproduce the unmodified model's outputs "
+                                 f"(max abs {fmt_num(max_abs)}): exposing tensors changed ONNX Runtime's "
+                                 "optimisations."),
+    }[verdict]
+    if faithful is not None:
+        text += (f" The divergence was located with {faithful.runs} run(s) exposing few tensors each, every one "
+                 f"reproducing the shipped outputs: last agreeing tensor '{faithful.last_good or 'the inputs'}', "
+                 f"first diverging tensor '{faithful.first_bad}'"
+                 + (f"; {len(faithful.unobservable)} tensor(s) could not be observed without changing the "
+                    "outputs (inside a fusion)" if faithful.unobservable else "") + ".")
+    return text
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else "…" + text[-(width - 1):]
+
+
+def fmt_num(x: float) -> str:
+    return "inf" if math.isinf(x) else ("nan" if math.isnan(x) else f"{x:.3g}")
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    """The machine-readable report (stable keys; see the README)."""
+    fd = report.first_divergence
+    return {
+        "ok": report.ok,
+        "model": report.model_name,
+        "tolerance": {"atol": report.tolerance.atol, "rtol": report.tolerance.rtol},
+        "exporter": report.exporter.value,
+        "opset": report.opset,
+        "provider": report.provider,
+        "reference": report.reference,
+        "outputs": [{"name": o.name, "max_abs": json_float(o.diff.max_abs), "max_rel": json_float(o.diff.max_rel),
+                     "cosine": json_float(o.diff.cosine), "sqnr_db": json_float(o.diff.sqnr_db), "ok": o.diff.ok}
+                    for o in report.outputs],
+        "first_divergence": divergence_json(fd),
+        "reproduction": {"verdict": report.reproduction.value, "max_abs": json_float(report.reproduction_max_abs)},
+        "faithful_location": faithful_json(report.faithful),
+        "coverage": _coverage_json(report),
+        "layers": [_layer_json(r) for r in report.layers],
+        "warnings": list(report.warnings),
+        "notes": list(report.notes),
+        "timings": {k: round(v, 4) for k, v in report.timings.items()},
+    }
+
+
+def divergence_json(fd: Divergence | None) -> dict[str, Any] | None:
+    """The first divergence as JSON (module, ONNX nodes and tensor, errors, cause and evidence)."""
+    if fd is None:
+        return None
+    return {
+        "module": fd.layer.pair.activation.module,
+        "module_name": fd.layer.pair.activation.name,
+        "module_type": fd.layer.pair.activation.module_type,
+        "onnx_nodes": list(fd.layer.segment) or ([fd.layer.pair.node] if fd.layer.pair.node else []),
+        "onnx_node": fd.layer.pair.node,
+        "onnx_tensor": fd.layer.pair.tensor,
+        "op_types": sorted(set(fd.layer.segment_ops)) or ([fd.layer.pair.op_type] if fd.layer.pair.op_type else []),
+        "max_abs": json_float(fd.layer.diff.max_abs) if fd.layer.diff else None,
+        "local_max_abs": json_float(fd.layer.local.max_abs) if fd.layer.local else None,
+        "introduced": fd.introduced,
+        "cause": fd.cause,
+        "confidence": fd.confidence,
+        "evidence": _jsonable(fd.evidence),
+        "fix": fd.fix,
+        "confirmed": fd.confirmed,
+        "explanation": fd.explanation,
+    }
+
+
+def faithful_json(location: FaithfulLocation | None) -> dict[str, Any] | None:
+    """How the divergence was located when exposing every tensor changed the shipped outputs."""
+    if location is None:
+        return None
+    return {"last_good": location.last_good, "first_bad": location.first_bad, "runs": location.runs,
+            "unobservable": list(location.unobservable), "boundaries_faithful": location.boundaries_faithful}
+
+
+def _coverage_json(report: Report) -> dict[str, Any]:
+    aligned, total, absent = leaf_coverage(report.layers)
+    leaves = leaf_rows(report.layers)
+    return {
+        "leaf_activations": total,
+        "aligned": aligned,
+        "absent_from_graph": absent,
+        "fraction": round(aligned / (total - absent), 4) if total - absent else 1.0,
+        "by_method": dict(Counter(r.pair.method.value for r in leaves if r.pair.method.value != "none")),
+        "unaligned": [{"module": r.pair.activation.name, "module_type": r.pair.activation.module_type,
+                       "reason": r.pair.note} for r in leaves if r.status is Status.UNMATCHED],
+    }
+
+
+def _layer_json(r: LayerResult) -> dict[str, Any]:
+    p = r.pair
+    a = p.activation
+    return {
+        "module": a.module, "name": a.name, "call": a.call, "output": a.path, "module_type": a.module_type,
+        "onnx_tensor": p.tensor, "onnx_node": p.node, "op_type": p.op_type,
+        "shape": list(a.value.shape), "match": p.method.value, "confidence": p.confidence, "note": p.note,
+        "max_abs": _diff(r.diff, "max_abs"), "max_rel": _diff(r.diff, "max_rel"),
+        "mean_abs": _diff(r.diff, "mean_abs"), "cosine": _diff(r.diff, "cosine"),
+        "sqnr_db": _diff(r.diff, "sqnr_db"), "dtype": r.diff.dtype if r.diff else None,
+        "ulps": r.diff.ulps if r.diff else None,
+        "local_max_abs": _diff(r.local, "max_abs"), "local_max_rel": _diff(r.local, "max_rel"),
+        "status": r.status.value, "origin": r.origin.value, "segment": list(r.segment),
+    }
+
+
+def _diff(d: TensorDiff | None, key: str):
+    return None if d is None else json_float(getattr(d, key))
+
+
+def _jsonable(value):
+    """Evidence values may be numpy scalars/arrays or nested containers."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if hasattr(value, "tolist"):
+        return _jsonable(value.tolist())
+    if isinstance(value, float):
+        return json_float(value)
+    return value
+
+
+def json_float(x: float):
+    """JSON has no inf/nan: write them as strings."""
+    return x if math.isfinite(x) else str(x)
+
+
+def write_atomic(path: str, data: bytes | str) -> None:
+    """Write ``path`` via a temporary file in the same folder and an atomic rename."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json(report: Report, path: str) -> None:
+    """Write the JSON report atomically."""
+    write_atomic(path, json.dumps(to_json(report), indent=2) + "\n")

@@ -1,0 +1,1 @@
+"""Run stage: pure graph rewrites that expose tensors, and the backends that run a graph."""

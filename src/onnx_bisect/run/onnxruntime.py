@@ -1,0 +1,150 @@
+"""ONNX Runtime backend."""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..errors import BackendError, UsageError
+from ..records import RuntimeSettings
+from ..records.weights import Weights
+
+
+OPT_LEVELS = {
+    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+}
+
+
+def available_providers() -> list[str]:
+    """Execution providers compiled into the installed onnxruntime."""
+    return list(ort.get_available_providers())
+
+
+class OnnxRuntimeSession:
+    """One ``InferenceSession``, run as often as needed."""
+
+    def __init__(self, session: ort.InferenceSession):
+        self._session = session
+        self._inputs = {i.name for i in session.get_inputs()}
+        self.output_names = [o.name for o in session.get_outputs()]
+
+    def run(self, feeds: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Run once; ONNX Runtime failures become a :class:`BackendError` naming what failed.
+
+        Tensor outputs come back as numpy views of ONNX Runtime's own buffers
+        (each keeps its buffer alive): ``InferenceSession.run`` copies every
+        output, which costs more than the run itself when hundreds of
+        intermediate tensors are exposed.
+        """
+        names = list(outputs) if outputs is not None else self.output_names
+        inputs = {k: ort.OrtValue.ortvalue_from_numpy(np.ascontiguousarray(v)) for k, v in feeds.items()
+                  if k in self._inputs}
+        try:
+            values = self._session.run_with_ort_values(names, inputs)
+        except Exception as exc:
+            raise BackendError(
+                f"ONNX Runtime failed while running the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
+                "Check that the inputs' shapes and dtypes match the model's inputs."
+            ) from exc
+        if not all(v.is_tensor() for v in values):  # sequences and maps: let ONNX Runtime convert them
+            return dict(zip(names, self._session.run(names, {k: v for k, v in feeds.items() if k in self._inputs})))
+        return {name: value.numpy() for name, value in zip(names, values)}
+
+
+class OnnxRuntimeBackend:
+    """Runs models with one ONNX Runtime execution provider and the user's session settings."""
+
+    def __init__(self, settings: RuntimeSettings | None = None):
+        settings = settings or RuntimeSettings()
+        if settings.opt_level not in OPT_LEVELS:
+            raise UsageError(f"Unknown optimization level '{settings.opt_level}'; use one of {', '.join(OPT_LEVELS)}.")
+        available = available_providers()
+        if settings.provider not in available:
+            raise UsageError(
+                f"Execution provider '{settings.provider}' is not available in this onnxruntime build "
+                f"(available: {', '.join(available)}). Install the matching onnxruntime package "
+                "or pick one of those."
+            )
+        self.settings = settings
+        self.provider = settings.provider
+        self.opt_level = settings.opt_level
+        self.session_config = dict(settings.session_config)
+        self.name = f"onnxruntime {ort.__version__} ({settings.provider})"
+
+    def _options(self, weights: Weights | None, one_shot: bool, optimize: bool) -> ort.SessionOptions:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = OPT_LEVELS["disable" if not optimize else self.opt_level]
+        for key, value in self.session_config.items():
+            try:
+                so.add_session_config_entry(key, value)
+            except Exception as exc:
+                raise UsageError(f"ONNX Runtime rejected session option {key}={value}: {exc}") from exc
+        so.log_severity_level = 3
+        if one_shot:
+            # Pre-packing weights pays off over many runs; for one run it only costs
+            # time and a second copy of every MatMul weight.
+            so.add_session_config_entry("session.disable_prepacking", "1")
+            # Instrumented and diagnostic runs may fail on purpose (a segment re-run one row at a time
+            # through a fixed Reshape); the failure comes back as an exception, not as log lines.
+            so.log_severity_level = 4
+        # Spinning worker threads keep the cores busy after a run and slow the
+        # PyTorch forward that follows in the same process.
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        if weights is not None and weights.arrays:
+            names = list(weights.arrays)
+            so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(weights.arrays[n]) for n in names])
+        return so
+
+    def load(
+        self,
+        model: onnx.ModelProto | str,
+        weights: Weights | None = None,
+        one_shot: bool = False,
+        optimize: bool = True,
+    ) -> OnnxRuntimeSession:
+        """Create an ``InferenceSession`` with this backend's provider and settings."""
+        source = model if isinstance(model, str) else model.SerializeToString()
+        providers = [(self.provider, dict(self.settings.provider_options))] if self.settings.provider_options \
+            else [self.provider]
+        try:
+            session = ort.InferenceSession(source, self._options(weights, one_shot, optimize), providers=providers)
+        except UsageError:
+            raise
+        except Exception as exc:
+            hint = self._optimizer_hint(source, weights, one_shot, providers) if optimize else ""
+            raise BackendError(
+                f"ONNX Runtime could not load the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
+                + (hint or "Check the model's opset, custom-domain operators, the execution provider and its "
+                           "options.")
+            ) from exc
+        return OnnxRuntimeSession(session)
+
+    def _optimizer_hint(self, source, weights, one_shot, providers) -> str:
+        """When the model loads with graph optimizations off, say that the optimizer is what fails."""
+        if self.opt_level == "disable":
+            return ""
+        try:
+            ort.InferenceSession(source, self._options(weights, one_shot, optimize=False), providers=providers)
+        except Exception:  # noqa: BLE001 - it fails either way: the optimizer is not the cause
+            return ""
+        return (f"It loads with graph optimizations off: ONNX Runtime's optimizer fails on this model at level "
+                f"'{self.opt_level}', so the file will not load like this where it ships either. Debug it with "
+                "--ort-opt-level disable, and report the failure to ONNX Runtime.")
+
+    def run(
+        self,
+        model: onnx.ModelProto | str,
+        feeds: Mapping[str, np.ndarray],
+        outputs: Sequence[str] | None = None,
+        weights: Weights | None = None,
+        one_shot: bool = False,
+        optimize: bool = True,
+    ) -> dict[str, np.ndarray]:
+        """Create a session, run once, return the outputs by name."""
+        return self.load(model, weights, one_shot, optimize).run(feeds, outputs)

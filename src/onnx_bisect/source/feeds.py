@@ -1,0 +1,95 @@
+"""Match the model's forward arguments to the ONNX graph inputs, checking shape and dtype."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..errors import OnnxLoadError
+from ..records.nest import flatten_outputs, to_numpy
+from ..records import ModelInputs
+
+
+def make_feeds(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tuple[str, ...]) -> tuple[dict[str, np.ndarray], tuple[str, ...]]:
+    """Return ``(feeds, warnings)`` for the graph's inputs.
+
+    Arguments are matched by name when the graph's input names are forward
+    parameter names, otherwise by position (the exporters keep argument order
+    and drop ``None``).  A float argument of another precision than the graph
+    expects is cast with a warning; any other mismatch is an error.
+    """
+    feeds: dict[str, np.ndarray] = {}
+    warnings: list[str] = []
+    for info, value, given in _match(inputs, model, forward_params):
+        feeds[info.name], note = _check(info, value, given)
+        if note:
+            warnings.append(note)
+    return feeds, tuple(warnings)
+
+
+def _match(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tuple[str, ...]):
+    """``[(graph input, value, given name)]``: by name when the graph's input names are forward
+    parameter names, else by position."""
+    inits = {i.name for i in model.graph.initializer}
+    graph_inputs = [i for i in model.graph.input if i.name not in inits]
+    by_name = dict(zip(inputs.names, inputs.args)) | dict(inputs.kwargs)
+    ordered = [(name, by_name[name]) for name in forward_params if name in by_name] or list(by_name.items())
+    flat = [(f"{n}{path}", to_numpy(t)) for n, v in ordered for path, t in flatten_outputs(v)]
+    names = {i.name for i in graph_inputs}
+    if names and names <= {n for n, _ in flat}:
+        return [(i, dict(flat)[i.name], i.name) for i in graph_inputs]
+    if len(flat) == len(graph_inputs):
+        return [(i, value, given) for i, (given, value) in zip(graph_inputs, flat)]
+    raise OnnxLoadError(
+        f"The ONNX model takes {len(graph_inputs)} input(s) ({_describe(graph_inputs)}) but "
+        f"{len(flat)} tensor(s) were given ({', '.join(f'{n} {v.dtype}{list(v.shape)}' for n, v in flat)}). "
+        "Pass one --input per ONNX input, in order."
+    )
+
+
+def fixed_dimension_conflicts(inputs: ModelInputs, model: onnx.ModelProto,
+                              forward_params: tuple[str, ...]) -> list[tuple[str, int, int, int]]:
+    """Where ``inputs`` need a size the graph fixes: ``[(graph input, axis, fixed size, needed size)]``."""
+    conflicts = []
+    for info, value, _ in _match(inputs, model, forward_params):
+        dims = _dims(info)
+        if dims is None or len(dims) != value.ndim:
+            continue
+        conflicts += [(info.name, axis, d, s) for axis, (d, s) in enumerate(zip(dims, value.shape))
+                      if d is not None and d != s]
+    return conflicts
+
+
+def _dims(info: onnx.ValueInfoProto) -> list[int | None] | None:
+    tt = info.type.tensor_type
+    if not tt.HasField("shape"):
+        return None
+    return [d.dim_value if d.HasField("dim_value") else None for d in tt.shape.dim]
+
+
+def _check(info: onnx.ValueInfoProto, value: np.ndarray, given: str) -> tuple[np.ndarray, str]:
+    tt = info.type.tensor_type
+    want = helper.tensor_dtype_to_np_dtype(tt.elem_type) if tt.elem_type else value.dtype
+    note = ""
+    if value.dtype != want:
+        if value.dtype.kind == "f" and np.dtype(want).kind == "f":
+            note = (f"Input '{given}' is {value.dtype} but the ONNX input '{info.name}' is {np.dtype(want)}: "
+                    f"it was cast for ONNX Runtime while PyTorch ran on the {value.dtype} values.")
+            value = value.astype(want)
+        else:
+            raise OnnxLoadError(
+                f"Input '{given}' has dtype {value.dtype} but the ONNX input '{info.name}' expects "
+                f"{np.dtype(want)}. Save the input with dtype {np.dtype(want)}."
+            )
+    dims = _dims(info)
+    if dims is not None and (len(dims) != value.ndim or any(d is not None and d != s for d, s in zip(dims, value.shape))):
+        shown = ["?" if d is None else d for d in dims]
+        raise OnnxLoadError(
+            f"Input '{given}' has shape {list(value.shape)} but the ONNX input '{info.name}' expects {shown}. "
+            "Pass an input of that shape, or re-export the model with dynamic axes."
+        )
+    return np.ascontiguousarray(value), note
+
+
+def _describe(graph_inputs) -> str:
+    return ", ".join(i.name for i in graph_inputs) or "none"

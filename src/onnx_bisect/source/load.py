@@ -1,0 +1,285 @@
+"""Load stage: the PyTorch model from a Python file and its inputs from disk."""
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..errors import InputError, ModelLoadError
+from ..records import LoadedModel, ModelInputs
+
+
+def load_model(spec: str) -> tuple[LoadedModel, Any]:
+    """Load ``model.py`` or ``model.py:NAME``; return the model and the file's module.
+
+    The file may define ``get_model()``, a module-level ``nn.Module`` named
+    ``model``, or exactly one ``nn.Module`` subclass constructible without
+    arguments.
+    """
+    path_text, _, name = spec.rpartition(":") if (":" in spec and not Path(spec).exists()) else (spec, "", "")
+    path = Path(path_text)
+    if not path.is_file():
+        raise ModelLoadError(
+            f"Model file '{path}' does not exist. Pass a Python file that defines "
+            "get_model(), a module-level nn.Module named 'model', or one nn.Module "
+            "subclass (optionally as FILE.py:NAME)."
+        )
+    module = _import_file(path)
+    obj, chosen = _pick_model(module, path, name or None)
+    if not isinstance(obj, torch.nn.Module):
+        raise ModelLoadError(
+            f"'{path}:{chosen}' returned {type(obj).__name__}, not a torch.nn.Module. "
+            "Make it return the model instance."
+        )
+    forward_params = _forward_params(obj)
+    loaded = LoadedModel(
+        module=obj,
+        name=f"{path.name}:{chosen}",
+        source=str(path),
+        was_training=bool(obj.training),
+        forward_params=forward_params,
+    )
+    return loaded, module
+
+
+def _import_file(path: Path):
+    mod_name = f"_onnx_bisect_user_{path.stem}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise ModelLoadError(f"'{path}' cannot be imported as Python. Pass a .py file.")
+    module = importlib.util.module_from_spec(spec)
+    # Registered like any imported module: torch.export and pickling look classes up
+    # through sys.modules by their __module__.
+    sys.modules[mod_name] = module
+    sys.path.insert(0, str(path.parent.resolve()))
+    # Importing would write __pycache__ next to the user's file: never touch their folder.
+    saved_flag, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    try:
+        spec.loader.exec_module(module)
+    except SystemExit as exc:  # argparse or sys.exit() in script code at module level
+        sys.modules.pop(mod_name, None)
+        raise ModelLoadError(
+            f"Importing '{path}' called sys.exit({exc.code!r}): the file runs script code, such as "
+            "argparse, when it is imported. Move that code under `if __name__ == \"__main__\":`, "
+            "or build the model in get_model()."
+        ) from exc
+    except Exception as exc:  # the user's code may raise anything
+        sys.modules.pop(mod_name, None)
+        raise ModelLoadError(
+            f"Importing '{path}' failed: {type(exc).__name__}: {exc}. "
+            "Fix the error in the model file (run it with python to see the traceback), "
+            "or use --debug."
+        ) from exc
+    finally:
+        sys.dont_write_bytecode = saved_flag
+        sys.path.remove(str(path.parent.resolve()))
+    return module
+
+
+def _pick_model(module, path: Path, name: str | None) -> tuple[Any, str]:
+    if name:
+        if not hasattr(module, name):
+            choices = ", ".join(_candidates(module)) or "none"
+            raise ModelLoadError(
+                f"'{path}' has no attribute '{name}'. Candidates found in the file: {choices}."
+            )
+        return _instantiate(getattr(module, name), path, name), name
+    if callable(getattr(module, "get_model", None)):
+        return _instantiate(module.get_model, path, "get_model"), "get_model"
+    if isinstance(getattr(module, "model", None), torch.nn.Module):
+        return module.model, "model"
+    classes = [
+        obj for obj in vars(module).values()
+        if inspect.isclass(obj) and issubclass(obj, torch.nn.Module)
+        and obj.__module__ == module.__name__
+    ]
+    instances = [n for n, o in vars(module).items() if isinstance(o, torch.nn.Module)]
+    if len(classes) == 1:
+        return _instantiate(classes[0], path, classes[0].__name__), classes[0].__name__
+    if not classes:
+        found = f" (it has module instances: {', '.join(instances)})" if instances else ""
+        raise ModelLoadError(
+            f"'{path}' defines no model{found}. Add get_model() returning an nn.Module, "
+            "or a module-level nn.Module named 'model', or pick one with FILE.py:NAME."
+        )
+    raise ModelLoadError(
+        f"'{path}' defines several nn.Module classes ({', '.join(c.__name__ for c in classes)}) "
+        f"and no get_model(). Pick one explicitly, e.g. '{path}:{classes[-1].__name__}'."
+    )
+
+
+def _candidates(module) -> list[str]:
+    return sorted(
+        n for n, o in vars(module).items()
+        if isinstance(o, torch.nn.Module)
+        or (inspect.isclass(o) and issubclass(o, torch.nn.Module) and o.__module__ == module.__name__)
+        or n in ("get_model", "get_inputs")
+    )
+
+
+def _instantiate(obj, path: Path, name: str):
+    if isinstance(obj, torch.nn.Module):
+        return obj
+    if not callable(obj):
+        raise ModelLoadError(f"'{path}:{name}' is a {type(obj).__name__}, not a model or factory.")
+    try:
+        return obj()
+    except (Exception, SystemExit) as exc:
+        advice = (
+            "The model must be constructible without arguments; wrap it in get_model()."
+            if inspect.isclass(obj) else
+            f"Fix {name}() (call it in Python to see the traceback), or use --debug."
+        )
+        raise ModelLoadError(f"Calling '{path}:{name}()' failed: {type(exc).__name__}: {exc}. {advice}") from exc
+
+
+def _forward_params(model) -> tuple[str, ...]:
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return ()
+    return tuple(
+        p.name for p in sig.parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    )
+
+
+def _required_params(model) -> tuple[str, ...]:
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return ()
+    return tuple(
+        p.name for p in sig.parameters.values()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    )
+
+
+def load_inputs(paths: Sequence[str], loaded: LoadedModel, file_module=None) -> ModelInputs:
+    """Read ``--input`` files (.npy, .npz, .pt), or call the file's ``get_inputs()``."""
+    if not paths:
+        getter = getattr(file_module, "get_inputs", None)
+        if not callable(getter):
+            raise InputError(
+                f"No --input given and '{loaded.source}' has no get_inputs(). Pass one "
+                "--input FILE (.npy/.npz/.pt) per forward argument, in order"
+                + (f" ({', '.join(loaded.forward_params)})." if loaded.forward_params else ".")
+            )
+        try:
+            value = getter()
+        except Exception as exc:
+            raise InputError(f"get_inputs() in '{loaded.source}' failed: {type(exc).__name__}: {exc}.") from exc
+        return to_model_inputs(value, loaded)
+    args, kwargs = read_inputs(paths, loaded)
+    return _check_arity(args, kwargs, loaded)
+
+
+def read_inputs(paths: Sequence[str | Path], loaded: LoadedModel) -> tuple[list[Any], dict[str, Any]]:
+    """``(positional, keyword)`` tensors from ``--input`` files: a tensor or tuple adds positionals, a dict
+    (an ``.npz``, a ``.pt`` of a dict) keywords."""
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for p in paths:
+        value = _read_file(Path(p), loaded)
+        if isinstance(value, dict):
+            kwargs.update(value)
+        elif isinstance(value, tuple):
+            args.extend(value)
+        else:
+            args.append(value)
+    return args, kwargs
+
+
+def to_model_inputs(value: Any, loaded: LoadedModel) -> ModelInputs:
+    """Normalise a tensor, array, tuple/list or dict into forward arguments."""
+    if isinstance(value, ModelInputs):
+        return value
+    if isinstance(value, dict):
+        return _check_arity([], {k: _as_tensor(v, k) for k, v in value.items()}, loaded)
+    if isinstance(value, (tuple, list)):
+        return _check_arity([_as_tensor(v, str(i)) for i, v in enumerate(value)], {}, loaded)
+    return _check_arity([_as_tensor(value, "input")], {}, loaded)
+
+
+def read_input(path: str | Path, loaded: LoadedModel):
+    """One input file as a tensor, a tuple of tensors (positional) or a dict (by parameter name)."""
+    return _read_file(Path(path), loaded)
+
+
+def _read_file(path: Path, loaded: LoadedModel):
+    if not path.is_file():
+        raise InputError(f"Input file '{path}' does not exist. Check the --input path.")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".npy":
+            return _as_tensor(np.load(path, allow_pickle=False), str(path))
+        if suffix == ".npz":
+            with np.load(path, allow_pickle=False) as data:
+                arrays = {k: data[k] for k in data.files}
+            return _match_npz(arrays, path, loaded)
+        if suffix == ".pt":
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+            if isinstance(obj, dict):
+                return {k: _as_tensor(v, f"{path}[{k}]") for k, v in obj.items()}
+            if isinstance(obj, (tuple, list)):
+                return tuple(_as_tensor(v, f"{path}[{i}]") for i, v in enumerate(obj))
+            return _as_tensor(obj, str(path))
+    except InputError:
+        raise
+    except Exception as exc:
+        raise InputError(
+            f"Could not read input file '{path}': {type(exc).__name__}: {exc}. "
+            "Save arrays with numpy.save / numpy.savez or tensors with torch.save."
+        ) from exc
+    raise InputError(f"Input file '{path}' has an unsupported extension; use .npy, .npz or .pt.")
+
+
+def _match_npz(arrays: dict, path: Path, loaded: LoadedModel) -> dict:
+    params = loaded.forward_params
+    unknown = [k for k in arrays if params and k not in params]
+    if unknown:
+        raise InputError(
+            f"'{path}' holds arrays {sorted(arrays)} but the forward parameters are "
+            f"{list(params)}; {unknown} match none. Name the arrays after the parameters "
+            f"(numpy.savez(path, {', '.join(f'{n}=...' for n in params)}))."
+        )
+    return {k: _as_tensor(v, f"{path}[{k}]") for k, v in arrays.items()}
+
+
+def _as_tensor(value, where: str):
+    if isinstance(value, torch.Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        if value.dtype == object:
+            raise InputError(f"Input {where} holds Python objects; save a numeric array.")
+        return torch.from_numpy(np.ascontiguousarray(value))
+    if isinstance(value, (int, float, bool)):
+        return torch.tensor(value)
+    raise InputError(f"Input {where} is a {type(value).__name__}; expected a tensor or array.")
+
+
+def _check_arity(args: list, kwargs: dict, loaded: LoadedModel) -> ModelInputs:
+    params = loaded.forward_params
+    required = _required_params(loaded.module)
+    if params and len(args) > len(params):
+        raise InputError(
+            f"{len(args)} inputs given but forward() takes {len(params)} "
+            f"({', '.join(params)}). Pass one --input per forward argument, in order."
+        )
+    names = tuple(params[: len(args)]) if params else tuple(f"input_{i}" for i in range(len(args)))
+    clash = [n for n in names if n in kwargs]
+    if clash:
+        raise InputError(f"Forward argument(s) {clash} were given twice (positionally and by name).")
+    missing = [p for p in required if p not in names and p not in kwargs]
+    if missing:
+        raise InputError(
+            f"forward() needs {', '.join(required)} but no value was given for "
+            f"{', '.join(missing)}. Add --input files for them, in order."
+        )
+    return ModelInputs(args=tuple(args), kwargs=dict(kwargs), names=names)

@@ -1,0 +1,236 @@
+"""Split an ONNX model into a light graph skeleton and its large initializers.
+
+Every rewrite and every extra ONNX Runtime session then works on a graph of a
+few hundred KB: the weights are handed to the runtime as shared buffers
+instead of being copied and serialised again for each session (serialising
+bert-base costs seconds; the skeleton costs milliseconds).
+"""
+from __future__ import annotations
+
+
+import numpy as np
+import onnx
+from google.protobuf.message import DecodeError
+from onnx import helper, numpy_helper
+
+from ..records.weights import Weights
+
+#: initializers at least this large (bytes) are split off; small ones stay inline
+#: so shape inference still sees constant shapes and axes.
+SPLIT_BYTES = 1024
+PLACEHOLDER_LOCATION = "onnx-bisect-shared-weights"
+
+
+
+
+def split_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Weights]:
+    """Return ``(skeleton, weights)``; the caller's model is not modified.
+
+    In the skeleton each large initializer keeps its name, type and dims but its
+    data is marked external with a placeholder location, so the graph stays
+    valid for ``onnx.checker`` and shape inference.
+    """
+    skeleton = onnx.ModelProto()
+    skeleton.CopyFrom(model)
+    arrays: dict[str, np.ndarray] = {}
+    for init in skeleton.graph.initializer:
+        if init.data_location == onnx.TensorProto.EXTERNAL or _nbytes(init) < SPLIT_BYTES:
+            continue
+        arrays[init.name] = _to_array(init)
+        for name in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
+            init.ClearField(name)
+        init.data_location = onnx.TensorProto.EXTERNAL
+        del init.external_data[:]
+        init.external_data.add(key="location", value=PLACEHOLDER_LOCATION)
+    return skeleton, Weights(arrays)
+
+
+def _nbytes(init: onnx.TensorProto) -> int:
+    count = int(np.prod(init.dims)) if init.dims else 1
+    return count * np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize if init.data_type not in (
+        onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) else 0
+
+
+def _to_array(init: onnx.TensorProto) -> np.ndarray:
+    if init.raw_data and init.data_type not in (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT8E4M3FN):
+        dtype = helper.tensor_dtype_to_np_dtype(init.data_type)
+        return np.frombuffer(init.raw_data, dtype=dtype).reshape(tuple(init.dims))
+    return numpy_helper.to_array(init)
+
+
+def join_weights(skeleton: onnx.ModelProto, weights: Weights) -> onnx.ModelProto:
+    """A self-contained copy of ``skeleton`` with the weights written back inline."""
+    model = onnx.ModelProto()
+    model.CopyFrom(skeleton)
+    for init in model.graph.initializer:
+        if init.name in weights and init.data_location == onnx.TensorProto.EXTERNAL:
+            init.CopyFrom(numpy_helper.from_array(weights.arrays[init.name], init.name))
+    return model
+
+
+# -- splitting straight from a file -------------------------------------------------
+# Parsing a 400 MB model with protobuf copies every weight twice (into the message,
+# then into a bytes object when read).  Walking the protobuf wire format instead
+# finds each initializer's raw bytes in a memory map of the file, so the weights
+# become zero-copy numpy views and only the small rest of the model is parsed.
+
+_MODEL_GRAPH, _GRAPH_INITIALIZER = 7, 5
+_TENSOR_NAME, _TENSOR_RAW_DATA = 8, 9
+
+
+def split_weights_from_file(path: str) -> tuple[onnx.ModelProto, Weights]:
+    """Like :func:`split_weights` for a file, without copying the weights.
+
+    Weights stored in external data files are memory-mapped too.  Falls back
+    to a plain load for anything the scanner does not understand.
+    """
+    import mmap
+    from pathlib import Path
+
+    if Path(path).stat().st_size == 0:
+        return split_weights(onnx.load(path))  # raises onnx's own error for an empty file
+    with open(path, "rb") as f:
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        skeleton_bytes, arrays = _strip_file(buf)
+        skeleton = onnx.ModelProto.FromString(skeleton_bytes)
+    except (ValueError, IndexError, _WireError, DecodeError):
+        model = onnx.load(path)
+        return split_weights(model)
+    external = _load_external(skeleton, Path(path).parent)
+    arrays.update(external)
+    return skeleton, Weights(arrays)
+
+
+class _WireError(Exception):
+    pass
+
+
+def _varint(buf, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise _WireError("varint too long")
+
+
+def _fields(buf, start: int, end: int):
+    """Yield ``(field_number, value_start, value_end, field_start)`` of one message."""
+    pos = start
+    while pos < end:
+        field_start = pos
+        key, pos = _varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, nxt = _varint(buf, pos)
+        elif wire == 1:
+            nxt = pos + 8
+        elif wire == 2:
+            length, pos = _varint(buf, pos)
+            nxt = pos + length
+        elif wire == 5:
+            nxt = pos + 4
+        else:
+            raise _WireError(f"unsupported wire type {wire}")
+        if nxt > end:
+            raise _WireError("truncated field")
+        yield number, pos, nxt, field_start
+        pos = nxt
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        b = value & 0x7F
+        value >>= 7
+        out.append(b | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def _length_field(number: int, payload: bytes) -> bytes:
+    return _encode_varint(number << 3 | 2) + _encode_varint(len(payload)) + payload
+
+
+def _strip_file(buf) -> tuple[bytes, dict[str, np.ndarray]]:
+    arrays: dict[str, np.ndarray] = {}
+    model_parts: list[bytes] = []
+    for number, vstart, vend, fstart in _fields(buf, 0, len(buf)):
+        if number != _MODEL_GRAPH:
+            model_parts.append(buf[fstart:vend])
+            continue
+        graph_parts: list[bytes] = []
+        for gnum, gstart, gend, gfield in _fields(buf, vstart, vend):
+            if gnum == _GRAPH_INITIALIZER and gend - gstart >= SPLIT_BYTES:
+                stripped = _strip_tensor(buf, gstart, gend, arrays)
+                graph_parts.append(_length_field(_GRAPH_INITIALIZER, stripped) if stripped is not None
+                                   else buf[gfield:gend])
+            else:
+                graph_parts.append(buf[gfield:gend])
+        model_parts.append(_length_field(_MODEL_GRAPH, b"".join(graph_parts)))
+    return b"".join(model_parts), arrays
+
+
+def _strip_tensor(buf, start: int, end: int, arrays: dict) -> bytes | None:
+    raw = None
+    rest: list[bytes] = []
+    for number, vstart, vend, fstart in _fields(buf, start, end):
+        if number == _TENSOR_RAW_DATA:
+            raw = (vstart, vend)
+        else:
+            rest.append(buf[fstart:vend])
+    if raw is None:
+        return None
+    tensor = onnx.TensorProto.FromString(b"".join(rest))
+    if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) or tensor.data_type not in _NP_TYPES:
+        return None
+    dtype = np.dtype(_NP_TYPES[tensor.data_type])
+    count = int(np.prod(tensor.dims)) if tensor.dims else 1
+    if count * dtype.itemsize != raw[1] - raw[0]:
+        return None
+    array = np.frombuffer(buf, dtype=dtype, count=count, offset=raw[0]).reshape(tuple(tensor.dims))
+    # Protobuf does not align raw_data; ONNX Runtime reads such buffers correctly on
+    # the CPU (checked against aligned copies), so no copy is made.
+    arrays[tensor.name] = array
+    tensor.data_location = onnx.TensorProto.EXTERNAL
+    tensor.external_data.add(key="location", value=PLACEHOLDER_LOCATION)
+    return tensor.SerializeToString()
+
+
+_NP_TYPES = {
+    t: helper.tensor_dtype_to_np_dtype(t)
+    for t in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.INT8,
+              onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16, onnx.TensorProto.INT32,
+              onnx.TensorProto.UINT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL)
+}
+
+
+def _load_external(skeleton: onnx.ModelProto, base) -> dict[str, np.ndarray]:
+    """Memory-map initializers that the file itself keeps in external data files."""
+    import mmap
+
+    arrays: dict[str, np.ndarray] = {}
+    maps: dict[str, mmap.mmap] = {}
+    for init in skeleton.graph.initializer:
+        if init.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        info = {e.key: e.value for e in init.external_data}
+        if info.get("location") == PLACEHOLDER_LOCATION or init.data_type not in _NP_TYPES:
+            continue
+        file = (base / info["location"]).resolve()
+        if str(file) not in maps:
+            with open(file, "rb") as f:
+                maps[str(file)] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        dtype = np.dtype(_NP_TYPES[init.data_type])
+        count = int(np.prod(init.dims)) if init.dims else 1
+        offset = int(info.get("offset", 0))
+        array = np.frombuffer(maps[str(file)], dtype=dtype, count=count, offset=offset).reshape(tuple(init.dims))
+        arrays[init.name] = array
+        del init.external_data[:]
+        init.external_data.add(key="location", value=PLACEHOLDER_LOCATION)
+    return arrays
