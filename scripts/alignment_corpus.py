@@ -330,7 +330,6 @@ def audit(report, proto: onnx.ModelProto, args: tuple) -> dict[str, Any]:
     does name or compute (so their exclusion from the coverage denominator is wrong)."""
     import onnxruntime as ort
     from onnx import numpy_helper
-    from onnx_bisect.align import ABSENT
     from onnx_bisect.records import Status
 
     leaves = [r for r in report.layers if r.pair.activation.is_leaf and r.pair.activation.module
@@ -373,7 +372,7 @@ def audit(report, proto: onnx.ModelProto, args: tuple) -> dict[str, Any]:
     for r in leaves:
         a = r.pair.activation
         entry = {"module": a.name, "module_type": a.module_type, "shape": list(a.value.shape),
-                 "absent": r.pair.note.startswith(ABSENT)}
+                 "absent": r.pair.absent is not None}
         hit = find(a.value, values)
         const = find(a.value, constants)
         if hit and hit[1] <= AUDIT_MAX_REL:

@@ -27,7 +27,7 @@ import onnx
 
 from . import fusion, structure
 from ..records.graph import GraphIndex
-from ..records import Activation, Capture, MatchMethod, TensorPair
+from ..records import Absence, Activation, Capture, MatchMethod, TensorPair
 from .similarity import distance, fits, kind, perms
 from .structure import STRUCTURE_MAX_REL
 
@@ -251,7 +251,8 @@ def _mark_folded_constants(acts, graph: GraphIndex, values, pairs) -> None:
             found = structure.layout_of(a.value, values[t])
             if found is not None and found[1] <= STRUCTURE_MAX_REL:
                 pairs[a.index] = TensorPair(a, None, None, None, MatchMethod.NONE, 0.0,
-                                            f"{ABSENT}: its value is the constant {t} (folded when the file was made)")
+                                            f"{ABSENT}: its value is the constant {t} (folded when the file was made)",
+                                            absent=Absence.FOLDED_CONSTANT)
                 break
 
 
@@ -472,6 +473,8 @@ ABSENT = "absent from the ONNX graph"
 
 
 def _unmatched(a: Activation, scopes: ScopeMap, values) -> TensorPair:
+    """No pair for ``a``, with the reason (and :class:`Absence` when nothing in the graph computes it)."""
+    absent = None
     if a.module in scopes.boundary:
         same = [t for t in scopes.boundary[a.module] if t in values and values[t].shape == a.value.shape]
         sized = [t for t in scopes.boundary[a.module] if t in values and values[t].size == a.value.size]
@@ -487,9 +490,10 @@ def _unmatched(a: Activation, scopes: ScopeMap, values) -> TensorPair:
     elif scopes.module_of:
         note = (f"{ABSENT}: no node carries this module's scope (pruned as unused or folded into a "
                 "constant) and no tensor with equal values was found")
+        absent = Absence.NO_SCOPE
     else:
         note = "the graph carries no scope information and no tensor with equal values was found"
-    return TensorPair(a, None, None, None, MatchMethod.NONE, 0.0, note)
+    return TensorPair(a, None, None, None, MatchMethod.NONE, 0.0, note, absent=absent)
 
 
 def reuse_alignment(template: tuple[TensorPair, ...], capture: Capture) -> tuple[TensorPair, ...]:

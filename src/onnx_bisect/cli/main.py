@@ -9,7 +9,7 @@ from typing import Sequence
 from .. import __version__
 from ..errors import BisectError, UsageError
 from ..report.progress import Progress
-from ..records import ExitStatus, Exporter, Tolerance
+from ..records import ExitStatus, Exporter, OptLevel, Tolerance
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--provider", action="append", default=[], metavar="NAME[:KEY=VALUE,...]",
                    help="ONNX Runtime execution provider, with provider options after a colon; repeat to verify "
                         "several and compare them with each other (default CPUExecutionProvider)")
-    p.add_argument("--ort-opt-level", action="append", default=[], choices=["disable", "basic", "extended", "all"],
+    p.add_argument("--ort-opt-level", action="append", default=[], choices=[o.value for o in OptLevel],
                    help="ONNX Runtime graph optimization level (default all, as ONNX Runtime); repeat to verify "
                         "several")
     p.add_argument("--ort-config", action="append", default=[], metavar="KEY=VALUE",
@@ -99,7 +99,7 @@ def config_from_args(args: argparse.Namespace):
         exporter=Exporter(args.exporter) if args.exporter else None, opset=args.opset,
         tolerance=Tolerance(args.atol, args.rtol), save_onnx=args.save_onnx,
         providers=tuple(args.provider) or ("CPUExecutionProvider",),
-        opt_levels=tuple(dict.fromkeys(args.ort_opt_level)) or ("all",),
+        opt_levels=tuple(OptLevel(x) for x in dict.fromkeys(args.ort_opt_level)) or (OptLevel.ALL,),
         ort_config=parse_config_entries(args.ort_config, "--ort-config"),
         ort_variants=tuple(parse_config_entries([v], "--ort-variant") for v in args.ort_variant),
         axes=tuple(axes), dataset=args.dataset or (folders[0] if folders else None), edge_cases=args.edge_cases,

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..records import Cause
+
 
 class Status(enum.Enum):
     """What the triage concludes about one ONNX node, most severe first."""
@@ -64,20 +66,8 @@ class ProblemKind(enum.Enum):
     OTHER = "export error"
 
 
-class Slug(enum.Enum):
-    """Diagnosis causes (as named by ``onnx_bisect.diagnose``) a risky op points at."""
-
-    GELU_APPROXIMATION = "gelu-approximation"
-    BATCHNORM_FOLD = "batchnorm-fold"
-    EPSILON_MISMATCH = "epsilon-mismatch"
-    WEIGHT_MISMATCH = "weight-mismatch"
-    ATTRIBUTE_MISMATCH = "attribute-mismatch"
-    PRECISION = "precision"
-    QUANTIZATION = "quantization"
-    TRAINING_MODE = "training-mode"
-    RESIZE_MODE = "resize-mode"
-    RUNTIME_OPTIMIZATION = "runtime-optimization"
-    DTYPE = "dtype"
+#: the coverage API's name for the diagnosis causes a risky op points at (one list, in ``records``)
+Slug = Cause
 
 
 # -- export side ---------------------------------------------------------------------
@@ -271,7 +261,7 @@ class OpsetNeed:
 class RiskFlag:
     """Why a node's numbers commonly differ between frameworks, and which diagnosis it points at."""
 
-    slugs: tuple[Slug, ...]
+    slugs: tuple[Cause, ...]
     reason: str
 
 

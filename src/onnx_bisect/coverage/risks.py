@@ -10,7 +10,8 @@ from typing import Callable
 
 import numpy as np
 
-from .records import Inventory, NodeInfo, RiskFlag, Slug
+from ..records import Cause
+from .records import Inventory, NodeInfo, RiskFlag
 
 Rule = Callable[[NodeInfo, Inventory], "RiskFlag | None"]
 RULES: list[Rule] = []
@@ -70,7 +71,7 @@ def resize_mode(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
         detail = f"{mode}, {transform}" + (f", cubic_coeff_a {node.attribute('cubic_coeff_a', -0.75):g}"
                                            if mode == "cubic" else "")
         hint = "PyTorch align_corners=False is half_pixel/pytorch_half_pixel, True is align_corners; antialias"
-    return RiskFlag((Slug.RESIZE_MODE,), f"{node.signature.op_type} {detail}: {hint}")
+    return RiskFlag((Cause.RESIZE_MODE,), f"{node.signature.op_type} {detail}: {hint}")
 
 
 @rule
@@ -79,16 +80,16 @@ def gelu(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     op, domain = node.signature.op_type, node.signature.domain
     if op == "Gelu":
         approx = node.attribute("approximate", "none")
-        return RiskFlag((Slug.GELU_APPROXIMATION,), f"GELU (approximate={approx}): must match the PyTorch "
+        return RiskFlag((Cause.GELU_APPROXIMATION,), f"GELU (approximate={approx}): must match the PyTorch "
                         "module's approximate= setting")
     if domain == "com.microsoft" and op in ("FastGelu", "BiasGelu", "QuickGelu"):
-        return RiskFlag((Slug.GELU_APPROXIMATION, Slug.RUNTIME_OPTIMIZATION),
+        return RiskFlag((Cause.GELU_APPROXIMATION, Cause.RUNTIME_OPTIMIZATION),
                         f"{op}: a fused GELU ({'tanh approximation' if op == 'FastGelu' else op})")
     if op == "Erf" and (p := _producer(node, inv)) is not None and p.signature.op_type in ("Div", "Mul"):
-        return RiskFlag((Slug.GELU_APPROXIMATION,), "exact GELU (erf form); ONNX Runtime's "
+        return RiskFlag((Cause.GELU_APPROXIMATION,), "exact GELU (erf form); ONNX Runtime's "
                         "optimization.enable_gelu_approximation or a fused kernel may switch it to tanh")
     if op == "Tanh" and _upstream_has(node, inv, "Pow", depth=4):
-        return RiskFlag((Slug.GELU_APPROXIMATION,), "tanh-approximated GELU; PyTorch nn.GELU() defaults to "
+        return RiskFlag((Cause.GELU_APPROXIMATION,), "tanh-approximated GELU; PyTorch nn.GELU() defaults to "
                         "the exact erf form")
     return None
 
@@ -108,7 +109,7 @@ def low_precision_reduction(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     dtype = _first_input(node)
     if dtype not in _FP16 or node.signature.op_type not in _REDUCTIONS + _NORMS:
         return None
-    return RiskFlag((Slug.PRECISION,), f"{node.signature.op_type} on {dtype}: accumulation precision differs "
+    return RiskFlag((Cause.PRECISION,), f"{node.signature.op_type} on {dtype}: accumulation precision differs "
                     "between runtimes (PyTorch accumulates in float32)")
 
 
@@ -120,7 +121,7 @@ def norm_epsilon(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     eps = node.attribute("epsilon")
     if eps is None or eps >= 6e-8:
         return None
-    return RiskFlag((Slug.EPSILON_MISMATCH, Slug.PRECISION),
+    return RiskFlag((Cause.EPSILON_MISMATCH, Cause.PRECISION),
                     f"epsilon {eps:g} underflows to 0 in float16")
 
 
@@ -130,10 +131,10 @@ def batchnorm(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     if node.signature.op_type != "BatchNormalization":
         return None
     if node.attribute("training_mode", 0):
-        return RiskFlag((Slug.TRAINING_MODE,), "BatchNormalization with training_mode=1 uses batch statistics")
+        return RiskFlag((Cause.TRAINING_MODE,), "BatchNormalization with training_mode=1 uses batch statistics")
     producer = _producer(node, inv)
     if producer is not None and producer.signature.op_type in ("Conv", "ConvTranspose"):
-        return RiskFlag((Slug.BATCHNORM_FOLD, Slug.RUNTIME_OPTIMIZATION),
+        return RiskFlag((Cause.BATCHNORM_FOLD, Cause.RUNTIME_OPTIMIZATION),
                         "BatchNormalization after a Conv: ONNX Runtime folds it into the Conv's weights")
     return None
 
@@ -146,7 +147,7 @@ def dropout_training(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     value = _constant(inv, node.inputs[2])
     if value is not None and not value.any():
         return None
-    return RiskFlag((Slug.TRAINING_MODE,), "Dropout with a training_mode input: random masks when it is true")
+    return RiskFlag((Cause.TRAINING_MODE,), "Dropout with a training_mode input: random masks when it is true")
 
 
 @rule
@@ -154,11 +155,11 @@ def integer_division(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     """Integer Div truncates; Mod's sign convention depends on fmod."""
     op, dtype = node.signature.op_type, _first_input(node)
     if op == "Div" and dtype in _INTS:
-        return RiskFlag((Slug.DTYPE,), f"integer Div ({dtype}) truncates toward zero; PyTorch // and "
+        return RiskFlag((Cause.DTYPE,), f"integer Div ({dtype}) truncates toward zero; PyTorch // and "
                         "div(rounding_mode='floor') floor (differs for negative operands)")
     if op == "Mod":
         fmod = node.attribute("fmod", 0)
-        return RiskFlag((Slug.DTYPE, Slug.ATTRIBUTE_MISMATCH), f"Mod fmod={fmod}: the result's sign follows the "
+        return RiskFlag((Cause.DTYPE, Cause.ATTRIBUTE_MISMATCH), f"Mod fmod={fmod}: the result's sign follows the "
                         + ("dividend (C fmod, torch.fmod)" if fmod else "divisor (Python %, torch.remainder)"))
     return None
 
@@ -168,13 +169,13 @@ def detection_ops(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     """NonMaxSuppression and RoiAlign: box conventions, ordering and sampling differ from torchvision."""
     op = node.signature.op_type
     if op == "NonMaxSuppression":
-        return RiskFlag((Slug.ATTRIBUTE_MISMATCH,), f"NonMaxSuppression center_point_box="
+        return RiskFlag((Cause.ATTRIBUTE_MISMATCH,), f"NonMaxSuppression center_point_box="
                         f"{node.attribute('center_point_box', 0)}: box format, tie order and the number of boxes "
                         "kept differ between runtimes and torchvision.ops.nms")
     if op == "RoiAlign":
         transform = node.attribute("coordinate_transformation_mode",
                                    "half_pixel" if (node.signature.since_version or 0) >= 16 else "output_half_pixel")
-        return RiskFlag((Slug.ATTRIBUTE_MISMATCH,), f"RoiAlign {node.attribute('mode', 'avg')}, {transform}: "
+        return RiskFlag((Cause.ATTRIBUTE_MISMATCH,), f"RoiAlign {node.attribute('mode', 'avg')}, {transform}: "
                         "torchvision aligned=True is half_pixel, aligned=False output_half_pixel; sampling_ratio "
                         f"{node.attribute('sampling_ratio', 0)}")
     return None
@@ -185,7 +186,7 @@ def quantization(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     """Quantized arithmetic: rounding, saturation and zero points."""
     if node.signature.op_type not in _QUANT:
         return None
-    return RiskFlag((Slug.QUANTIZATION,), f"{node.signature.op_type}: rounding (half to even), saturation and "
+    return RiskFlag((Cause.QUANTIZATION,), f"{node.signature.op_type}: rounding (half to even), saturation and "
                     "zero-point handling differ between quantization toolkits and runtimes")
 
 
@@ -196,9 +197,9 @@ def narrowing_cast(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
         return None
     src, dst = _first_input(node), node.output_types[0]
     if src in ("float", "double") and (dst in _FP16 or (dst or "").startswith("float8")):
-        return RiskFlag((Slug.PRECISION,), f"Cast {src} -> {dst} drops precision")
+        return RiskFlag((Cause.PRECISION,), f"Cast {src} -> {dst} drops precision")
     if src in ("float", "double", *_FP16) and dst in _INTS:
-        return RiskFlag((Slug.DTYPE,), f"Cast {src} -> {dst} truncates; NaN and out-of-range values are undefined")
+        return RiskFlag((Cause.DTYPE,), f"Cast {src} -> {dst} truncates; NaN and out-of-range values are undefined")
     return None
 
 
@@ -209,7 +210,7 @@ def fused_contrib(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
         return None
     if node.signature.op_type in ("FastGelu", "BiasGelu"):
         return None  # the GELU rule names these
-    return RiskFlag((Slug.RUNTIME_OPTIMIZATION,), f"fused {node.signature.op_type}: its kernel may reorder or "
+    return RiskFlag((Cause.RUNTIME_OPTIMIZATION,), f"fused {node.signature.op_type}: its kernel may reorder or "
                     "approximate what the unfused graph computes")
 
 
@@ -218,7 +219,7 @@ def float_range(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     """Range over floats: the element count depends on rounding of (limit - start) / delta."""
     if node.signature.op_type != "Range" or _first_input(node) not in ("float", "double", *_FP16):
         return None
-    return RiskFlag((Slug.DTYPE,), "floating-point Range: the number of elements can differ by one between "
+    return RiskFlag((Cause.DTYPE,), "floating-point Range: the number of elements can differ by one between "
                     "frameworks")
 
 
@@ -232,7 +233,7 @@ def legacy_softmax_axis(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     axis = node.attribute("axis", 1)
     if axis == -1:
         return None
-    return RiskFlag((Slug.ATTRIBUTE_MISMATCH,), f"{op}-{node.signature.since_version} axis={axis} normalises over "
+    return RiskFlag((Cause.ATTRIBUTE_MISMATCH,), f"{op}-{node.signature.since_version} axis={axis} normalises over "
                     "all dimensions from axis on (opset < 13), unlike PyTorch's single dim")
 
 
@@ -241,7 +242,7 @@ def pool_ceil_mode(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     """ceil_mode pooling: whether a window that starts in the padding is kept differs across runtimes."""
     if node.signature.op_type not in ("MaxPool", "AveragePool", "LpPool") or not node.attribute("ceil_mode", 0):
         return None
-    return RiskFlag((Slug.ATTRIBUTE_MISMATCH,), f"{node.signature.op_type} ceil_mode=1: the last window's "
+    return RiskFlag((Cause.ATTRIBUTE_MISMATCH,), f"{node.signature.op_type} ceil_mode=1: the last window's "
                     "handling (and count_include_pad) differs between PyTorch and runtimes")
 
 
@@ -252,8 +253,8 @@ def weights_from_inputs(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
         return None
     weight = node.inputs[1]
     if weight in inv.overridable:
-        return RiskFlag((Slug.WEIGHT_MISMATCH,), "weight initializer is also a graph input: a feed of that "
+        return RiskFlag((Cause.WEIGHT_MISMATCH,), "weight initializer is also a graph input: a feed of that "
                         "name silently replaces it (keep_initializers_as_inputs)")
     if weight in inv.graph_inputs and node.signature.op_type != "MatMul":  # MatMul of two activations is common
-        return RiskFlag((Slug.WEIGHT_MISMATCH,), "weight is a graph input: it is whatever the caller feeds")
+        return RiskFlag((Cause.WEIGHT_MISMATCH,), "weight is a graph input: it is whatever the caller feeds")
     return None

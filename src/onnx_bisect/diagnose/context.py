@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 
 from ..measure.compare import at_resolution
 from ..records.graph import GraphIndex, NodeInfo
-from ..records import Capture, ExportedModel, LayerResult, LoadedModel, ModelInputs, TensorDiff, Tolerance
+from ..records import Cause, Capture, ExportedModel, LayerResult, LoadedModel, ModelInputs, TensorDiff, Tolerance
 from ..records.weights import Weights
 from .support import segment as _segment
 
@@ -289,7 +289,7 @@ Counterfactual = Callable[[DiagnosisContext], tuple]
 class Finding:
     """A rule's claim about the cause, with the numbers behind it."""
 
-    cause: str
+    cause: Cause
     confidence: float  # 0..1; >= 0.5 only on evidence of a real fault
     summary: str  # one or two sentences in plain words
     fix: str
@@ -305,7 +305,7 @@ class Finding:
 class Rule:
     """Base class of a diagnosis rule: one known cause per subclass."""
 
-    cause: str = "unknown"
+    cause: Cause = Cause.UNKNOWN
     #: expensive rules (a PyTorch re-run) only run when no cheap rule found a confident cause
     expensive: bool = False
 

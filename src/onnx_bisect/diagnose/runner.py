@@ -1,7 +1,7 @@
 """Diagnose stage: name the cause of the first divergence, show the evidence, prove the fix."""
 from __future__ import annotations
 
-from ..records import Divergence
+from ..records import Cause, Divergence
 from .rules.attribute_mismatch import AttributeMismatch
 from .rules.baked_shape import BakedShape
 from .rules.batch_mixing import BatchMixing
@@ -120,7 +120,7 @@ def _unknown(ctx: DiagnosisContext, failures: dict[str, str], lead=None) -> Dive
         evidence["weak_lead"] = {"cause": finding.cause, "confidence": confidence, "evidence": dict(finding.evidence)}
     if failures:
         evidence["rules_failed"] = failures
-    return Divergence(layer=ctx.layer, introduced=ctx.introduced, cause="unknown", explanation=explanation,
+    return Divergence(layer=ctx.layer, introduced=ctx.introduced, cause=Cause.UNKNOWN, explanation=explanation,
                       evidence=evidence)
 
 

@@ -31,7 +31,7 @@ from ..report.progress import Progress
 from ..run import expose
 from ..run.backend import Backend, Session, make_backend
 from ..source import export, feeds, graph, load, weights
-from ..records import (Capture, Divergence, ErrorOrigin, Exporter, ExportedModel, LayerResult, LoadedModel, MatchMethod,
+from ..records import (Absence, OptLevel, Capture, Divergence, ErrorOrigin, Exporter, ExportedModel, LayerResult, LoadedModel, MatchMethod,
                       ModelInputs, OutputResult, Report, Reproduction, RuntimeSettings, Status, TensorPair, Tolerance)
 
 
@@ -53,7 +53,7 @@ class Config:
     save_onnx: str | None = None
     ort_config: tuple[tuple[str, str], ...] = ()  # ONNX Runtime session config entries
     providers: tuple[str, ...] = ("CPUExecutionProvider",)  # "NAME[:key=value,...]"; several: a matrix
-    opt_levels: tuple[str, ...] = ("all",)  # ONNX Runtime graph optimization levels; several: a matrix
+    opt_levels: tuple[OptLevel, ...] = (OptLevel.ALL,)  # ONNX Runtime graph optimization levels; several: a matrix
     ort_variants: tuple[tuple[tuple[str, str], ...], ...] = ()  # extra session-entry sets to compare
     axes: tuple[Any, ...] = ()  # specs.AxisSpec: batch sizes, other dynamic dimensions
     dataset: str | None = None
@@ -114,7 +114,7 @@ def bisect(
     provider: str = "CPUExecutionProvider",
     save_onnx: str | None = None,
     ort_config: dict[str, str] | None = None,
-    ort_opt_level: str = "all",
+    ort_opt_level: str | OptLevel = OptLevel.ALL,
 ) -> Report:
     """Bisect a PyTorch ``model`` against its ONNX export (or the given ONNX model).
 
@@ -434,7 +434,7 @@ def _unaligned_leaves(pairs: tuple[TensorPair, ...]) -> dict[tuple[str, int, str
     """Leaf activations with no ONNX tensor and no reason yet to call them absent, by (module, call, path)."""
     return {_call_key(q): q for q in pairs
             if q.tensor is None and q.method is MatchMethod.NONE and q.activation.is_leaf and q.activation.module
-            and not q.note.startswith(align.ABSENT)}
+            and q.absent is None}
 
 
 def _mark_unused(pairs: tuple[TensorPair, ...], loaded: LoadedModel, inputs: ModelInputs) -> tuple[TensorPair, ...]:
@@ -449,7 +449,8 @@ def _mark_unused(pairs: tuple[TensorPair, ...], loaded: LoadedModel, inputs: Mod
         return pairs
     note = (f"{align.ABSENT}: the model's outputs do not use this value (PyTorch computes it, the exporter "
             "pruned what computes it)")
-    return tuple(dataclasses.replace(q, note=note) if _call_key(q) in unused else q for q in pairs)
+    return tuple(dataclasses.replace(q, note=note, absent=Absence.UNUSED_OUTPUT) if _call_key(q) in unused else q
+                 for q in pairs)
 
 
 def _call_key(q: TensorPair) -> tuple[str, int, str]:

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..errors import InputError, UsageError
-from ..records import CaseKind, InputCase, LoadedModel, ModelInputs, RuntimeSettings
+from ..records import CaseKind, InputCase, LoadedModel, ModelInputs, OptLevel, RuntimeSettings
 from .specs import AxisSpec, parse_provider
 
 #: seeds the generated edge cases, so every run builds the same inputs
@@ -220,13 +220,13 @@ def _extremes(t: torch.Tensor, rng) -> torch.Tensor:
 # ---------------------------------------------------------------- runtime settings
 
 
-def runtime_settings(providers: Sequence[str], opt_levels: Sequence[str], base_config: Sequence[tuple[str, str]],
+def runtime_settings(providers: Sequence[str], opt_levels: Sequence[OptLevel], base_config: Sequence[tuple[str, str]],
                      variants: Sequence[Sequence[tuple[str, str]]] = ()) -> list[RuntimeSettings]:
     """Every provider × optimization level × (the base session entries, then each variant on top)."""
     out = []
     for provider in providers or ["CPUExecutionProvider"]:
         name, options = parse_provider(provider)
-        for level in opt_levels or ["all"]:
+        for level in opt_levels or [OptLevel.ALL]:
             for extra in [(), *variants]:
                 config = tuple(dict([*base_config, *extra]).items())
                 out.append(RuntimeSettings(provider=name, provider_options=options, opt_level=level,

@@ -25,7 +25,7 @@ from ..source import feeds, load
 from . import bisect as pipeline
 from . import configurations
 from .bisect import CaseRun, Config, Prepared, Runner
-from ..records import (CaseKind, ConfigResult, ConfigStatus, Exporter, InputCase, LayerAggregate, LayerError,
+from ..records import (OptLevel, CaseKind, ConfigResult, ConfigStatus, Exporter, InputCase, LayerAggregate, LayerError,
                       LoadedModel, MatrixReport, ModelInputs, ProviderAgreement, RuntimeSettings, Status, Tolerance)
 from .specs import AxisSpec, parse_vary
 
@@ -66,7 +66,7 @@ def verify(
     dataset: str | Sequence[Any] | None = None,
     edge_cases: bool = False,
     providers: Sequence[str] = ("CPUExecutionProvider",),
-    opt_levels: Sequence[str] = ("all",),
+    opt_levels: Sequence[str | OptLevel] = (OptLevel.ALL,),
     ort_config: dict[str, str] | None = None,
     ort_variants: Sequence[dict[str, str]] = (),
     atol: float = 1e-4,
@@ -88,7 +88,7 @@ def verify(
         + tuple(parse_vary(v) for v in vary)
     config = Config(
         model=loaded.name, onnx=onnx, exporter=Exporter(exporter) if exporter else None, opset=opset,
-        tolerance=Tolerance(atol, rtol), providers=tuple(providers), opt_levels=tuple(opt_levels),
+        tolerance=Tolerance(atol, rtol), providers=tuple(providers), opt_levels=tuple(OptLevel.parse(o) for o in opt_levels),
         ort_config=tuple((ort_config or {}).items()), ort_variants=tuple(tuple(v.items()) for v in ort_variants),
         axes=axes, edge_cases=edge_cases,
     )

@@ -11,7 +11,56 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ['ExitStatus', 'Exporter', 'MatchMethod', 'Status', 'Reproduction', 'ErrorOrigin', 'Tolerance', 'Activation', 'Capture', 'LoadedModel', 'ModelInputs', 'ExportedModel', 'TensorPair', 'TensorDiff', 'LayerResult', 'OutputResult', 'Divergence', 'FaithfulLocation', 'Report']
+__all__ = ['TextEnum', 'Cause', 'Absence', 'Layout', 'ExitStatus', 'Exporter', 'MatchMethod', 'Status', 'Reproduction', 'ErrorOrigin', 'Tolerance', 'Activation', 'Capture', 'LoadedModel', 'ModelInputs', 'ExportedModel', 'TensorPair', 'TensorDiff', 'LayerResult', 'OutputResult', 'Divergence', 'FaithfulLocation', 'Report']
+
+
+class TextEnum(str, enum.Enum):
+    """An Enum whose members are their text (for tables and JSON) and compare equal to it."""
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+
+class Cause(TextEnum):
+    """What made a segment diverge: the diagnosis rules' causes, shared with the coverage triage's risk tags."""
+
+    GELU_APPROXIMATION = "gelu-approximation"
+    BATCHNORM_FOLD = "batchnorm-fold"
+    EPSILON_MISMATCH = "epsilon-mismatch"
+    WEIGHT_MISMATCH = "weight-mismatch"
+    ATTRIBUTE_MISMATCH = "attribute-mismatch"
+    RESIZE_MODE = "resize-mode"
+    PRECISION = "precision"
+    QUANTIZATION = "quantization"
+    TRAINING_MODE = "training-mode"
+    RUNTIME_OPTIMIZATION = "runtime-optimization"
+    DTYPE = "dtype"
+    BAKED_SHAPE = "baked-shape"
+    NUMERICAL_STABILITY = "numerical-stability"
+    BATCH_MIXING = "batch-mixing"
+    UNKNOWN = "unknown"  # no rule found a confident cause
+
+
+class Absence(TextEnum):
+    """Why an activation has no ONNX tensor at all (not an alignment failure: nothing computes it)."""
+
+    NO_SCOPE = "no-scope"  # no node carries the module's scope: pruned as unused or folded into a constant
+    FOLDED_CONSTANT = "folded-constant"  # its value is an initializer (computed once when the file was made)
+    UNUSED_OUTPUT = "unused-output"  # the model's outputs never use it; the exporter pruned what computes it
+
+
+class Layout(TextEnum):
+    """How a tensor's elements are laid out relative to another's of the same size."""
+
+    SAME = "same"
+    TRANSPOSED = "transposed"  # a 2-d matrix transposed
+    RESHAPED = "reshaped"  # the same elements in another shape
+
+    def apply(self, value: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+        """``value`` laid out this way to fit ``shape``."""
+        return value.T if self is Layout.TRANSPOSED else value.reshape(shape)
 
 
 class ExitStatus(enum.IntEnum):
@@ -155,6 +204,7 @@ class TensorPair:
     confidence: float = 1.0
     note: str = ""
     perm: tuple[int, ...] | None = None  # the ONNX tensor holds value.transpose(perm), possibly reshaped
+    absent: Absence | None = None  # set when no tensor can exist (``note`` says more)
 
     def reference(self) -> np.ndarray:
         """The PyTorch value laid out as the ONNX tensor holds it (up to a reshape)."""
@@ -215,7 +265,7 @@ class Divergence:
 
     layer: LayerResult
     introduced: bool  # True: the segment's local error exceeds tolerance
-    cause: str  # a diagnosis slug, e.g. "gelu-approximation"; "unknown" when no rule matched
+    cause: Cause  # Cause.UNKNOWN when no rule matched
     explanation: str
     confidence: float = 0.0
     evidence: dict[str, Any] = field(default_factory=dict)  # numbers supporting the cause

@@ -4,9 +4,29 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from .core import Divergence, Exporter, ExitStatus, FaithfulLocation, ModelInputs, OutputResult, Reproduction, Tolerance
+from ..errors import UsageError
+from .core import (Divergence, Exporter, ExitStatus, FaithfulLocation, ModelInputs, OutputResult, Reproduction, TextEnum,
+                   Tolerance)
 
-__all__ = ['CaseKind', 'InputCase', 'RuntimeSettings', 'ConfigStatus', 'LayerError', 'ConfigResult', 'LayerAggregate', 'ProviderAgreement', 'MatrixReport']
+__all__ = ['OptLevel', 'CaseKind', 'InputCase', 'RuntimeSettings', 'ConfigStatus', 'LayerError', 'ConfigResult', 'LayerAggregate', 'ProviderAgreement', 'MatrixReport']
+
+
+class OptLevel(TextEnum):
+    """ONNX Runtime's graph optimization levels."""
+
+    DISABLE = "disable"
+    BASIC = "basic"
+    EXTENDED = "extended"
+    ALL = "all"
+
+    @classmethod
+    def parse(cls, value: "str | OptLevel") -> "OptLevel":
+        """The level named ``value``; a UsageError listing the levels when there is none."""
+        try:
+            return cls(value)
+        except ValueError:
+            raise UsageError(f"Unknown optimization level '{value}'; use one of "
+                             f"{', '.join(o.value for o in cls)}.") from None
 
 
 class CaseKind(enum.Enum):
@@ -35,8 +55,11 @@ class RuntimeSettings:
 
     provider: str = "CPUExecutionProvider"
     provider_options: tuple[tuple[str, str], ...] = ()
-    opt_level: str = "all"
+    opt_level: OptLevel = OptLevel.ALL
     session_config: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        object.__setattr__(self, "opt_level", OptLevel.parse(self.opt_level))
 
     @property
     def label(self) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ..records import (CaseKind, ConfigResult, ConfigStatus, Divergence, LayerAggregate, MatrixReport,
+from ..records import (Cause, CaseKind, ConfigResult, ConfigStatus, Divergence, LayerAggregate, MatrixReport,
                       Reproduction, RuntimeSettings)
 from .text import divergence_json, faithful_json, fmt_num, json_float, write_atomic
 
@@ -118,7 +118,7 @@ def _where(fd: Divergence | None, r: ConfigResult) -> str:
 def _cause(fd: Divergence | None) -> str:
     if fd is None:
         return "-"
-    return fd.cause + ("" if fd.cause == "unknown" else f" ({fd.confidence:.0%})")
+    return fd.cause.value + ("" if fd.cause is Cause.UNKNOWN else f" ({fd.confidence:.0%})")
 
 
 def _divergence_details(report: MatrixReport) -> str:
@@ -136,7 +136,7 @@ def _divergence_details(report: MatrixReport) -> str:
     for key, where in seen.items():
         fd = texts[key]
         shown = ", ".join(where[:4]) + (f" … (+{len(where) - 4})" if len(where) > 4 else "")
-        lines.append(f"* {fd.layer.pair.activation.name} → {fd.layer.pair.node} in {shown}: {fd.cause}. "
+        lines.append(f"* {fd.layer.pair.activation.name} → {fd.layer.pair.node} in {shown}: {fd.cause.value}. "
                      f"{fd.explanation}" + (f"\n  Fix: {fd.fix}" if fd.fix else ""))
     return "First divergences:\n" + "\n".join(lines) if lines else ""
 
@@ -201,7 +201,7 @@ def _result_json(r: ConfigResult) -> dict[str, Any]:
     return {
         "inputs": r.case.label, "kind": r.case.kind.value, "sizes": dict(r.case.sizes), "sample": r.case.sample,
         "runtime": {"label": rt.label, "provider": rt.provider, "provider_options": dict(rt.provider_options),
-                    "opt_level": rt.opt_level, "session_config": dict(rt.session_config)},
+                    "opt_level": rt.opt_level.value, "session_config": dict(rt.session_config)},
         "status": r.status.value,
         "max_abs": None if r.max_abs is None else json_float(r.max_abs),
         "outputs": [{"name": o.name, "max_abs": json_float(o.diff.max_abs), "max_rel": json_float(o.diff.max_rel),

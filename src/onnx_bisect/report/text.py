@@ -11,8 +11,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from ..align.scopes import ABSENT
-from ..records import (Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Report, Reproduction, Status,
+from ..records import (Cause, Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Report, Reproduction, Status,
                       TensorDiff)
 
 NEIGHBOURHOOD = 6
@@ -60,7 +59,7 @@ def _verdict(report: Report) -> str:
             f"First divergence: module {p.activation.name} ({p.activation.module_type}) → ONNX node "
             f"{p.node} ({p.op_type}), tensor '{p.tensor}'. Segment nodes: {nodes or p.node}."
         )
-        if fd.cause == "unknown":
+        if fd.cause is Cause.UNKNOWN:
             lines.append(f"Cause: unknown. {fd.explanation}")
         else:
             proof = {True: "confirmed: re-running with the fix removes the divergence",
@@ -124,7 +123,7 @@ def leaf_coverage(layers) -> tuple[int, int, int]:
     """
     leaves = leaf_rows(layers)
     aligned = sum(1 for r in leaves if r.pair.tensor is not None or r.status is Status.FUSED)
-    absent = sum(1 for r in leaves if r.status is Status.UNMATCHED and r.pair.note.startswith(ABSENT))
+    absent = sum(1 for r in leaves if r.status is Status.UNMATCHED and r.pair.absent is not None)
     return aligned, len(leaves), absent
 
 
@@ -206,7 +205,7 @@ def divergence_json(fd: Divergence | None) -> dict[str, Any] | None:
         "max_abs": json_float(fd.layer.diff.max_abs) if fd.layer.diff else None,
         "local_max_abs": json_float(fd.layer.local.max_abs) if fd.layer.local else None,
         "introduced": fd.introduced,
-        "cause": fd.cause,
+        "cause": fd.cause.value,
         "confidence": fd.confidence,
         "evidence": _jsonable(fd.evidence),
         "fix": fd.fix,

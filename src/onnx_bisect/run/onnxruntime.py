@@ -8,15 +8,16 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import BackendError, UsageError
-from ..records import RuntimeSettings
+from ..records import OptLevel, RuntimeSettings
 from ..records.weights import Weights
 
 
+#: ONNX Runtime's constant for each optimization level
 OPT_LEVELS = {
-    "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    OptLevel.DISABLE: ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    OptLevel.BASIC: ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+    OptLevel.EXTENDED: ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+    OptLevel.ALL: ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
 }
 
 
@@ -61,8 +62,6 @@ class OnnxRuntimeBackend:
 
     def __init__(self, settings: RuntimeSettings | None = None):
         settings = settings or RuntimeSettings()
-        if settings.opt_level not in OPT_LEVELS:
-            raise UsageError(f"Unknown optimization level '{settings.opt_level}'; use one of {', '.join(OPT_LEVELS)}.")
         available = available_providers()
         if settings.provider not in available:
             raise UsageError(
@@ -78,7 +77,7 @@ class OnnxRuntimeBackend:
 
     def _options(self, weights: Weights | None, one_shot: bool, optimize: bool) -> ort.SessionOptions:
         so = ort.SessionOptions()
-        so.graph_optimization_level = OPT_LEVELS["disable" if not optimize else self.opt_level]
+        so.graph_optimization_level = OPT_LEVELS[OptLevel.DISABLE if not optimize else self.opt_level]
         for key, value in self.session_config.items():
             try:
                 so.add_session_config_entry(key, value)
@@ -127,7 +126,7 @@ class OnnxRuntimeBackend:
 
     def _optimizer_hint(self, source, weights, one_shot, providers) -> str:
         """When the model loads with graph optimizations off, say that the optimizer is what fails."""
-        if self.opt_level == "disable":
+        if self.opt_level is OptLevel.DISABLE:
             return ""
         try:
             ort.InferenceSession(source, self._options(weights, one_shot, optimize=False), providers=providers)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 
 from ..support import edits, layout
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule, attribute
 
 PAD_MODES = {"ReflectionPad1d": "reflect", "ReflectionPad2d": "reflect", "ReflectionPad3d": "reflect",
@@ -16,7 +17,7 @@ PAD_MODES = {"ReflectionPad1d": "reflect", "ReflectionPad2d": "reflect", "Reflec
 class AttributeMismatch(Rule):
     """Check node attributes against the module's configuration, then try the plausible alternatives."""
 
-    cause = "attribute-mismatch"
+    cause = Cause.ATTRIBUTE_MISMATCH
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         if not ctx.significant(ctx.layer.local):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule
 
 #: ops whose constant shape-like input fixes the size of their output
@@ -19,7 +20,7 @@ SHAPED_OPS = {"Reshape": 1, "Expand": 1, "Tile": 1, "ConstantOfShape": 0, "Resiz
 class BakedShape(Rule):
     """The divergent tensor's size differs from PyTorch's; name the segment nodes whose shape is a constant."""
 
-    cause = "baked-shape"
+    cause = Cause.BAKED_SHAPE
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         diff = ctx.layer.local if ctx.layer.local is not None and ctx.layer.local.actual_shape else ctx.layer.diff

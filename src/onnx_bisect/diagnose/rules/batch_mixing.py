@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..support import edits
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule, attribute
 
 REDUCTIONS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
@@ -22,7 +23,7 @@ ROWS = 2
 class BatchMixing(Rule):
     """Re-run the segment per sample; blame the nodes that reduce over, or normalise along, axis 0."""
 
-    cause = "batch-mixing"
+    cause = Cause.BATCH_MIXING
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         reference = ctx.reference

@@ -6,6 +6,7 @@ import functools
 import numpy as np
 
 from ..support import edits, layout
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule
 
 #: relative per-channel error above which a folded scale or shift counts as wrong
@@ -15,7 +16,7 @@ CHANNEL_RTOL = 1e-4
 class BatchNormFold(Rule):
     """Refold the BatchNorm from the PyTorch parameters and see which channels, and which mistake, explain the weights."""
 
-    cause = "batchnorm-fold"
+    cause = Cause.BATCHNORM_FOLD
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         if not ctx.significant(ctx.layer.local):

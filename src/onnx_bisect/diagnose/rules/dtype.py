@@ -5,13 +5,14 @@ import numpy as np
 from onnx import TensorProto
 
 from ..support import edits, layout
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule
 
 
 class Float64Cast(Rule):
     """Measure what casting the segment's float64 inputs and parameters to float32 costs; re-run it in float64."""
 
-    cause = "dtype"
+    cause = Cause.DTYPE
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         if ctx.graph.elem_types.get(ctx.tensor) != TensorProto.FLOAT or not ctx.significant(ctx.layer.local):
@@ -75,7 +76,7 @@ def _float64_params(ctx: DiagnosisContext) -> dict[str, tuple[str, np.ndarray]]:
         for pname, tensor in tensors.items():
             rel = layout.relate(value, tensor)
             if rel is not None and rel.rel_l2 < 1e-6:
-                out[init] = (pname, tensor.T if rel.layout == "transposed" else tensor.reshape(value.shape))
+                out[init] = (pname, rel.layout.apply(tensor, value.shape))
                 break
     return out
 

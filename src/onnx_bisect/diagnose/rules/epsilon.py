@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from ..support import edits
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule, attribute
 
 #: normalization ops carrying an ``epsilon`` attribute (ONNX default 1e-5)
@@ -20,7 +21,7 @@ EPS_NAMES = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps")
 class EpsilonMismatch(Rule):
     """Compare every epsilon in the segment (attribute, or the constant added before a square root) with ``eps``."""
 
-    cause = "epsilon-mismatch"
+    cause = Cause.EPSILON_MISMATCH
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         if not ctx.significant(ctx.layer.local):

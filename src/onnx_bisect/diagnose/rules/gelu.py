@@ -8,6 +8,7 @@ import onnx
 from onnx import helper
 
 from ..support import edits
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule, attribute
 from ..support.segment import downstream
 
@@ -35,7 +36,7 @@ FORMULAS = {"erf": gelu_erf, "tanh": gelu_tanh}
 class GeluApproximation(Rule):
     """Evaluate both GELU formulas on the segment's real input and see which one each side follows."""
 
-    cause = "gelu-approximation"
+    cause = Cause.GELU_APPROXIMATION
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         protos = [n for n in ctx.segment_protos if n.op_type in ANCHORS]

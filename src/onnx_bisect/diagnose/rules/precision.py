@@ -6,6 +6,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ..support import edits, layout
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule, attribute
 
 LOW = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
@@ -22,7 +23,7 @@ class LowPrecision(Rule):
     path from the graph inputs is examined and re-run instead.
     """
 
-    cause = "precision"
+    cause = Cause.PRECISION
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         path = not ctx.introduced

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..support import edits, layout
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule, attribute
 
 QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
@@ -15,7 +16,7 @@ RANGES = {np.dtype(np.uint8): (0, 255), np.dtype(np.int8): (-128, 127), np.dtype
 class Quantization(Rule):
     """Measure each quantizer on the real activation (clipping, SQNR) and each quantized weight against PyTorch."""
 
-    cause = "quantization"
+    cause = Cause.QUANTIZATION
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         protos = [p for p in ctx.segment_protos if p.op_type in QUANT_OPS]
@@ -114,7 +115,7 @@ def _torch_weight(ctx: DiagnosisContext, w: np.ndarray):
     for name, tensor in layout.torch_candidates(ctx).items():
         rel = layout.relate(w, tensor)
         if rel is not None and rel.correlation > 0.9 and (best is None or rel.rel_l2 < best[0]):
-            best = (rel.rel_l2, name, tensor.T if rel.layout == "transposed" else tensor.reshape(w.shape))
+            best = (rel.rel_l2, name, rel.layout.apply(tensor, w.shape))
     return None if best is None else best[1:]
 
 

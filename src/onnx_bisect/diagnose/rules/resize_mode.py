@@ -3,6 +3,7 @@ what F.interpolate's mode and align_corners compute."""
 from __future__ import annotations
 
 from ..support import edits
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule, attribute
 
 TRANSFORMS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
@@ -13,7 +14,7 @@ UPSAMPLE_TYPES = {"Upsample": None, "UpsamplingBilinear2d": ("bilinear", True), 
 class ResizeMode(Rule):
     """Compare each Resize with the upsampling module, then find the Resize setting that reproduces PyTorch."""
 
-    cause = "resize-mode"
+    cause = Cause.RESIZE_MODE
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         resizes = [p for p in ctx.segment_protos if p.op_type == "Resize"]

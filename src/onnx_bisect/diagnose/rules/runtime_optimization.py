@@ -1,6 +1,7 @@
 """Runtime optimization: the segment diverges only when ONNX Runtime optimizes the graph."""
 from __future__ import annotations
 
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule
 
 #: session options known to trade accuracy for speed, with what they do
@@ -14,7 +15,7 @@ LOSSY_OPTIONS = {
 class RuntimeOptimization(Rule):
     """Re-run the segment with graph optimizations off: does the divergence disappear?"""
 
-    cause = "runtime-optimization"
+    cause = Cause.RUNTIME_OPTIMIZATION
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         if ctx.backend is None or not ctx.significant(ctx.layer.local):

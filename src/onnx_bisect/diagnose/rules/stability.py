@@ -12,6 +12,7 @@ import numpy as np
 from onnx import helper
 
 from ..support import edits
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule
 
 #: stable rewrites of unstable op sequences, by (producer op, consumer op)
@@ -26,7 +27,7 @@ REWRITES = {
 class NumericalStability(Rule):
     """Find the first segment node whose finite float32 inputs give non-finite outputs."""
 
-    cause = "numerical-stability"
+    cause = Cause.NUMERICAL_STABILITY
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         local = ctx.layer.local

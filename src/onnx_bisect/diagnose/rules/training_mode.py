@@ -6,6 +6,7 @@ import numpy as np
 from onnx import helper
 
 from ..support import edits
+from ...records import Cause
 from ..context import DiagnosisContext, Finding, Rule, attribute
 
 FIX = ("Call model.eval() before exporting (TorchScript exporter: training=torch.onnx.TrainingMode.EVAL), so "
@@ -15,7 +16,7 @@ FIX = ("Call model.eval() before exporting (TorchScript exporter: training=torch
 class TrainingMode(Rule):
     """Find Dropout nodes that drop and BatchNormalization nodes that use the batch's statistics."""
 
-    cause = "training-mode"
+    cause = Cause.TRAINING_MODE
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         if not ctx.significant(ctx.layer.local):
@@ -43,7 +44,7 @@ class TrainingMode(Rule):
 class NondeterministicReference(Rule):
     """Run PyTorch again on the same input: a reference that changes between runs cannot be matched."""
 
-    cause = "training-mode"
+    cause = Cause.TRAINING_MODE
     expensive = True  # one more PyTorch forward pass
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..support.param_layouts import model_rnn_weights, owner_of
 from ..support import edits, layout
+from ...records import Cause, Layout
 from ..context import DiagnosisContext, Finding, Rule
 
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
@@ -13,7 +14,7 @@ QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 class WeightMismatch(Rule):
     """Pair each float initializer of the segment with its PyTorch tensor (by name, else by value; transposes and BatchNorm folds allowed)."""
 
-    cause = "weight-mismatch"
+    cause = Cause.WEIGHT_MISMATCH
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         if not ctx.significant(ctx.layer.local):
@@ -44,10 +45,10 @@ class WeightMismatch(Rule):
             differing.append((name, *best))
         if not differing:
             return None
-        rows = [{"initializer": n, "parameter": p, "layout": r.layout, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
+        rows = [{"initializer": n, "parameter": p, "layout": r.layout.value, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
                  "fraction_differing": r.fraction_differing, "correlation": r.correlation}
                 for n, p, r, _ in differing]
-        listed = "; ".join(f"'{n}' vs {p} ({r.layout}): max abs {r.max_abs:.2g}, relative L2 {r.rel_l2:.2g}, "
+        listed = "; ".join(f"'{n}' vs {p} ({r.layout.value}): max abs {r.max_abs:.2g}, relative L2 {r.rel_l2:.2g}, "
                            f"{r.fraction_differing:.0%} of elements differ" for n, p, r, _ in differing)
         if ctx.loaded.module is None:  # --reference: another ONNX model stands in for PyTorch
             summary = (f"The ONNX weights differ from the reference model's initializers: {listed}. The values are "
@@ -137,9 +138,9 @@ def _is_refold(ctx: DiagnosisContext, value: np.ndarray, name: str) -> bool:
     return bool(residual.max() <= 1e-3)
 
 
-def _only_clamped(value: np.ndarray, tensor: np.ndarray, layout_name: str) -> bool:
+def _only_clamped(value: np.ndarray, tensor: np.ndarray, relation: Layout) -> bool:
     """Whether the float16 initializer equals PyTorch's tensor except where a converter clamped large values."""
-    ref = tensor.T if layout_name == "transposed" else tensor.reshape(value.shape)
+    ref = relation.apply(tensor, value.shape)
     limit = float(np.max(np.abs(value.astype(np.float64))))
     inside = np.abs(ref) < limit
     rounded = ref.astype(np.float16).astype(np.float64)
@@ -150,6 +151,6 @@ def _restore(ctx: DiagnosisContext, differing) -> tuple:
     model, weights = edits.copy_model(ctx.skeleton), ctx.weights
     for name, _, rel, tensor in differing:
         onnx_value = ctx.initializer(name)
-        fixed = tensor.T if rel.layout == "transposed" else tensor.reshape(onnx_value.shape)
+        fixed = rel.layout.apply(tensor, onnx_value.shape)
         model, weights = edits.replace_array(model, weights, name, fixed)
     return model, weights

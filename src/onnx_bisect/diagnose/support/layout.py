@@ -9,6 +9,7 @@ from onnx import helper
 
 from .param_layouts import model_rnn_weights, rnn_weights
 from . import edits
+from ...records import Layout
 from ..context import DiagnosisContext, attribute
 
 CONV_TYPES = ("Conv1d", "Conv2d", "Conv3d", "Linear")
@@ -127,7 +128,7 @@ def conv_bn_arrays(conv, bn):
 class Relation:
     """How an ONNX initializer relates to a PyTorch tensor in the best-fitting layout."""
 
-    layout: str  # "same", "transposed" or "reshaped"
+    layout: Layout
     max_abs: float
     rel_l2: float  # ||onnx − torch|| / ||torch||
     correlation: float
@@ -142,11 +143,11 @@ def relate(onnx_value: np.ndarray, torch_value: np.ndarray) -> Relation | None:
     t = torch_value.astype(np.float64)
     layouts = []
     if onnx_value.shape == t.shape:
-        layouts.append(("same", t))
+        layouts.append((Layout.SAME, t))
     if t.ndim == 2 and onnx_value.shape == t.T.shape:
-        layouts.append(("transposed", t.T))
+        layouts.append((Layout.TRANSPOSED, t.T))
     if not layouts:
-        layouts.append(("reshaped", t.reshape(onnx_value.shape)))
+        layouts.append((Layout.RESHAPED, t.reshape(onnx_value.shape)))
     o = onnx_value.astype(np.float64)
     best = None
     for name, ref in layouts:
@@ -219,5 +220,5 @@ def exact_torch_value(ctx: DiagnosisContext, value: np.ndarray, candidates: dict
     for name, tensor in candidates.items():
         rel = relate(value, tensor)
         if rel is not None and rel.equal:
-            return name, (tensor.T if rel.layout == "transposed" else tensor.reshape(value.shape))
+            return name, rel.layout.apply(tensor, value.shape)
     return None
