@@ -20,11 +20,12 @@ The values decide; a module is never declared fused for its position alone.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Callable
 
-from ..records.graph import GraphIndex, NodeInfo
 from ..records import Activation, MatchMethod, TensorPair
+from ..records.graph import GraphIndex, NodeInfo
 from .similarity import distance, fit_scale, fits
+from .state import AlignInputs, AlignmentState, Claim, pair_to
+from .structure import lower_bound, reaches
 
 #: a neighbour's value computed by another module's node: near it, not merely nearer
 FUSED_MAX_REL = 0.2
@@ -64,7 +65,6 @@ HOST_OPS: dict[str, frozenset[str]] = {
 #: families whose output may have a scale folded in, and the channel axis the scale runs along
 SCALED_FAMILIES = {"linear": -1, "embedding": -1, "conv": 1}
 
-MakePair = Callable[..., TensorPair]
 
 
 def family(module_type: str) -> str | None:
@@ -101,14 +101,16 @@ def host_node(module_type: str, nodes: list[NodeInfo]) -> NodeInfo | None:
     return next((n for n in nodes if n.op_type in HOST_OPS[fam]), None)
 
 
-def pair_into_producer(acts, scopes, values, pairs, make_pair: MakePair) -> None:
+def pair_into_producer(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     """A module whose paired tensor is nearer the next module's value than its own: both are
     computed by one node (an optimizer fused Conv+BN+ReLU); the next module takes the tensor."""
+    acts, values = x.acts, x.values
+    draft = state.draft()
     for b in acts:
-        if b.index in pairs or b.passthrough or b.module in scopes.boundary or len(b.inputs) != 1:
+        if b.index in draft or b.passthrough or b.module in x.scopes.boundary or len(b.inputs) != 1:
             continue
         a = acts[b.inputs[0]]
-        pa = pairs.get(a.index)
+        pa = draft.get(a.index)
         if pa is None or pa.tensor is None or pa.method is MatchMethod.FUSED:
             continue
         v = values.get(pa.tensor)
@@ -116,12 +118,13 @@ def pair_into_producer(acts, scopes, values, pairs, make_pair: MakePair) -> None
             continue
         if distance(v, b.value) < distance(v, a.value) and distance(v, b.value) <= FUSED_MAX_REL:
             note = f"{a.name} and {b.name} are computed by one ONNX node"
-            pairs[b.index] = make_pair(b, pa.tensor, MatchMethod.FUSED, pa.confidence, note)
-            pairs[a.index] = TensorPair(a, None, pa.node, pa.op_type, MatchMethod.FUSED, pa.confidence,
-                                        f"folded into {pa.node} with {b.name}")
+            draft.claim(pair_to(b, x.graph, pa.tensor, MatchMethod.FUSED, pa.confidence, note))
+            draft.claim(TensorPair(a, None, pa.node, pa.op_type, MatchMethod.FUSED, pa.confidence,
+                                   f"folded into {pa.node} with {b.name}"), replaces=True)
+    return draft.claims
 
 
-def pair_into_consumers(acts, graph: GraphIndex, scopes, values, pairs) -> None:
+def pair_into_consumers(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     """Leaf modules with no tensor of their own, computed inside the node of an aligned consumer.
 
     The consumer's tensor must be backed by its name or its value (a graph
@@ -130,17 +133,19 @@ def pair_into_consumers(acts, graph: GraphIndex, scopes, values, pairs) -> None:
     order, so a chain (Conv → BatchNorm → ReLU fused into one FusedConv)
     resolves from the aligned end.
     """
+    acts, graph, values = x.acts, x.graph, x.values
+    draft = state.draft()
     consumers: dict[int, list[Activation]] = defaultdict(list)
     for a in acts:
         for i in a.inputs:
             consumers[i].append(a)
-    stops = {p.tensor for p in pairs.values() if p.cuttable and p.tensor in graph.producer}
+    stops = {p.tensor for p in draft.values() if p.cuttable and p.tensor in graph.producer}
     hosts: dict[int, str] = {}  # fused activation -> the tensor whose nodes compute it
     for a in reversed(acts):
-        if a.index in pairs or a.passthrough or a.module in scopes.boundary or not (a.is_leaf and a.module):
+        if a.index in draft or a.passthrough or a.module in x.scopes.boundary or not (a.is_leaf and a.module):
             continue
         for b in consumers.get(a.index, ()):
-            pb = pairs.get(b.index)
+            pb = draft.get(b.index)
             tensor = hosts.get(b.index) if pb is None or pb.tensor is None else (
                 pb.tensor if _backed(pb, graph, values) else None)
             if pb is None or tensor is None:
@@ -150,14 +155,15 @@ def pair_into_consumers(acts, graph: GraphIndex, scopes, values, pairs) -> None:
             if node is None:
                 continue
             rule = f" by {node.rewrite_rule}" if node.rewrite_rule else ""
-            pairs[a.index] = TensorPair(a, None, node.name, node.op_type, MatchMethod.FUSED, pb.confidence,
-                                        f"no ONNX node of its own; folded into {node.name} ({node.op_type}){rule} "
-                                        f"with {b.name}")
+            draft.claim(TensorPair(a, None, node.name, node.op_type, MatchMethod.FUSED, pb.confidence,
+                                   f"no ONNX node of its own; folded into {node.name} ({node.op_type}){rule} "
+                                   f"with {b.name}"))
             hosts[a.index] = tensor
             if pb.method in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME) and rule:
-                pairs[b.index] = TensorPair(pb.activation, pb.tensor, pb.node, pb.op_type, MatchMethod.FUSED,
-                                            pb.confidence, f"computed together with {a.name}{rule}")
+                draft.claim(TensorPair(pb.activation, pb.tensor, pb.node, pb.op_type, MatchMethod.FUSED,
+                                       pb.confidence, f"computed together with {a.name}{rule}"), replaces=True)
             break
+    return draft.claims
 
 
 def _backed(p: TensorPair, graph: GraphIndex, values) -> bool:
@@ -174,38 +180,42 @@ def _backed(p: TensorPair, graph: GraphIndex, values) -> bool:
     return p.method is not MatchMethod.NONE
 
 
-def pair_scaled(acts, graph: GraphIndex, scopes, values, pairs, reach: Callable[[Activation], int]) -> None:
+def pair_scaled(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     """Modules whose value reaches the graph only times a folded scale (see the module docstring).
 
     Considers unaligned modules and modules paired by scope whose tensor does
     not hold their value.
     """
+    acts, graph, values = x.acts, x.graph, x.values
+    reach = reaches(acts, graph, state)
+    draft = state.draft()
     claimed: dict[str, list[TensorPair]] = defaultdict(list)  # tensor -> pairs confirmed by value
-    for p in pairs.values():
+    for p in draft.values():
         if p.tensor and p.method in (MatchMethod.STRUCTURE, MatchMethod.FUSED, MatchMethod.IDENTITY):
             claimed[p.tensor].append(p)
     for a in acts:
         axis = SCALED_FAMILIES.get(family(a.module_type) or "")
         if axis is None or not a.is_leaf or a.value.dtype.kind != "f":
             continue
-        p = pairs.get(a.index)
+        p = draft.get(a.index)
         if p is not None and (p.method not in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME)
                               or p.tensor not in values or distance(values[p.tensor], a.value) <= SCALE_MAX_REL):
             continue
-        found = _scaled_tensor(a, axis, graph, scopes, values, claimed, reach(a), p)
+        found = _scaled_tensor(a, axis, graph, x.scopes, values, claimed, lower_bound(a, reach), p)
         if found is None:
             continue
         tensor, scale, later = found
         nodes = [graph.nodes[i] for i in graph.segment(tensor, frozenset(
-            q.tensor for q in pairs.values() if q.tensor and q.tensor != tensor and q.cuttable))]
+            q.tensor for q in draft.values() if q.tensor and q.tensor != tensor and q.cuttable))]
         node = host_node(a.module_type, nodes[::-1]) or graph.node_of(tensor)
         how = (f"one factor {float(scale.factors[0]):.4g}" if scale.axis is None
                else f"a factor per channel (axis {scale.axis})")
         whose = f", the value of {later}" if later else ""
-        pairs[a.index] = TensorPair(
+        draft.claim(TensorPair(
             a, None, node.name, node.op_type, MatchMethod.FUSED, round(1.0 - scale.residual, 6),
             f"folded into {node.name} ({node.op_type}) with a scale after it: {tensor} holds its value times "
-            f"{how} (residual {scale.residual:.1e}){whose}")
+            f"{how} (residual {scale.residual:.1e}){whose}"), replaces=True)
+    return draft.claims
 
 
 def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, claimed, lo: int,

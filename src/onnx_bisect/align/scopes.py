@@ -1,19 +1,9 @@
-"""Align stage: pair each PyTorch activation with the ONNX tensor computing the same value.
+"""Module scopes: which module emitted each ONNX node, the tensors each scope hands on, and the scope pass.
 
-Methods, in order of trust:
-1. scope: the node's module path (dynamo metadata or TorchScript-style names);
-   a module's candidates are the tensors its scope hands to the rest of the
-   graph, of the activation's shape, taken call by call in graph order;
-2. graph outputs for the model's own outputs;
-3. identity for modules that return their input unchanged (Dropout in eval);
-4. fusion when a module has no tensor of its own (a BatchNorm folded into the
-   preceding Conv, a scale folded into a MatMul; see :mod:`.fusion`), run again
-   after each pass below;
-5. structure: the same elements (up to a reshape or transpose) after the
-   tensors of the activation's inputs, accepted only when the values agree;
-6. loose structure, only in a graph without scope information whose outputs
-   diverge: the nearest value after the inputs, so that a fault is still
-   located at its own segment rather than at the last module.
+A node's module path comes from the dynamo exporter's metadata or from
+TorchScript-style ``/scope/Op`` names; a module's candidates are the tensors
+its scope hands to the rest of the graph, of the activation's shape, taken
+call by call in graph order.
 """
 from __future__ import annotations
 
@@ -25,16 +15,12 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from . import fusion, structure
+from ..records import Activation, Capture, MatchMethod
 from ..records.graph import GraphIndex
-from ..records import Absence, Activation, Capture, MatchMethod, TensorPair
-from .similarity import distance, fits, kind, perms
-from .structure import STRUCTURE_MAX_REL
+from .similarity import QUANTIZED_MAX_REL, STRUCTURE_MAX_REL, agreement, distance, fits, float_noise, kind, perms
+from .state import AlignInputs, AlignmentState, Claim, Draft, pair_to
 
 _CALL_SUFFIX = re.compile(r"^(.*)_(\d+)$")
-WEAK_MAX_REL = 1e-3  # the same for a scope output read by a node of unknown scope
-HALF_MAX_REL = 1e-2  # the same for a float16 / bfloat16 tensor
-QUANTIZED_MAX_REL = 0.1  # the same for a tensor quantized to 8 bits on its way
 @dataclass(frozen=True)
 class ScopeMap:
     """Module qualname of every node that has one, and the tensors each scope exports."""
@@ -177,42 +163,7 @@ def _may_have_shape(static: tuple | None, sizes: set[int]) -> bool:
     return int(np.prod(static, dtype=np.int64)) in sizes
 
 
-def align_activations(
-    capture: Capture, graph: GraphIndex, scopes: ScopeMap, values: dict[str, np.ndarray]
-) -> tuple[TensorPair, ...]:
-    """Pair every activation with an ONNX tensor (or say why none), in capture order."""
-    acts = capture.activations
-    pairs: dict[int, TensorPair] = {}
-
-    def make_pair(a, tensor, method, confidence=1.0, note=""):
-        return _pair(a, graph, tensor, method, confidence, note)
-
-    def settle() -> None:
-        _pair_shared(acts, pairs)
-        _pair_identities(acts, graph, pairs)
-
-    _pair_graph_outputs(acts, graph, values, pairs)
-    _pair_by_scope(acts, graph, scopes, values, pairs)
-    _unpair_containers_before_children(acts, graph, values, pairs)
-    fusion.pair_into_producer(acts, scopes, values, pairs, make_pair)
-    settle()
-    signatures = structure.signatures_of(graph, values)
-    structure.pair_by_structure(acts, graph, values, pairs, signatures)
-    settle()
-    reach = structure.reaches(acts, graph, pairs)
-    fusion.pair_scaled(acts, graph, scopes, values, pairs, lambda a: structure.lower_bound(a, reach))
-    fusion.pair_into_consumers(acts, graph, scopes, values, pairs)
-    settle()
-    divergence = structure.output_divergence(capture, graph, values)
-    if not scopes.module_of and divergence > structure.LOOSE_GATE_REL:
-        structure.pair_loosely(acts, graph, values, pairs, signatures, divergence)
-        fusion.pair_into_consumers(acts, graph, scopes, values, pairs)
-        settle()
-    _mark_folded_constants(acts, graph, values, pairs)
-    return tuple(pairs.get(a.index) or _unmatched(a, scopes, values) for a in acts)
-
-
-def _unpair_containers_before_children(acts, graph: GraphIndex, values, pairs) -> None:
+def release_early_containers(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     """A container paired by its scope's name keeps a tensor that comes before a tensor of a module it
     called only when the values agree.
 
@@ -223,109 +174,82 @@ def _unpair_containers_before_children(acts, graph: GraphIndex, values, pairs) -
     values may be close when the later children add little: only float noise
     counts as agreement here.
     """
+    acts, graph, values = x.acts, x.graph, x.values
     last_of_call: dict[tuple[str, int], int] = {}
     for b in acts:
         last_of_call[(b.module, b.call)] = b.index
+    claims = []
     for a in acts:
-        p = pairs.get(a.index)
+        p = state.get(a.index)
         if (p is None or p.tensor is None or a.is_leaf or not a.module or p.tensor not in values
                 or p.method not in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME)):
             continue
         start = last_of_call.get((a.module, a.call - 1), -1)  # where this call's children begin
         order = graph.order_of(p.tensor)
         later = [q for b in acts[start + 1:a.index] if b.module.startswith(a.module + ".")
-                 for q in [pairs.get(b.index)] if q is not None and q.tensor and graph.order_of(q.tensor) > order]
+                 for q in [state.get(b.index)] if q is not None and q.tensor and graph.order_of(q.tensor) > order]
         v = values[p.tensor]
-        if later and fits(v, a.value) and distance(v, a.value) > _float_noise(v):
-            del pairs[a.index]
+        if later and fits(v, a.value) and distance(v, a.value) > float_noise(v):
+            claims.append(Claim(a.index, None, replaces=True))
+    return claims
 
 
-def _mark_folded_constants(acts, graph: GraphIndex, values, pairs) -> None:
-    """Unaligned leaves whose value is an initializer: computed once and folded into a constant
-    (position embeddings of a fixed length), so nothing in the graph computes them."""
-    constants = [t for t in values if t in graph.initializers]
-    for a in acts:
-        if a.index in pairs or not (a.is_leaf and a.module) or kind(a.value) != "f":
-            continue
-        for t in constants:
-            found = structure.layout_of(a.value, values[t])
-            if found is not None and found[1] <= STRUCTURE_MAX_REL:
-                pairs[a.index] = TensorPair(a, None, None, None, MatchMethod.NONE, 0.0,
-                                            f"{ABSENT}: its value is the constant {t} (folded when the file was made)",
-                                            absent=Absence.FOLDED_CONSTANT)
-                break
-
-
-def _pair_shared(acts, pairs) -> None:
-    """A container returning its last child's tensor unchanged shares that child's pair."""
-    by_value: dict[int, TensorPair] = {}
-    for a in acts:
-        p = pairs.get(a.index)
-        if p is not None and p.tensor is not None:
-            by_value.setdefault(id(a.value), p)
-    for a in acts:
-        src = by_value.get(id(a.value))
-        if a.index not in pairs and src is not None:
-            pairs[a.index] = structure.shared_pair(a, src)
-
-
-def _pair(a: Activation, graph: GraphIndex, tensor: str, method: MatchMethod, confidence=1.0, note="") -> TensorPair:
-    node = graph.node_of(tensor)
-    return TensorPair(a, tensor, node.name if node else None, node.op_type if node else None, method, confidence, note)
-
-
-def _pair_graph_outputs(acts, graph, values, pairs) -> None:
-    roots = [a for a in acts if a.module == ""]
-    for a, name in zip(roots, graph.graph_outputs):
-        v = values.get(name)
-        if v is not None and v.shape == a.value.shape:
-            pairs[a.index] = _pair(a, graph, name, MatchMethod.GRAPH_OUTPUT)
-
-
-def _pair_by_scope(acts, graph, scopes: ScopeMap, values, pairs) -> None:
+def pair_by_scope(state: AlignmentState, x: AlignInputs) -> list[Claim]:
+    """Each module's activations with the tensors its scope hands on, call by call in graph order."""
     by_module: dict[str, list[Activation]] = defaultdict(list)
-    for a in acts:
-        if a.index not in pairs:
+    for a in x.acts:
+        if a.index not in state:
             by_module[a.module].append(a)
+    draft = state.draft()
     for module, group in by_module.items():
-        tensors = [t for t in scopes.boundary.get(module, ()) if t in values]
-        if not tensors:
+        tensors = _scope_tensors(module, group, x)
+        if tensors:
+            _pair_group(group, tensors, x, draft)
+    return draft.claims
+
+
+def _scope_tensors(module: str, group: list[Activation], x: AlignInputs) -> list[str]:
+    """The tensors ``module``'s scope hands on; one read by a node of unknown scope only when its values agree
+    with one of the module's activations."""
+    tensors = [t for t in x.scopes.boundary.get(module, ()) if t in x.values]
+    if not any(t in x.scopes.weak for t in tensors):
+        return tensors
+    refs = [a.value for a in group]
+    return [t for t in tensors if t not in x.scopes.weak
+            or any(fits(x.values[t], r) and distance(x.values[t], r) <= _weak_agreement(x.graph, t, x.values[t])
+                   for r in refs)]
+
+
+def _pair_group(group: list[Activation], tensors: list[str], x: AlignInputs, draft: Draft) -> None:
+    """Pair one module's activations, call by call, with its scope's ``tensors``."""
+    graph, values = x.graph, x.values
+    method = _scope_method(graph, tensors[0])
+    last = -1
+    for a in sorted(group, key=lambda a: (a.call, a.index)):
+        after = [t for t in tensors if graph.order_of(t) > last]
+        fitting = [t for t in after if fits(values[t], a.value)] or _reshaped_in_scope(a, after, values, graph)
+        if not fitting:
+            moved = _transposed_in_scope(a, after, values, graph)
+            if moved is not None:
+                draft.claim(dataclasses.replace(
+                    pair_to(a, graph, moved[0], method), perm=moved[1],
+                    note=f"the module's only output-sized tensor, transposed {list(moved[1])} (by shape)"))
+                last = graph.order_of(moved[0]) if a.path == _last_path(group, a) else last
             continue
-        if any(t in scopes.weak for t in tensors):
-            refs = [a.value for a in group]
-            tensors = [t for t in tensors if t not in scopes.weak
-                       or any(fits(values[t], r) and distance(values[t], r) <= _weak_agreement(graph, t, values[t])
-                              for r in refs)]
-            if not tensors:
+        # A module called several times whose scope exports fewer tensors than calls are left (a
+        # shared layer whose earlier calls feed its later ones inside the scope: ALBERT) cannot be
+        # paired by order: only the values can say which call a tensor belongs to.
+        calls_left = sum(1 for b in group if b.path == a.path and b.call >= a.call)
+        if (len(fitting) == 1 and calls_left <= 1) or _same_count(group, a, tensors, values):
+            chosen, conf = fitting[0], 1.0
+        else:
+            # Several tensors of this shape leave the scope: the values choose, and a
+            # choice no value supports is no pair (it would show as a divergence).
+            chosen, conf = _closest(fitting, a.value, values)
+            if distance(values[chosen], a.value) > agreement(values[chosen]):
                 continue
-        method = _scope_method(graph, tensors[0])
-        last = -1
-        for a in sorted(group, key=lambda a: (a.call, a.index)):
-            fitting = [t for t in tensors if graph.order_of(t) > last and fits(values[t], a.value)]
-            if not fitting:
-                fitting = _reshaped_in_scope(a, [t for t in tensors if graph.order_of(t) > last], values, graph)
-            if not fitting:
-                moved = _transposed_in_scope(a, [t for t in tensors if graph.order_of(t) > last], values, graph)
-                if moved is not None:
-                    pairs[a.index] = dataclasses.replace(
-                        _pair(a, graph, moved[0], method), perm=moved[1],
-                        note=f"the module's only output-sized tensor, transposed {list(moved[1])} (by shape)")
-                    last = graph.order_of(moved[0]) if a.path == _last_path(group, a) else last
-                continue
-            # A module called several times whose scope exports fewer tensors than calls are left (a
-            # shared layer whose earlier calls feed its later ones inside the scope: ALBERT) cannot be
-            # paired by order: only the values can say which call a tensor belongs to.
-            calls_left = sum(1 for b in group if b.path == a.path and b.call >= a.call)
-            if (len(fitting) == 1 and calls_left <= 1) or _same_count(group, a, tensors, values):
-                chosen, conf = fitting[0], 1.0
-            else:
-                # Several tensors of this shape leave the scope: the values choose, and a
-                # choice no value supports is no pair (it would show as a divergence).
-                chosen, conf = _closest(fitting, a.value, values)
-                if distance(values[chosen], a.value) > _agreement(values[chosen]):
-                    continue
-            pairs[a.index] = _pair(a, graph, chosen, method, conf)
-            last = graph.order_of(chosen) if a.path == _last_path(group, a) else last
+        draft.claim(pair_to(a, graph, chosen, method, conf))
+        last = graph.order_of(chosen) if a.path == _last_path(group, a) else last
 
 
 def _reshaped_in_scope(a: Activation, tensors: list[str], values, graph: GraphIndex) -> list[str]:
@@ -416,21 +340,13 @@ def _weak_agreement(graph: GraphIndex, tensor: str, v: np.ndarray) -> float:
     quantized = any(graph.nodes[i].op_type == "QuantizeLinear" for i in graph.consumers.get(tensor, ())) or (
         node is not None and any((p := graph.node_of(i)) is not None and p.op_type == "DequantizeLinear"
                                  for i in node.inputs))
-    return QUANTIZED_MAX_REL if quantized else _agreement(v)
+    return QUANTIZED_MAX_REL if quantized else agreement(v)
 
 
-def _is_half(v: np.ndarray) -> bool:
-    return v.dtype == np.float16 or v.dtype.name == "bfloat16"
 
 
-def _agreement(v: np.ndarray) -> float:
-    """Largest relative L2 distance at which a tensor of ``v``'s dtype still holds the same value."""
-    return HALF_MAX_REL if _is_half(v) else WEAK_MAX_REL
 
 
-def _float_noise(v: np.ndarray) -> float:
-    """Largest relative L2 distance that rounding alone explains for a tensor of ``v``'s dtype."""
-    return HALF_MAX_REL if _is_half(v) else STRUCTURE_MAX_REL
 
 
 def _last_path(group, a) -> str:
@@ -458,59 +374,9 @@ def _closest(candidates, ref, values) -> tuple[str, float]:
     return ranked[0], 0.95 if confident else 0.7
 
 
-def _pair_identities(acts, graph: GraphIndex, pairs) -> None:
-    for a in acts:
-        if a.index in pairs or not a.passthrough:
-            continue
-        source = next((pairs[i] for i in a.inputs if i in pairs and pairs[i].tensor
-                       and acts[i].value.shape == a.value.shape), None)
-        if source is not None:
-            pairs[a.index] = TensorPair(a, source.tensor, source.node, source.op_type, MatchMethod.IDENTITY,
-                                        source.confidence, f"returns its input unchanged ({source.activation.name})")
 
 
-ABSENT = "absent from the ONNX graph"
 
 
-def _unmatched(a: Activation, scopes: ScopeMap, values) -> TensorPair:
-    """No pair for ``a``, with the reason (and :class:`Absence` when nothing in the graph computes it)."""
-    absent = None
-    if a.module in scopes.boundary:
-        same = [t for t in scopes.boundary[a.module] if t in values and values[t].shape == a.value.shape]
-        sized = [t for t in scopes.boundary[a.module] if t in values and values[t].size == a.value.size]
-        if same:
-            note = (f"{len(same)} ONNX tensor(s) of shape {list(a.value.shape)} leave this module's scope and none "
-                    "holds its value")
-        elif sized:
-            note = (f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope; "
-                    f"{len(sized)} of as many elements ({', '.join(repr(t) for t in sized[:3])}) neither hold its "
-                    "value nor are its only reshaped output")
-        else:
-            note = f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope"
-    elif scopes.module_of:
-        note = (f"{ABSENT}: no node carries this module's scope (pruned as unused or folded into a "
-                "constant) and no tensor with equal values was found")
-        absent = Absence.NO_SCOPE
-    else:
-        note = "the graph carries no scope information and no tensor with equal values was found"
-    return TensorPair(a, None, None, None, MatchMethod.NONE, 0.0, note, absent=absent)
 
 
-def reuse_alignment(template: tuple[TensorPair, ...], capture: Capture) -> tuple[TensorPair, ...]:
-    """The pairs found for one input case, carried over to another capture of the same model.
-
-    Activations are matched by module, call and output path; the pairing is a
-    property of the model and the graph, so a case whose values cannot be
-    matched by value (all zeros) still gets it.  An activation the template
-    lacks (other control flow) is unmatched, with that reason.
-    """
-    by_key = {(p.activation.module, p.activation.call, p.activation.path): p for p in template}
-    pairs = []
-    for a in capture.activations:
-        p = by_key.get((a.module, a.call, a.path))
-        if p is None:
-            pairs.append(TensorPair(a, None, None, None, MatchMethod.NONE, 0.0,
-                                    "not called on the input the alignment was made on"))
-        else:
-            pairs.append(dataclasses.replace(p, activation=a))
-    return tuple(pairs)

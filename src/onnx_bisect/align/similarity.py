@@ -162,3 +162,28 @@ def _fit(x: np.ndarray, y: np.ndarray, channels: np.ndarray | None, n: int) -> t
     if not np.any(y):
         return None  # all zeros: no scaled copy (see fit_scale)
     return factors, float(np.linalg.norm(y - factors[ch] * x) / (np.linalg.norm(y) + 1e-30))
+
+
+#: relative L2 distance within which two tensors hold the same value: float32 noise
+STRUCTURE_MAX_REL = 1e-4
+#: the same for a scope output read by a node of unknown scope (an optimizer's fused node)
+WEAK_MAX_REL = 1e-3
+#: the same for a float16 / bfloat16 tensor
+HALF_MAX_REL = 1e-2
+#: the same for a tensor quantized to 8 bits on its way
+QUANTIZED_MAX_REL = 0.1
+
+
+def is_half(v: np.ndarray) -> bool:
+    """Whether ``v`` is float16 or bfloat16."""
+    return v.dtype == np.float16 or v.dtype.name == "bfloat16"
+
+
+def agreement(v: np.ndarray) -> float:
+    """Largest relative L2 distance at which a tensor of ``v``'s dtype still holds the same value."""
+    return HALF_MAX_REL if is_half(v) else WEAK_MAX_REL
+
+
+def float_noise(v: np.ndarray) -> float:
+    """Largest relative L2 distance that rounding alone explains for a tensor of ``v``'s dtype."""
+    return HALF_MAX_REL if is_half(v) else STRUCTURE_MAX_REL

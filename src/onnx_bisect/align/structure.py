@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..records.graph import GraphIndex
 from ..records import Activation, Capture, MatchMethod, TensorPair
-from .similarity import distance, kind, laid_out, nearness, perms
+from ..records.graph import GraphIndex
+from .similarity import STRUCTURE_MAX_REL, distance, kind, laid_out, nearness, perms
+from .state import AlignInputs, AlignmentState, Claim, shared_pair
 
-STRUCTURE_MAX_REL = 1e-4  # relative L2 distance for a structural pair: float noise only
 #: a candidate farther than this on a sample of its elements is not compared in full
 SCREEN_MAX_REL = 1e-2
 SCREEN_SAMPLE = 256
@@ -28,15 +28,9 @@ LOOSE_GATE_REL = 1e-5
 LOOSE_CONFIDENCE = 0.9  # enough to cut there: the segment after a fault is then measured on its own
 
 
-def shared_pair(a: Activation, src: TensorPair) -> TensorPair:
-    """``src``'s tensor for ``a``, a container returning the tensor ``src``'s module returned."""
-    return TensorPair(a, src.tensor, src.node, src.op_type, src.method, src.confidence,
-                      f"returns the tensor of {src.activation.name}", src.perm)
-
-
 def reaches(acts, graph: GraphIndex, pairs) -> dict[int, int]:
     """The latest graph position among the tensors of each activation and of the
-    activations it consumed, directly or not."""
+    activations it consumed, directly or not (``pairs``: anything with ``get``)."""
     reach: dict[int, int] = {}
     for a in acts:
         p = pairs.get(a.index)
@@ -51,7 +45,8 @@ def lower_bound(a: Activation, reach: dict[int, int]) -> int:
 
 
 def leaf_tensors(pairs) -> set[str]:
-    """Tensors already holding a leaf module's value (a container's claim does not block a leaf)."""
+    """Tensors already holding a leaf module's value (a container's claim does not block a leaf); ``pairs``
+    is anything with ``values()`` (a state's pairs, a draft)."""
     return {p.tensor for p in pairs.values() if p.tensor and p.activation.is_leaf and p.activation.module}
 
 
@@ -60,25 +55,27 @@ def signatures_of(graph: GraphIndex, values) -> dict[str, tuple[int, float, floa
     return {t: _signature(v) for t, v in values.items() if t in graph.producer}
 
 
-def pair_by_structure(acts, graph: GraphIndex, values, pairs, signatures) -> None:
+def pair_by_structure(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     """Same elements (up to a reshape or transpose), after the tensors of earlier
     activations in graph order, confirmed by value.
 
     The signatures (:func:`signatures_of`) filter the candidates, so only
     tensors that can hold the same numbers are compared.
     """
-    taken = leaf_tensors(pairs)
+    acts, graph, values, signatures = x.acts, x.graph, x.values, x.signatures
+    draft = state.draft()
+    taken = leaf_tensors(draft)
     buckets = _buckets(graph, values, signatures)
-    by_value = {id(p.activation.value): p for p in pairs.values() if p.tensor is not None}
+    by_value = {id(p.activation.value): p for p in draft.values() if p.tensor is not None}
     # ``reach[i]``: the latest graph position among the tensors of activation i and of
     # the activations it consumed, directly or not.  A structural match must come
     # after what its own inputs came from, not after unrelated branches that the
     # ONNX graph happens to schedule later.
     reach: dict[int, int] = {}
     for a in acts:
-        if a.index not in pairs and id(a.value) in by_value:
-            pairs[a.index] = shared_pair(a, by_value[id(a.value)])  # a container returning its child's tensor
-        elif a.index not in pairs and a.value.size:
+        if a.index not in draft and id(a.value) in by_value:
+            draft.claim(shared_pair(a, by_value[id(a.value)]))  # a container returning its child's tensor
+        elif a.index not in draft and a.value.size:
             lo = lower_bound(a, reach)
             sig = _signature(a.value)
             leaf = a.is_leaf and bool(a.module)
@@ -90,15 +87,17 @@ def pair_by_structure(acts, graph: GraphIndex, values, pairs, signatures) -> Non
                 # Position alone proves nothing: a structural pair must agree in value,
                 # or a wrongly paired tensor would show up as a divergence.
                 layout = "" if perm is None else f", transposed {list(perm)}"
-                pairs[a.index] = TensorPair(
+                pair = TensorPair(
                     a, tensor, graph.node_of(tensor).name, graph.node_of(tensor).op_type, MatchMethod.STRUCTURE,
                     round(1.0 - rel, 6), f"same values (rel. L2 {rel:.1e}{layout})", perm)
+                draft.claim(pair)
                 if leaf:
                     taken.add(tensor)
-                by_value.setdefault(id(a.value), pairs[a.index])
-        p = pairs.get(a.index)
+                by_value.setdefault(id(a.value), pair)
+        p = draft.get(a.index)
         own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
         reach[a.index] = max([own] + [reach.get(i, -1) for i in a.inputs])
+    return draft.claims
 
 
 def _signature(v: np.ndarray) -> tuple[int, float, float] | None:
@@ -198,9 +197,14 @@ def output_divergence(capture: Capture, graph: GraphIndex, values) -> float:
     return worst
 
 
-def pair_loosely(acts, graph: GraphIndex, values, pairs, signatures, divergence: float) -> None:
+def loose_gate(x: AlignInputs) -> bool:
+    """Whether loose pairs are wanted: a graph without scope information whose outputs diverge."""
+    return not x.scopes.module_of and x.output_divergence > LOOSE_GATE_REL
+
+
+def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     """Pairs by nearness of value where exact values cannot exist: a graph without scope
-    information whose outputs diverge by ``divergence`` (relative L2).
+    information whose outputs diverge (see :func:`loose_gate`).
 
     Downstream of a fault no tensor equals its activation, so the structural
     pass leaves the rest of the graph unaligned and the fault would be blamed on
@@ -213,19 +217,21 @@ def pair_loosely(acts, graph: GraphIndex, values, pairs, signatures, divergence:
     from (a later call's value cannot be there), and the numbers of a tensor
     already paired, reshaped.
     """
-    exact_rel = min(STRUCTURE_MAX_REL, divergence / 10)
-    exact = {p.tensor for p in pairs.values() if p.method is MatchMethod.STRUCTURE and p.tensor in graph.producer
+    acts, graph, values, signatures = x.acts, x.graph, x.values, x.signatures
+    draft = state.draft()
+    exact_rel = min(STRUCTURE_MAX_REL, x.output_divergence / 10)
+    exact = {p.tensor for p in draft.values() if p.method is MatchMethod.STRUCTURE and p.tensor in graph.producer
              and p.tensor in values and distance(values[p.tensor].reshape(p.reference().shape), p.reference())
              <= exact_rel}
     upstream = ancestors_of(graph, exact)
     keys = {t: _copy_key(sig) for t, sig in signatures.items() if t not in upstream and sig is not None}
-    taken = leaf_tensors(pairs)
+    taken = leaf_tensors(draft)
     held = {_copy_key(signatures[t]) for t in taken if signatures.get(t) is not None}
     ordered = sorted(keys, key=graph.order_of)
-    reach = reaches(acts, graph, pairs)
+    reach = reaches(acts, graph, draft)
     earlier: set[str] = set()  # what earlier calls' tensors are computed from
     for a in acts:
-        if a.index not in pairs and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size:
+        if a.index not in draft and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size:
             lo = lower_bound(a, reach)
             near = [t for t in ordered if graph.order_of(t) > lo and t not in taken and keys[t] not in held
                     and values[t].size == a.value.size and kind(values[t]) == "f"
@@ -235,16 +241,17 @@ def pair_loosely(acts, graph: GraphIndex, values, pairs, signatures, divergence:
                 tensor, perm, rel = found
                 layout = "" if perm is None else f", transposed {list(perm)}"
                 node = graph.node_of(tensor)
-                pairs[a.index] = TensorPair(a, tensor, node.name, node.op_type, MatchMethod.STRUCTURE,
-                                            LOOSE_CONFIDENCE, f"nearest value after its inputs while the outputs "
-                                            f"diverge (rel. L2 or direction {rel:.1e}{layout})", perm)
+                draft.claim(TensorPair(a, tensor, node.name, node.op_type, MatchMethod.STRUCTURE,
+                                       LOOSE_CONFIDENCE, f"nearest value after its inputs while the outputs "
+                                       f"diverge (rel. L2 or direction {rel:.1e}{layout})", perm))
                 taken.add(tensor)
                 held.add(keys[tensor])
-        p = pairs.get(a.index)
+        p = draft.get(a.index)
         own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
         reach[a.index] = max([reach.get(a.index, -1), own] + [reach.get(i, -1) for i in a.inputs])
         if own >= 0:
             earlier |= ancestors_of(graph, {p.tensor}, earlier)
+    return draft.claims
 
 
 def _nearest(ref: np.ndarray, near: list[str], values) -> tuple[str, tuple[int, ...] | None, float] | None:

@@ -1,0 +1,52 @@
+"""Activations with no ONNX tensor: values folded into constants, and the reason every other one has none."""
+from __future__ import annotations
+
+from ..records import Absence, Activation, MatchMethod, TensorPair
+from .similarity import STRUCTURE_MAX_REL, kind
+from .state import AlignInputs, AlignmentState, Claim
+from .structure import layout_of
+
+#: how a note saying that nothing in the graph computes an activation begins
+ABSENT = "absent from the ONNX graph"
+
+
+def mark_folded_constants(state: AlignmentState, x: AlignInputs) -> list[Claim]:
+    """Unaligned leaves whose value is an initializer: computed once and folded into a constant
+    (position embeddings of a fixed length), so nothing in the graph computes them."""
+    constants = [t for t in x.values if t in x.graph.initializers]
+    draft = state.draft()
+    for a in x.acts:
+        if a.index in draft or not (a.is_leaf and a.module) or kind(a.value) != "f":
+            continue
+        for t in constants:
+            found = layout_of(a.value, x.values[t])
+            if found is not None and found[1] <= STRUCTURE_MAX_REL:
+                draft.claim(TensorPair(a, None, None, None, MatchMethod.NONE, 0.0,
+                                       f"{ABSENT}: its value is the constant {t} (folded when the file was made)",
+                                       absent=Absence.FOLDED_CONSTANT))
+                break
+    return draft.claims
+
+
+def unmatched(a: Activation, scopes, values) -> TensorPair:
+    """No pair for ``a``, with the reason (and :class:`Absence` when nothing in the graph computes it)."""
+    absent = None
+    if a.module in scopes.boundary:
+        same = [t for t in scopes.boundary[a.module] if t in values and values[t].shape == a.value.shape]
+        sized = [t for t in scopes.boundary[a.module] if t in values and values[t].size == a.value.size]
+        if same:
+            note = (f"{len(same)} ONNX tensor(s) of shape {list(a.value.shape)} leave this module's scope and none "
+                    "holds its value")
+        elif sized:
+            note = (f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope; "
+                    f"{len(sized)} of as many elements ({', '.join(repr(t) for t in sized[:3])}) neither hold its "
+                    "value nor are its only reshaped output")
+        else:
+            note = f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope"
+    elif scopes.module_of:
+        note = (f"{ABSENT}: no node carries this module's scope (pruned as unused or folded into a "
+                "constant) and no tensor with equal values was found")
+        absent = Absence.NO_SCOPE
+    else:
+        note = "the graph carries no scope information and no tensor with equal values was found"
+    return TensorPair(a, None, None, None, MatchMethod.NONE, 0.0, note, absent=absent)

@@ -1,0 +1,47 @@
+"""Pairs that follow from other pairs: the model's outputs, containers returning a child's tensor, modules
+returning their input unchanged."""
+from __future__ import annotations
+
+from ..records import MatchMethod, TensorPair
+from .state import AlignInputs, AlignmentState, Claim, pair_to, shared_pair
+
+
+def pair_graph_outputs(state: AlignmentState, x: AlignInputs) -> list[Claim]:
+    """The model's own outputs with the graph outputs, by position, where the shapes agree."""
+    roots = [a for a in x.acts if a.module == ""]
+    draft = state.draft()
+    for a, name in zip(roots, x.graph.graph_outputs):
+        v = x.values.get(name)
+        if v is not None and v.shape == a.value.shape and a.index not in draft:
+            draft.claim(pair_to(a, x.graph, name, MatchMethod.GRAPH_OUTPUT))
+    return draft.claims
+
+
+def pair_shared(state: AlignmentState, x: AlignInputs) -> list[Claim]:
+    """A container returning its last child's tensor unchanged shares that child's pair."""
+    by_value: dict[int, TensorPair] = {}
+    for a in x.acts:
+        p = state.get(a.index)
+        if p is not None and p.tensor is not None:
+            by_value.setdefault(id(a.value), p)
+    draft = state.draft()
+    for a in x.acts:
+        src = by_value.get(id(a.value))
+        if a.index not in draft and src is not None:
+            draft.claim(shared_pair(a, src))
+    return draft.claims
+
+
+def pair_identities(state: AlignmentState, x: AlignInputs) -> list[Claim]:
+    """A module that returns its input unchanged (Dropout in eval) takes its input's tensor."""
+    acts = x.acts
+    draft = state.draft()
+    for a in acts:
+        if a.index in draft or not a.passthrough:
+            continue
+        source = next((p for i in a.inputs if (p := draft.get(i)) is not None and p.tensor
+                       and acts[i].value.shape == a.value.shape), None)
+        if source is not None:
+            draft.claim(TensorPair(a, source.tensor, source.node, source.op_type, MatchMethod.IDENTITY,
+                                   source.confidence, f"returns its input unchanged ({source.activation.name})"))
+    return draft.claims
