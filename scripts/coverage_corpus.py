@@ -26,7 +26,7 @@ from archs import ConvBN  # noqa: E402
 
 from onnx_bisect.coverage import Status, triage  # noqa: E402
 from onnx_bisect.coverage.export_problems import format_problem  # noqa: E402
-from onnx_bisect.coverage.export_triage import triage_export  # noqa: E402
+from onnx_bisect.pipeline.coverage import triage_export  # noqa: E402
 from onnx_bisect.records import ModelInputs  # noqa: E402
 
 PROVIDERS = ("CUDAExecutionProvider", "CPUExecutionProvider")

@@ -23,12 +23,12 @@ HERE = Path(__file__).resolve().parent
 RUN = textwrap.dedent('''
     import contextlib, io, json, sys, time
     t0 = time.perf_counter()
-    from onnx_bisect.pipeline import bisect as pipeline
+    from onnx_bisect.pipeline import explain as pipeline, prepare
     from onnx_bisect.cli import main
-    from onnx_bisect.records import Divergence
+    from onnx_bisect.records import Cause, Divergence
     if sys.argv[4] == "off":
-        pipeline.preflight.check_model = lambda *a, **k: ()
-        pipeline.diagnose = lambda ctx: Divergence(layer=ctx.layer, introduced=ctx.introduced, cause="unknown",
+        prepare.preflight.check_model = lambda *a, **k: ()
+        pipeline.diagnose = lambda ctx: Divergence(layer=ctx.layer, introduced=ctx.introduced, cause=Cause.UNKNOWN,
                                                    explanation="diagnosis off")
     with contextlib.redirect_stdout(io.StringIO()):
         status = main([sys.argv[1], "--onnx", sys.argv[2], "--json", sys.argv[3]])

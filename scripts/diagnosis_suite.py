@@ -25,7 +25,7 @@ import diagnosis_cases as dc  # noqa: E402
 import diagnosis_models as dm  # noqa: E402
 
 import onnx_bisect  # noqa: E402
-from onnx_bisect.pipeline import bisect as pipeline  # noqa: E402
+from onnx_bisect.pipeline import explain as pipeline  # noqa: E402  (the step that calls diagnose)
 from onnx_bisect.diagnose import CONFIDENT  # noqa: E402
 
 

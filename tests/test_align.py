@@ -15,7 +15,7 @@ from torch import nn
 
 import onnx_bisect
 from onnx_bisect import align
-from onnx_bisect.source import export, graph
+from onnx_bisect.source import export, graph, onnx_file
 from onnx_bisect.records import Activation, Capture, MatchMethod, Status
 from onnx_bisect.report.text import leaf_coverage
 
@@ -176,7 +176,7 @@ def test_checker_errors_about_ops_onnx_does_not_know_are_left_to_the_runtime():
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
     with pytest.raises(onnx.checker.ValidationError):
         onnx.checker.check_model(model)
-    assert export.validate_onnx(model, "test model").graph.node[0].op_type == "SimplifiedLayerNormalization"
+    assert onnx_file.validate_onnx(model, "test model").graph.node[0].op_type == "SimplifiedLayerNormalization"
 
 
 # ----------------------------------------------------------------- rewritten exports

@@ -50,7 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         config = config_from_args(args)
-        from ..coverage.pipeline import run_coverage
+        from ..pipeline.coverage import run_coverage
         from ..coverage.render import render_text, write_json
 
         report = run_coverage(config)

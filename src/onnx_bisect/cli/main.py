@@ -92,7 +92,7 @@ def config_from_args(args: argparse.Namespace):
     axes = [AxisSpec(axis=0, sizes=parse_sizes(args.batch_sizes, "--batch-sizes"), label="batch")] \
         if args.batch_sizes else []
     axes += [parse_vary(v) for v in args.vary]
-    from ..pipeline.bisect import Config
+    from ..pipeline.config import Config
 
     return Config(
         model=args.model, inputs=tuple(inputs), onnx=args.onnx,

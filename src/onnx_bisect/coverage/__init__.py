@@ -18,7 +18,7 @@ __all__ = ["triage", "CoverageConfig", "CoverageReport", "NodeFinding", "Status"
 def triage(target: str, inputs: tuple[str, ...] = (), providers: tuple[str, ...] = ("CPUExecutionProvider",),
            opset: int | None = None, confirm: bool = True) -> CoverageReport:
     """Triage a .py model (exported with both exporters) or an .onnx file; see ``CoverageReport``."""
-    from .pipeline import run_coverage
+    from ..pipeline.coverage import run_coverage
 
     return run_coverage(CoverageConfig(target=target, inputs=tuple(inputs), providers=tuple(providers),
                                        opset=opset, confirm=confirm))

@@ -26,9 +26,11 @@ from ..records.graph import GraphIndex
 from ..report.progress import Progress
 from ..run import expose
 from ..run.backend import Backend, make_backend
-from ..source import export, feeds, graph, load, weights
-from . import bisect as pipeline
-from .bisect import Config, Prepared, Runner
+from ..source import feeds, graph, load, onnx_file, weights
+from .case import bisect_case, paired_tensors
+from .config import CasePolicy, Config
+from .prepare import Prepared
+from .runner import Runner
 from ..records import (Activation, Capture, Exporter, ExportedModel, LoadedModel, MatchMethod, ModelInputs, Report,
                       RuntimeSettings, TensorPair, Tolerance)
 
@@ -80,19 +82,19 @@ def bisect_onnx(
         probed = runner.probe(model_feeds)
     with progress.step("align", "pairing the two models' tensors"):
         pairs = pair_tensors(captured, prepared.index, probed)
-        runner.narrow(pipeline.paired_tensors(pairs, prepared.index))
-    report = pipeline.bisect_case(prepared, runner, model_inputs, captured, tolerance=tolerance, template=pairs,
-                                  progress=progress).report
+        runner.narrow(paired_tensors(pairs, prepared.index))
+    report = bisect_case(prepared, runner, model_inputs, captured, policy=CasePolicy(tolerance, template=pairs),
+                         progress=progress).report
     return dataclasses.replace(report, reference=f"the reference {_name(ref)}")
 
 
 def _load(source: str | onnx.ModelProto, what: str) -> ExportedModel:
     if isinstance(source, onnx.ModelProto):
         skeleton, store = weights.split_weights(source)
-        return ExportedModel(proto=skeleton, exporter=Exporter.GIVEN, opset=export.opset_of(skeleton), weights=store)
+        return ExportedModel(proto=skeleton, exporter=Exporter.GIVEN, opset=onnx_file.opset_of(skeleton), weights=store)
     if not str(source).endswith(".onnx") and not Path(source).is_file():
         raise UsageError(f"{what} must be an .onnx file (got '{source}').")
-    return export.load_onnx(str(source))
+    return onnx_file.load_onnx(str(source))
 
 
 def _name(model: ExportedModel) -> str:
@@ -186,8 +188,8 @@ def _prepare(loaded: LoadedModel, cand: ExportedModel, inputs: ModelInputs, gene
     skeleton, store = (cand.proto, cand.weights) if cand.weights is not None else weights.split_weights(cand.proto)
     model_feeds, _ = feeds.make_feeds(inputs, skeleton, loaded.forward_params)
     where = f"ONNX model '{cand.path}'" if cand.path else "The ONNX model"
-    skeleton = export.validate_onnx(skeleton, where)
-    index = graph.index_graph(export.pin_shapes(skeleton, {k: v.shape for k, v in model_feeds.items()}, where))
+    skeleton = onnx_file.validate_onnx(skeleton, where)
+    index = graph.index_graph(onnx_file.pin_shapes(skeleton, {k: v.shape for k, v in model_feeds.items()}, where))
     candidates = tuple(t for n in index.nodes if n.op_type not in SKIPPED_OPS for t in n.outputs
                        if t and index.elem_types.get(t) in _FLOAT_TYPES | {onnx.TensorProto.UNDEFINED, None})
     notes = ("The reference model plays PyTorch's part: each 'module' is a reference tensor, typed by its op.",)

@@ -22,9 +22,11 @@ from ..measure import compare
 from ..report.progress import Progress
 from ..run.backend import available_providers, make_backend
 from ..source import feeds, load
-from . import bisect as pipeline
 from . import configurations
-from .bisect import CaseRun, Config, Prepared, Runner
+from .case import CaseRun, bisect_case, compare_outputs, paired_tensors
+from .config import CasePolicy, Config, DiagnosisMemo
+from .prepare import Prepared, capture_case, loaded_from_module, obtain_onnx, prepare
+from .runner import Runner
 from ..records import (OptLevel, CaseKind, ConfigResult, ConfigStatus, Exporter, InputCase, LayerAggregate, LayerError,
                       LoadedModel, MatrixReport, ModelInputs, ProviderAgreement, RuntimeSettings, Status, Tolerance)
 from .specs import AxisSpec, parse_vary
@@ -82,7 +84,7 @@ def verify(
     path (as ``--dataset``) or a list of samples; ``ort_variants`` adds one runtime setting per dict of session
     entries, beside the one without.
     """
-    loaded = pipeline.loaded_from_module(model)
+    loaded = loaded_from_module(model)
     sample = load.to_model_inputs(inputs, loaded)
     axes = ((AxisSpec(axis=0, sizes=tuple(batch_sizes), label="batch"),) if batch_sizes else ()) \
         + tuple(parse_vary(v) for v in vary)
@@ -115,7 +117,7 @@ def verify_loaded(loaded: LoadedModel, sample: ModelInputs, config: Config, *,
     exporting = config.onnx is None
     dynamic = configurations.dynamic_axes(sample, specs) if specs and exporting else None
     example = configurations.export_example(sample, specs) if dynamic else sample
-    exported = pipeline.obtain_onnx(loaded, example, config.onnx, config.exporter, config.opset, progress, dynamic)
+    exported = obtain_onnx(loaded, example, config.onnx, config.exporter, config.opset, progress, dynamic)
     plan = make_plan(sample, specs, dataset, config)
     untestable = _untestable(plan.cases, exported.proto, loaded)
     template = _template(plan.cases, sample, untestable)
@@ -124,8 +126,8 @@ def verify_loaded(loaded: LoadedModel, sample: ModelInputs, config: Config, *,
     warnings: tuple[str, ...] = ()
     if template is not None and runnable:
         with progress.step("capture", "running PyTorch with forward hooks"):
-            captured = pipeline.capture_case(loaded, template.inputs)
-        prepared = pipeline.prepare(loaded, template.inputs, captured, exported=exported,
+            captured = capture_case(loaded, template.inputs)
+        prepared = prepare(loaded, template.inputs, captured, exported,
                                     backend=make_backend(runnable[0]), save_onnx=config.save_onnx, progress=progress)
         warnings = prepared.warnings
         results, agreements = _run_cases(prepared, plan, untestable, template, captured, config.tolerance, progress)
@@ -246,7 +248,7 @@ class _CaseRunner:
         self.tolerance, self.progress = tolerance, progress
         self.runners = {rt: Runner(prepared, make_backend(rt), keep=True) for rt in plan.runtimes
                         if rt not in plan.unavailable}
-        self.diagnosed: dict[RuntimeSettings, dict] = defaultdict(dict)
+        self.memos: dict[RuntimeSettings, DiagnosisMemo] = defaultdict(DiagnosisMemo)
         self.pairs: tuple | None = None  # the alignment, made on the first case that runs
 
     def run(self, case: InputCase, captured=None) -> tuple[list[ConfigResult], list[ProviderAgreement]]:
@@ -272,10 +274,10 @@ class _CaseRunner:
                 continue
             started = time.perf_counter()
             try:
-                run = pipeline.bisect_case(
-                    self.prepared, self.runners[rt], case.inputs, captured, tolerance=self.tolerance,
-                    template=self.pairs, progress=self.progress, thorough=False,
-                    diagnosed=self.diagnosed[rt] if case.kind is CaseKind.DATASET else None)
+                policy = CasePolicy(self.tolerance, template=self.pairs, thorough=False,
+                                    memo=self.memos[rt] if case.kind is CaseKind.DATASET else None)
+                run = bisect_case(self.prepared, self.runners[rt], case.inputs, captured, policy=policy,
+                                  progress=self.progress)
             except BackendError as exc:
                 results.append(ConfigResult(case, rt, ConfigStatus.ERROR, message=str(exc),
                                             seconds=time.perf_counter() - started))
@@ -283,7 +285,7 @@ class _CaseRunner:
             if self.pairs is None:
                 self.pairs = run.pairs
                 for runner in self.runners.values():
-                    runner.narrow(pipeline.paired_tensors(self.pairs, self.prepared.index))
+                    runner.narrow(paired_tensors(self.pairs, self.prepared.index))
             results.append(config_result(case, rt, run, time.perf_counter() - started))
             if len(self.runners) > 1:
                 runs[rt] = run
@@ -300,7 +302,7 @@ class _CaseRunner:
         """
         started = time.perf_counter()
         with self.progress.step("capture", "running PyTorch"):
-            reference = pipeline.capture_case(self.prepared.loaded, case.inputs, outputs_only=True)
+            reference = capture_case(self.prepared.loaded, case.inputs, outputs_only=True)
         model_feeds, _ = feeds.make_feeds(case.inputs, self.prepared.skeleton, self.prepared.loaded.forward_params)
         finals, results = {}, []
         for rt in self.plan.runtimes:
@@ -312,7 +314,7 @@ class _CaseRunner:
                     finals[rt] = self.runners[rt].final(model_feeds)
             except BackendError:
                 return None
-            outputs = pipeline.compare_outputs(reference, self.prepared.index, finals[rt], self.tolerance)
+            outputs = compare_outputs(reference, self.prepared.index, finals[rt], self.tolerance)
             if not outputs or not all(o.diff.ok for o in outputs):
                 return None
             results.append(ConfigResult(case, rt, ConfigStatus.OK, outputs=outputs,
@@ -325,7 +327,7 @@ class _CaseRunner:
 
 def _capture(prepared: Prepared, case: InputCase, progress: Progress):
     with progress.step("capture", "running PyTorch with forward hooks"):
-        return pipeline.capture_case(prepared.loaded, case.inputs)
+        return capture_case(prepared.loaded, case.inputs)
 
 
 def _skipped(case: InputCase, rt: RuntimeSettings, plan: Plan, untestable, message: str = "") -> ConfigResult:

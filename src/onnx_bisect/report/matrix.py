@@ -9,7 +9,8 @@ from tabulate import tabulate
 
 from ..records import (Cause, CaseKind, ConfigResult, ConfigStatus, Divergence, LayerAggregate, MatrixReport,
                       Reproduction, RuntimeSettings)
-from .text import divergence_json, faithful_json, fmt_num, json_float, write_atomic
+from .files import write_atomic
+from .text import divergence_json, faithful_json, fmt_num, json_float
 
 #: dataset samples listed one row each; more are folded into one row per runtime setting (--all lists them)
 DATASET_ROWS = 8

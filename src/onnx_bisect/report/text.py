@@ -3,14 +3,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from collections import Counter
-from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
+from .files import write_atomic
 from ..records import (Cause, Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Report, Reproduction, Status,
                       TensorDiff)
 
@@ -272,20 +270,6 @@ def _jsonable(value):
 def json_float(x: float):
     """JSON has no inf/nan: write them as strings."""
     return x if math.isfinite(x) else str(x)
-
-
-def write_atomic(path: str, data: bytes | str) -> None:
-    """Write ``path`` via a temporary file in the same folder and an atomic rename."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_json(report: Report, path: str) -> None:

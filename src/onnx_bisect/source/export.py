@@ -1,4 +1,5 @@
-"""Export stage: PyTorch model -> ONNX ModelProto (or load the user's ONNX file)."""
+"""Export stage: the one module that calls the exporters — dynamo (``torch.export`` + translation) and
+TorchScript — for the main job and for the coverage triage."""
 from __future__ import annotations
 
 import contextlib
@@ -8,15 +9,17 @@ import os
 import re
 import sys
 import warnings
-from pathlib import Path
 
 import onnx
 import torch
 from torch.utils._pytree import tree_map_only
 
-from ..errors import ExportError, OnnxLoadError
+from ..errors import ExportError
 from ..records import Exporter, ExportedModel, LoadedModel, ModelInputs
-from .weights import split_weights_from_file
+from .onnx_file import opset_of
+
+#: the opset of a TorchScript export when none is asked for
+DEFAULT_TORCHSCRIPT_OPSET = 17
 
 
 def export_model(
@@ -29,44 +32,35 @@ def export_model(
     ``dynamic_axes`` (``{input name: {axis: dimension name}}``) leaves those
     dimensions free: dynamic shapes for the dynamo exporter, ``dynamic_axes``
     for the TorchScript one.  Export from example sizes of at least 2 there
-    (``torch.export`` specializes sizes 0 and 1).
+    (``torch.export`` specializes sizes 0 and 1).  When every exporter fails,
+    the :class:`ExportError` carries ``failures``: ``[(Exporter, exception)]``.
     """
     model = loaded.module
     model.eval()
     # The TorchScript tracer runs the model on the inputs it is given; a forward
     # that modifies its arguments in place would change the tensors that later
     # become the ONNX feeds.
-    inputs = ModelInputs(*tree_map_only(torch.Tensor, torch.Tensor.clone, (inputs.args, inputs.kwargs)), inputs.names)
+    inputs = ModelInputs(*cloned(inputs), inputs.names)
     order = [exporter] if exporter else [Exporter.DYNAMO, Exporter.TORCHSCRIPT]
     failures: list[tuple[Exporter, BaseException]] = []
     for which in order:
         try:
-            proto, program = _export_dynamo(model, inputs, opset, dynamic_axes) if which is Exporter.DYNAMO else \
-                (_export_torchscript(model, inputs, opset, dynamic_axes), None)
+            proto, program = export_dynamo(model, inputs, opset, dynamic_axes) if which is Exporter.DYNAMO else \
+                (export_torchscript(model, inputs, opset, dynamic_axes), None)
         except Exception as exc:  # exporters raise a zoo of types
             failures.append((which, exc))
             continue
         notes = tuple(
-            f"The {w.value} exporter failed ({_summarise(e)}); fell back to the {which.value} exporter."
+            f"The {w.value} exporter failed ({summarise(e)}); fell back to the {which.value} exporter."
             for w, e in failures
         )
         return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), notes=notes, program=program)
-    raise ExportError(_export_failure_message(failures) + _triage(loaded, inputs, failures)) from failures[-1][1]
+    error = ExportError(failure_message(failures))
+    error.failures = failures
+    raise error from failures[-1][1]
 
 
-def _triage(loaded: LoadedModel, inputs: ModelInputs, failures) -> str:
-    """The coverage triage of the failures: operator, source line, exporter message ("" when it cannot tell)."""
-    try:
-        from ..coverage.export_triage import explain_export_failures
-
-        lines = explain_export_failures(loaded.module, inputs, [(w.value, e) for w, e in failures], loaded.source)
-    except Exception:  # the triage must never hide the export error itself
-        return ""
-    return f" What could not be exported: {'; '.join(lines)}. Run `onnx-bisect coverage {loaded.source}` for the " \
-        "full triage." if lines else ""
-
-
-def _export_dynamo(model, inputs: ModelInputs, opset: int | None, dynamic_axes=None):
+def export_dynamo(model, inputs: ModelInputs, opset: int | None = None, dynamic_axes=None):
     """``(ONNX model, torch.export ExportedProgram)`` from the dynamo exporter."""
     shapes = None
     if dynamic_axes:
@@ -75,7 +69,7 @@ def _export_dynamo(model, inputs: ModelInputs, opset: int | None, dynamic_axes=N
         given = list(inputs.names) + list(inputs.kwargs)
         shapes = {name: ({axis: torch.export.Dim.DYNAMIC for axis in dynamic_axes[name]} if name in dynamic_axes
                          else None) for name in given}
-    with _quiet():
+    with quiet():
         program = torch.onnx.export(
             model, tuple(inputs.args), kwargs=dict(inputs.kwargs) or None, dynamo=True,
             opset_version=opset, verbose=False, report=False, dynamic_shapes=shapes,
@@ -83,7 +77,27 @@ def _export_dynamo(model, inputs: ModelInputs, opset: int | None, dynamic_axes=N
     return program.model_proto, program.exported_program
 
 
-class _KeywordAdapter(torch.nn.Module):
+def capture_program(model, inputs: ModelInputs):
+    """``(ExportedProgram or None, first exception)``: ``torch.export`` as the dynamo exporter tries it,
+    non-strict first, then strict."""
+    args, kwargs = cloned(inputs)
+    first = None
+    for strict in (False, True):
+        try:
+            with quiet():
+                return torch.export.export(model, tuple(args), kwargs=kwargs or None, strict=strict), None
+        except Exception as exc:  # capture failures come in many types
+            first = first or exc
+    return None, first
+
+
+def translate_program(program) -> onnx.ModelProto:
+    """The ONNX model the dynamo exporter translates an ExportedProgram into (its default opset)."""
+    with quiet():
+        return torch.onnx.export(program, (), dynamo=True, report=False, verbose=False).model_proto
+
+
+class KeywordAdapter(torch.nn.Module):
     """Calls the wrapped model with keyword arguments.
 
     The TorchScript tracer passes positional arguments only, which some models
@@ -100,8 +114,12 @@ class _KeywordAdapter(torch.nn.Module):
         return self.model(**dict(zip(self._names, args)))
 
 
-def _export_torchscript(model, inputs: ModelInputs, opset: int | None, dynamic_axes=None) -> onnx.ModelProto:
-    args = tuple(inputs.args) + ((dict(inputs.kwargs),) if inputs.kwargs else ())
+def export_torchscript(model, inputs: ModelInputs, opset: int | None = None, dynamic_axes=None,
+                       silence_warnings: bool = True) -> onnx.ModelProto:
+    """The TorchScript exporter's ONNX model (through :class:`KeywordAdapter` when the forward refuses
+    positional arguments).  ``silence_warnings=False`` lets the tracer's warnings reach the caller."""
+    args, kwargs = cloned(inputs)
+    args = tuple(args) + ((kwargs,) if kwargs else ())
     naming = {}
     if dynamic_axes:
         if inputs.kwargs or not all(isinstance(a, torch.Tensor) for a in inputs.args):
@@ -110,30 +128,69 @@ def _export_torchscript(model, inputs: ModelInputs, opset: int | None, dynamic_a
         # graph inputs named after the forward parameters, so dynamic_axes can name them
         naming = {"input_names": list(inputs.names), "dynamic_axes": {n: dict(a) for n, a in dynamic_axes.items()}}
     try:
-        return _trace(model, args, opset, **naming)
+        return _trace(model, args, opset, silence_warnings, **naming)
     except TypeError:
-        if inputs.kwargs:
+        if kwargs:
             raise
-        return _trace(_KeywordAdapter(model, inputs.names), tuple(inputs.args), opset, **naming)
+        return _trace(KeywordAdapter(model, inputs.names), args, opset, silence_warnings, **naming)
 
 
-def _trace(model, args, opset, **naming):
+def _trace(model, args, opset, silence_warnings: bool, **naming) -> onnx.ModelProto:
     buffer = io.BytesIO()
-    with _quiet():
-        torch.onnx.export(model, args, buffer, dynamo=False, opset_version=opset or 17, **naming)
+    with quiet(silence_warnings):
+        torch.onnx.export(model, args, buffer, dynamo=False, opset_version=opset or DEFAULT_TORCHSCRIPT_OPSET,
+                          **naming)
     return onnx.load_from_string(buffer.getvalue())
 
 
+def trace_graph(model, inputs: ModelInputs):
+    """The inlined TorchScript trace (to find where an operator came from); None when tracing fails."""
+    try:
+        args, kwargs = cloned(inputs)
+        with quiet():
+            graph, _ = torch.jit._get_trace_graph(model, tuple(args), kwargs or None)
+        return graph
+    except Exception:  # noqa: BLE001 - the trace only explains; without it the message stands alone
+        return None
+
+
+def cloned(inputs: ModelInputs) -> tuple[tuple, dict]:
+    """Copies of the positional and keyword arguments (nested tuples, lists and dicts kept)."""
+    args, kwargs = tree_map_only(torch.Tensor, torch.Tensor.clone, (tuple(inputs.args), dict(inputs.kwargs)))
+    return tuple(args), kwargs
+
+
 @contextlib.contextmanager
-def _quiet():
-    """Silence the exporters' progress prints and warnings; errors still raise."""
-    sink = io.StringIO()
-    loggers = [logging.getLogger(n) for n in ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript")]
+def importable(module):
+    """Make ``module`` importable by its name for the duration (Dynamo looks modules up in sys.modules)."""
+    name = getattr(module, "__name__", None)
+    if not name or name in sys.modules:
+        yield
+        return
+    sys.modules[name] = module
+    try:
+        yield
+    finally:
+        sys.modules.pop(name, None)
+
+
+_LOGGERS = ("torch.onnx", "torch.export", "torch._dynamo", "onnxscript", "torch.fx.experimental.symbolic_shapes")
+
+
+@contextlib.contextmanager
+def quiet(silence_warnings: bool = True):
+    """Silence the exporters' prints, logs, native stderr (and Python warnings, unless the caller records
+    them); errors still raise."""
+    loggers = [logging.getLogger(n) for n in _LOGGERS]
     levels = [lg.level for lg in loggers]
-    with warnings.catch_warnings(), contextlib.redirect_stdout(sink), _native_stderr_silenced():
-        warnings.simplefilter("ignore")
+    with contextlib.ExitStack() as stack:
+        if silence_warnings:
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore")
+        stack.enter_context(contextlib.redirect_stdout(io.StringIO()))
+        stack.enter_context(_native_stderr_silenced())
         for lg in loggers:
-            lg.setLevel(logging.ERROR)
+            lg.setLevel(logging.CRITICAL)
         try:
             yield
         finally:
@@ -176,7 +233,7 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _OPERATOR = re.compile(r"(aten::\w+(?:\.\w+)?|aten\.\w+(?:\.\w+)?|torch\.ops\.[\w.]+)")
 
 
-def _summarise(exc: BaseException) -> str:
+def summarise(exc: BaseException) -> str:
     """One line: the innermost cause (the exporters wrap it in generic "next steps" text) and the operator."""
     chain = [exc]
     while chain[-1].__cause__ is not None and len(chain) < 20:
@@ -188,115 +245,11 @@ def _summarise(exc: BaseException) -> str:
     return f"{type(root).__name__}: {first}" + (f" [operator {op.group(1)}]" if op and op.group(1) not in first else "")
 
 
-def _export_failure_message(failures) -> str:
-    parts = "; ".join(f"{w.value}: {_summarise(e)}" for w, e in failures)
+def failure_message(failures) -> str:
+    """What failed in each exporter and the next steps."""
+    parts = "; ".join(f"{w.value}: {summarise(e)}" for w, e in failures)
     return (
         f"Exporting the model to ONNX failed ({parts}). Rewrite the failing operator with "
         "exportable PyTorch ops, register a custom symbolic/translation for it, or export "
         "the model yourself and pass the file with --onnx."
     )
-
-
-def opset_of(proto: onnx.ModelProto) -> int:
-    """The default-domain opset a model imports (0 when none)."""
-    for entry in proto.opset_import:
-        if entry.domain in ("", "ai.onnx"):
-            return int(entry.version)
-    return 0
-
-
-def load_onnx(path: str) -> ExportedModel:
-    """Load the user's ONNX file read-only, its weights memory-mapped (see ``weights``)."""
-    p = Path(path)
-    if not p.is_file():
-        raise OnnxLoadError(f"ONNX file '{p}' does not exist. Check the --onnx path.")
-    try:
-        skeleton, store = split_weights_from_file(str(p))
-    except Exception as exc:
-        raise OnnxLoadError(
-            f"'{p}' is not a loadable ONNX model ({type(exc).__name__}: {str(exc).strip()[:200]}). "
-            "Check that the file is complete and that its external data files sit beside it."
-        ) from exc
-    if not skeleton.graph.node:
-        raise OnnxLoadError(f"'{p}' loads but its graph has no nodes. Pass the exported model file.")
-    return ExportedModel(proto=skeleton, exporter=Exporter.GIVEN, opset=opset_of(skeleton), path=str(p),
-                         weights=store)
-
-
-def validate_onnx(proto: onnx.ModelProto, where: str) -> onnx.ModelProto:
-    """Run ``onnx.checker`` and shape inference; return a copy carrying the inferred types.
-
-    Dimensions the graph leaves free stay symbolic, so the copy runs at any
-    size the graph allows (see :func:`pin_shapes` for concrete shapes).
-    Pass a model whose large initializers were split off (see ``weights``): the
-    checker and shape inference then run in milliseconds instead of seconds.
-    """
-    view = checkable_view(proto)
-    try:
-        onnx.checker.check_model(view)
-    except onnx.checker.ValidationError as exc:
-        # An op the onnx package has no schema for is the runtime's business: ONNX Runtime
-        # writes its own fused ops (SimplifiedLayerNormalization, in the default domain) into
-        # the files it optimizes offline.  The session decides whether it loads; preflight
-        # reports the checker's complaint as a warning.
-        if not _unknown_op(exc):
-            raise OnnxLoadError(
-                f"{where} does not pass onnx.checker: {str(exc).strip().splitlines()[0][:300].rstrip('.')}. "
-                "Re-export the model or repair the reported node."
-            ) from exc
-    out = onnx.ModelProto()
-    out.CopyFrom(proto)
-    out.graph.ClearField("value_info")
-    out.graph.value_info.extend(_infer(view, where).graph.value_info)
-    return out
-
-
-def _unknown_op(exc: Exception) -> bool:
-    """Whether a checker error only says that some node's op has no schema in the onnx package."""
-    return str(exc).strip().startswith("No Op registered for")
-
-
-def pin_shapes(skeleton: onnx.ModelProto, input_shapes: dict, where: str) -> onnx.ModelProto:
-    """A copy of ``skeleton`` whose value infos are inferred with the inputs' free dimensions
-    pinned to ``input_shapes``, so intermediate shapes are concrete (for indexing, not for running)."""
-    view = checkable_view(skeleton)
-    for inp in view.graph.input:
-        shape = input_shapes.get(inp.name)
-        if shape is not None and len(shape) == len(inp.type.tensor_type.shape.dim):
-            for dim, size in zip(inp.type.tensor_type.shape.dim, shape):
-                dim.Clear()
-                dim.dim_value = int(size)
-    out = onnx.ModelProto()
-    out.CopyFrom(skeleton)
-    out.graph.ClearField("value_info")
-    out.graph.value_info.extend(_infer(view, where).graph.value_info)
-    return out
-
-
-def _infer(view: onnx.ModelProto, where: str) -> onnx.ModelProto:
-    try:
-        return onnx.shape_inference.infer_shapes(view, check_type=False, strict_mode=False, data_prop=True)
-    except Exception as exc:
-        raise OnnxLoadError(f"Shape inference failed on {where}: {str(exc)[:300]}.") from exc
-
-
-def checkable_view(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy in which initializers whose data lives elsewhere are typed graph inputs.
-
-    ``onnx.checker`` insists that external data files exist; a split-off
-    initializer (see ``weights``) has none, but as a typed input it checks and
-    infers exactly the same.
-    """
-    view = onnx.ModelProto()
-    view.CopyFrom(proto)
-    external = [i for i in view.graph.initializer if i.data_location == onnx.TensorProto.EXTERNAL]
-    if not external:
-        return view
-    keep = [i for i in view.graph.initializer if i.data_location != onnx.TensorProto.EXTERNAL]
-    declared = {i.name for i in view.graph.input}
-    for init in external:
-        if init.name not in declared:
-            view.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
-    view.graph.ClearField("initializer")
-    view.graph.initializer.extend(keep)
-    return view

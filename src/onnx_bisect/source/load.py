@@ -37,13 +37,13 @@ def load_model(spec: str) -> tuple[LoadedModel, Any]:
             f"'{path}:{chosen}' returned {type(obj).__name__}, not a torch.nn.Module. "
             "Make it return the model instance."
         )
-    forward_params = _forward_params(obj)
+    params = forward_params(obj)
     loaded = LoadedModel(
         module=obj,
         name=f"{path.name}:{chosen}",
         source=str(path),
         was_training=bool(obj.training),
-        forward_params=forward_params,
+        forward_params=params,
     )
     return loaded, module
 
@@ -139,7 +139,7 @@ def _instantiate(obj, path: Path, name: str):
         raise ModelLoadError(f"Calling '{path}:{name}()' failed: {type(exc).__name__}: {exc}. {advice}") from exc
 
 
-def _forward_params(model) -> tuple[str, ...]:
+def forward_params(model) -> tuple[str, ...]:
     try:
         sig = inspect.signature(model.forward)
     except (TypeError, ValueError):

@@ -1,27 +1,33 @@
-"""The coverage pipeline; the only module that knows the order of the triage stages.
+"""The coverage job: the only module that knows the order of the triage stages.
 
-source (.py: load + export triage; .onnx: load) -> validate -> inventory ->
+source (.py: load + both exporters; .onnx: open) -> validate -> inventory ->
 kernels -> placement -> opset -> risks -> classify -> CoverageReport.
 """
 from __future__ import annotations
 
 import time
+import warnings
 from pathlib import Path
 
 import onnx
 import onnx.inliner
 
-from ..errors import OnnxLoadError, UsageError
-from ..source.weights import split_weights, split_weights_from_file
-from .classify import classify_node
-from .inventory import take_inventory
-from .kernels import check_kernel
-from .opset import opset_need
-from .placement import confirm_placement
-from .providers import resolve_providers
-from .records import CoverageConfig, CoverageReport, ProviderInfo, RegistryState
-from .risks import assess_risks
-from .validate import validate_model
+from ..coverage.classify import classify_node
+from ..coverage.export_problems import format_problem, problems_from_exception
+from ..coverage.export_triage import (attempt, is_translation_failure, specialisations, translation_problems,
+                                      untranslatable)
+from ..coverage.inventory import take_inventory
+from ..coverage.kernels import check_kernel
+from ..coverage.opset import opset_need
+from ..coverage.placement import confirm_placement
+from ..coverage.providers import resolve_providers
+from ..coverage.records import CoverageConfig, CoverageReport, ExportProblem, ProviderInfo, RegistryState
+from ..coverage.risks import assess_risks
+from ..coverage.validate import validate_model
+from ..errors import UsageError
+from ..records import ModelInputs
+from ..source import export, onnx_file
+from ..source.weights import split_weights
 
 
 def run_coverage(config: CoverageConfig) -> CoverageReport:
@@ -36,7 +42,8 @@ def run_coverage(config: CoverageConfig) -> CoverageReport:
     if path.suffix.lower() == ".onnx":
         if config.inputs:
             raise UsageError("--input applies to a .py model; an ONNX file's triage needs no inputs.")
-        skeleton, weights = open_onnx(str(path))
+        opened = onnx_file.load_onnx(str(path), check="the path")
+        skeleton, weights = opened.proto, opened.weights
         exports, source = (), "the given file"
     elif path.suffix.lower() == ".py":
         exports, proto, source = _export(config)
@@ -51,23 +58,6 @@ def run_coverage(config: CoverageConfig) -> CoverageReport:
                          "MODEL.onnx.")
     report = triage_onnx(skeleton, weights, providers, config, timings)
     return CoverageReport(target=config.target, exports=exports, onnx_source=source, versions=_versions(), **report)
-
-
-def open_onnx(path: str):
-    """The file's graph skeleton and memory-mapped weights; OnnxLoadError when it is not a loadable model."""
-    p = Path(path)
-    if not p.is_file():
-        raise OnnxLoadError(f"ONNX file '{p}' does not exist. Check the path.")
-    try:
-        skeleton, weights = split_weights_from_file(str(p))
-    except Exception as exc:
-        raise OnnxLoadError(
-            f"'{p}' is not a loadable ONNX model ({type(exc).__name__}: {str(exc).strip()[:200]}). "
-            "Check that the file is complete and that its external data files sit beside it."
-        ) from exc
-    if not skeleton.graph.node:
-        raise OnnxLoadError(f"'{p}' loads but its graph has no nodes. Pass the exported model file.")
-    return skeleton, weights
 
 
 def triage_onnx(skeleton: onnx.ModelProto, weights, providers: tuple[ProviderInfo, ...], config: CoverageConfig,
@@ -106,7 +96,6 @@ def triage_onnx(skeleton: onnx.ModelProto, weights, providers: tuple[ProviderInf
 
 def _export(config: CoverageConfig):
     from ..source.load import load_inputs, load_model
-    from .export_triage import triage_export
 
     loaded, module = load_model(config.target)
     inputs = load_inputs(config.inputs, loaded, module)
@@ -115,6 +104,69 @@ def _export(config: CoverageConfig):
         if name in protos:
             return exports, protos[name], f"the {name} export"
     return exports, None, ""
+
+
+def triage_export(model, inputs: ModelInputs, user_file: str | None = None, file_module=None):
+    """Export ``model`` with both exporters; return what each did (``ExportAttempt``s) and the ONNX models
+    that came out, by exporter name.
+
+    ``file_module`` is the imported model file: strict torch.export re-imports
+    the model's module by name, so it is registered in ``sys.modules`` meanwhile.
+    """
+    model.eval()
+    attempts, protos = [], {}
+    for name, run in (("dynamo", _try_dynamo), ("torchscript", _try_torchscript)):
+        start = time.perf_counter()
+        with export.importable(file_module):
+            proto, problems = run(model, inputs, user_file)
+        attempts.append(attempt(name, proto, problems, time.perf_counter() - start))
+        if proto is not None:
+            protos[name] = proto
+    return tuple(attempts), protos
+
+
+def _try_dynamo(model, inputs: ModelInputs, user_file: str | None):
+    program, exc = export.capture_program(model, inputs)
+    if program is None:
+        return None, problems_from_exception("dynamo", exc, user_file)
+    try:
+        return export.translate_program(program), []
+    except Exception as exc:  # the exporter raises a zoo of types
+        with export.quiet():
+            return None, translation_problems(program, exc, user_file)
+
+
+def _try_torchscript(model, inputs: ModelInputs, user_file: str | None):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            proto = export.export_torchscript(model, inputs, silence_warnings=False)
+        except Exception as exc:  # noqa: BLE001 - every failure is triaged
+            return None, problems_from_exception("torchscript", exc, user_file,
+                                                 trace_graph=export.trace_graph(model, inputs))
+    return proto, specialisations(caught)
+
+
+def explain_export_failures(model, inputs: ModelInputs, failures, user_file: str | None = None) -> list[str]:
+    """One line per problem: the operator, source line and message of each exporter failure in ``failures``.
+
+    ``failures`` holds ``(Exporter, exception)`` pairs as the main job's
+    export stage collected them; only a light re-capture runs, to find the
+    source line of a dynamo translation failure.
+    """
+    problems: list[ExportProblem] = []
+    for exporter, exc in failures:
+        name = getattr(exporter, "value", str(exporter))
+        if name == "dynamo" and is_translation_failure(exc):
+            program = export.capture_program(model, inputs)[0]
+            with export.quiet():
+                listed = untranslatable(program, user_file) if program is not None else []
+            if listed:
+                problems.extend(listed)
+                continue
+        graph = export.trace_graph(model, inputs) if name == "torchscript" else None
+        problems.extend(problems_from_exception(name, exc, user_file, trace_graph=graph))
+    return [format_problem(p) for p in problems]
 
 
 def _versions() -> tuple[tuple[str, str], ...]:

@@ -1,0 +1,272 @@
+"""One input case through the stages: observe → align → measure → explain, each step returning a record.
+
+A single bisection is one case; a verification runs many over the same
+:class:`~.runner.Runner`; a bisection against a reference ONNX file reuses the
+alignment it made by name.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .. import align
+from ..align import ops as op_pairs
+from ..capture import modules as capture
+from ..capture import ops
+from ..measure import compare, localize
+from ..records import (Absence, Capture, LayerResult, LoadedModel, MatchMethod, ModelInputs,
+                       OutputResult, Report, Reproduction, TensorDiff, TensorPair, Tolerance)
+from ..records.graph import GraphIndex
+from ..report.progress import Progress
+from ..run import expose
+from ..source import feeds
+from . import explain
+from .config import CasePolicy
+from .prepare import Prepared, capture_case
+from .runner import Runner
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What ONNX Runtime computed for one case: the unmodified model's outputs and every exposed tensor."""
+
+    feeds: dict[str, np.ndarray] = field(repr=False)
+    feed_warnings: tuple[str, ...]
+    final: dict[str, np.ndarray] = field(repr=False)
+    probed: dict[str, np.ndarray] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """The case's pairs, the cut points among them, and the probed values of the paired tensors."""
+
+    pairs: tuple[TensorPair, ...]
+    cuts: dict[str, TensorPair] = field(repr=False)
+    probed: dict[str, np.ndarray] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class CutFeeds:
+    """The PyTorch values fed at the cut points (in the ONNX layout), and the cut points that cannot be fed."""
+
+    references: dict[str, np.ndarray] = field(repr=False)
+    feeds: dict[str, np.ndarray] = field(repr=False)  # the model's feeds plus one ``<tensor>::reference`` per cut
+    unfed: tuple[str, ...] = ()  # ONNX computes another size there: observed, not cut
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """The outputs' verdict, whether the instrumented run reproduces them, and every layer's errors."""
+
+    outputs: tuple[OutputResult, ...]
+    ok: bool
+    reproduction: Reproduction
+    reproduction_max_abs: float
+    layers: tuple[LayerResult, ...]
+    cut: CutFeeds
+    compare: Callable[[np.ndarray, np.ndarray], TensorDiff] = field(repr=False)
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CaseRun:
+    """One input case under one runtime setting: its report, the alignment it used, and the ONNX values
+    it observed (the unmodified model's outputs and every paired tensor of the instrumented run)."""
+
+    report: Report
+    pairs: tuple[TensorPair, ...]
+    final: dict[str, np.ndarray] = field(repr=False)
+    probed: dict[str, np.ndarray] = field(repr=False)
+
+
+def bisect_case(prepared: Prepared, runner: Runner, inputs: ModelInputs, captured: Capture | None = None, *,
+                policy: CasePolicy, progress: Progress | None = None) -> CaseRun:
+    """Bisect one input case; return its report, the alignment (a template for further cases) and values."""
+    progress = progress or Progress(enabled=False)
+    p = prepared
+    model_feeds = feeds.make_feeds(inputs, p.skeleton, p.loaded.forward_params)
+    if captured is None:
+        with progress.step("capture", "running PyTorch with forward hooks"):
+            captured = capture_case(p.loaded, inputs)
+    seen = observe_case(p, runner, model_feeds, policy, progress)
+    aligned = align_case(p, seen, captured, inputs, policy, progress)
+    measured = measure_case(p, runner, seen, aligned, captured, policy, progress)
+    found = explain.explain_case(p, runner, seen.feeds, seen.final, aligned.pairs, measured, captured, inputs,
+                                 policy, progress)
+    report = Report(
+        ok=measured.ok, tolerance=policy.tolerance, exporter=p.exported.exporter, opset=p.exported.opset,
+        provider=runner.backend.name, outputs=measured.outputs, first_divergence=found.first, layers=measured.layers,
+        warnings=measured.warnings + found.warnings, notes=p.exported.notes, timings=dict(progress.timings),
+        model_name=p.loaded.name, reproduction=measured.reproduction,
+        reproduction_max_abs=measured.reproduction_max_abs, faithful=found.faithful,
+    )
+    return CaseRun(report, aligned.pairs, seen.final, aligned.probed)
+
+
+def observe_case(p: Prepared, runner: Runner, made_feeds: tuple[dict[str, np.ndarray], tuple[str, ...]],
+                 policy: CasePolicy, progress: Progress) -> Observation:
+    """The unmodified model's outputs (first, while no instrumented values are held: its session has the
+    largest footprint), then the probe's exposed tensors."""
+    model_feeds, feed_warnings = made_feeds
+    with progress.step("final", "running the unmodified ONNX model"):
+        final = runner.final(model_feeds)
+    with progress.step("probe", f"running ONNX Runtime with {len(p.candidates)} tensors exposed"):
+        wanted = None if policy.template is None else paired_tensors(policy.template, p.index)
+        probed = runner.probe(model_feeds, wanted)
+    return Observation(model_feeds, tuple(feed_warnings), final, probed)
+
+
+def align_case(p: Prepared, seen: Observation, captured: Capture, inputs: ModelInputs, policy: CasePolicy,
+               progress: Progress) -> Alignment:
+    """Pair the capture with the probed tensors (or reuse the template's pairs) and choose the cut points."""
+    with progress.step("align", "aligning PyTorch activations with ONNX tensors"):
+        if policy.template is None:
+            modules, op_acts = ops.split(captured)
+            pairs = (align.align_activations(modules, p.index, p.scopes, seen.probed)
+                     + op_pairs.pair_ops(op_acts, p.index, seen.probed))
+        else:
+            pairs = align.reuse_alignment(policy.template, captured)
+        cuts = localize.cut_points(pairs, p.index)
+        kept = {q.tensor for q in pairs} | set(p.index.graph_outputs)
+        probed = {t: v for t, v in seen.probed.items() if t in kept}  # free the candidates nobody matched
+    if policy.template is None and _unaligned_leaves(pairs):
+        with progress.step("liveness", "checking which unaligned outputs the model uses"):
+            pairs = _mark_unused(pairs, p.loaded, inputs)  # one PyTorch forward with autograd recording
+    return Alignment(pairs, cuts, probed)
+
+
+def measure_case(p: Prepared, runner: Runner, seen: Observation, aligned: Alignment, captured: Capture,
+                 policy: CasePolicy, progress: Progress) -> Measurement:
+    """The outputs' verdict, the reproduction check, the local run (when needed) and every layer's errors."""
+    tolerance = policy.tolerance
+    with progress.step("report", "comparing"):
+        outputs = compare_outputs(captured, p.index, seen.final, tolerance)
+        ok = all(o.diff.ok for o in outputs)
+        reproduction, reproduction_max_abs = reproduction_of(p.index, aligned.probed, seen.final, tolerance)
+        # A verification case that agrees keeps three numbers per layer: measure only those.
+        cmp = functools.partial(_compare if policy.thorough or not ok else compare.check_tensors, tol=tolerance)
+    cut = cut_feeds(aligned, seen.feeds)
+    local_values: dict[str, np.ndarray] = {}
+    if policy.thorough or not ok:
+        with progress.step("local", f"measuring local error at {len(aligned.cuts)} cut points"):
+            local_values = runner.local(cut.feeds, cut.references, cut.unfed)
+    with progress.step("report", "comparing"):
+        layers = localize.localize(aligned.pairs, p.index, aligned.probed, local_values, aligned.cuts, cmp,
+                                   accumulated_reliable=reproduction is not Reproduction.DIFFERENT)
+        warnings = (list(seen.feed_warnings) + list(p.warnings)
+                    + _warnings(p.loaded, captured, p.index, reproduction, reproduction_max_abs))
+    return Measurement(outputs, ok, reproduction, reproduction_max_abs, layers, cut, cmp, tuple(warnings))
+
+
+def cut_feeds(aligned: Alignment, model_feeds: dict[str, np.ndarray]) -> CutFeeds:
+    """The reference values to feed at the cut points; a tensor whose ONNX size differs from PyTorch's (a
+    shape baked into the graph) cannot be fed its reference and is only observed."""
+    probed = aligned.probed
+    references = {t: in_onnx_layout(q.reference(), probed[t]) for t, q in aligned.cuts.items()
+                  if t in probed and probed[t].size == q.activation.value.size}
+    unfed = tuple(t for t in aligned.cuts if t in probed and t not in references)
+    return CutFeeds(references, with_references(model_feeds, references), unfed)
+
+
+def with_references(model_feeds: dict[str, np.ndarray], references: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The model's feeds plus each reference under its cut graph input's name."""
+    return {**model_feeds, **{expose.reference_input_name(t): v for t, v in references.items()}}
+
+
+def _unaligned_leaves(pairs: tuple[TensorPair, ...]) -> dict[tuple[str, int, str], TensorPair]:
+    """Leaf activations with no ONNX tensor and no reason yet to call them absent, by (module, call, path)."""
+    return {_call_key(q): q for q in pairs
+            if q.tensor is None and q.method is MatchMethod.NONE and q.activation.is_leaf and q.activation.module
+            and q.absent is None}
+
+
+def _mark_unused(pairs: tuple[TensorPair, ...], loaded: LoadedModel, inputs: ModelInputs) -> tuple[TensorPair, ...]:
+    """Unaligned leaf outputs the model's outputs never use (an LSTM's final states a model discards) are
+    absent from the graph, not alignment failures: exporters prune what computes them."""
+    lost = _unaligned_leaves(pairs)
+    if not lost or loaded.module is None:
+        return pairs
+    try:
+        unused = capture.unused_outputs(loaded.module, inputs, frozenset(lost))
+    except Exception:  # noqa: BLE001 - a model that will not run with autograd keeps its reasons
+        return pairs
+    note = (f"{align.ABSENT}: the model's outputs do not use this value (PyTorch computes it, the exporter "
+            "pruned what computes it)")
+    return tuple(dataclasses.replace(q, note=note, absent=Absence.UNUSED_OUTPUT) if _call_key(q) in unused else q
+                 for q in pairs)
+
+
+def _call_key(q: TensorPair) -> tuple[str, int, str]:
+    """Which output of which call of which module a pair is about."""
+    return q.activation.module, q.activation.call, q.activation.path
+
+
+def paired_tensors(template: tuple[TensorPair, ...], index: GraphIndex) -> list[str]:
+    """The probe outputs a case with a known alignment needs: its paired tensors and the graph outputs."""
+    return list(dict.fromkeys([q.tensor for q in template if q.tensor and q.tensor in index.producer]
+                              + list(index.graph_outputs)))
+
+
+def _compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance):
+    return compare.compare_tensors(actual, expected, tol)
+
+
+def compare_outputs(captured, index, final, tol) -> tuple[OutputResult, ...]:
+    """The unmodified model's outputs against PyTorch's, by position."""
+    results = []
+    for name, ref in zip(index.graph_outputs, captured.outputs):
+        if name in final:
+            # np.asarray: the verdict judges the output as the dtype it declares (see Runner._computed)
+            results.append(OutputResult(name, compare.compare_tensors(np.asarray(final[name]), ref, tol)))
+    return tuple(results)
+
+
+def reproduction_of(index: GraphIndex, instrumented, final, tol: Tolerance) -> tuple[Reproduction, float]:
+    """Whether the instrumented run's graph outputs equal the unmodified run's: bit for bit, within
+    tolerance, or not; and the largest difference."""
+    verdict, worst = Reproduction.EXACT, 0.0
+    for name in index.graph_outputs:
+        a, b = instrumented.get(name), final.get(name)
+        if a is None or b is None or (a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")):
+            continue
+        diff = compare.compare_tensors(a, b, tol)
+        worst = max(worst, diff.max_abs)
+        if not diff.ok:
+            verdict = Reproduction.DIFFERENT
+        elif verdict is Reproduction.EXACT:
+            verdict = Reproduction.WITHIN_TOLERANCE
+    return verdict, worst
+
+
+def _warnings(loaded, captured, index, reproduction: Reproduction, reproduction_max_abs: float) -> list[str]:
+    notes = []
+    if loaded.was_training:
+        notes.append(
+            "The model came in training mode; onnx-bisect ran and exported it in eval mode. If your "
+            "deployment exported it in training mode, Dropout and BatchNorm batch statistics will differ."
+        )
+    if len(captured.outputs) != len(index.graph_outputs):
+        notes.append(
+            f"PyTorch returned {len(captured.outputs)} output tensor(s) but the ONNX graph has "
+            f"{len(index.graph_outputs)}; only the first {min(len(captured.outputs), len(index.graph_outputs))} "
+            "were compared, by position."
+        )
+    if reproduction is Reproduction.DIFFERENT:
+        notes.append(
+            "The instrumented run disagrees with the unmodified model at the outputs (max abs "
+            f"{reproduction_max_abs:.3g}): exposing intermediate tensors changed how ONNX Runtime optimised the "
+            "graph, so the accumulated errors in the table are not those of the shipped graph. The first "
+            "divergence was located with exposures that keep the shipped outputs."
+        )
+    return notes
+
+
+def in_onnx_layout(reference: np.ndarray, onnx_value: np.ndarray) -> np.ndarray:
+    """The reference with the ONNX tensor's dtype and shape, ready to feed (values beyond a float16 tensor's
+    range become inf, as they do in the graph)."""
+    with np.errstate(over="ignore"):
+        return np.ascontiguousarray(reference.astype(onnx_value.dtype, copy=False).reshape(onnx_value.shape))

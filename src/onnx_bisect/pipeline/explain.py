@@ -1,0 +1,129 @@
+"""The explain step of one case: the first divergence, located faithfully when exposure changed the outputs,
+and diagnosed (or taken from an earlier case's diagnosis)."""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+
+from ..diagnose import DiagnosisContext, diagnose
+from ..measure import localize, observe
+from ..records import (Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Reproduction, Status, TensorPair)
+from ..report.progress import Progress
+from ..run import expose
+from .config import CasePolicy
+from .prepare import Prepared
+from .runner import Runner
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The first divergence (diagnosed), how it was located, and the warnings explaining found on the way."""
+
+    first: Divergence | None = None
+    faithful: FaithfulLocation | None = None
+    warnings: tuple[str, ...] = ()
+
+
+def explain_case(p: Prepared, runner: Runner, model_feeds, final, pairs: tuple[TensorPair, ...], measured,
+                 captured, inputs, policy: CasePolicy, progress: Progress) -> Explanation:
+    """Name the first divergence and its cause; when the outputs agree, warn about a hidden one."""
+    from .case import reproduction_of, with_references  # the case module calls this one
+
+    if measured.ok:
+        return Explanation(warnings=tuple(hidden_divergence(measured.layers)))
+    layer, introduced = localize.first_divergence(measured.layers)
+    references, ref_feeds, faithful = measured.cut.references, measured.cut.feeds, None
+    if measured.reproduction is Reproduction.DIFFERENT:
+        with progress.step("observe", "locating the divergence with faithful exposures"):
+            def reproduces(values) -> bool:
+                return reproduction_of(p.index, values, final, policy.tolerance)[0] is not Reproduction.DIFFERENT
+
+            located = locate_faithfully(p, runner, pairs, model_feeds, reproduces, measured.compare)
+        if located is not None:
+            faithful, layer, introduced, references = located
+            ref_feeds = with_references(model_feeds, references)
+    if layer is None:
+        return Explanation(faithful=faithful, warnings=(
+            "The final outputs diverge, but no aligned tensor does: the divergence lies after the "
+            "last aligned tensor or in a part of the graph no activation maps to.",))
+    earlier = policy.memo.get(layer.pair.tensor, introduced) if policy.memo is not None else None
+    if earlier is not None:
+        first = dataclasses.replace(
+            earlier, layer=layer, evidence={**earlier.evidence, "diagnosed_on_an_earlier_sample": True},
+            explanation="(Diagnosed on an earlier sample that diverges at the same tensor.) " + earlier.explanation)
+        return Explanation(first, faithful)
+    with progress.step("diagnose", "diagnosing the first divergence"):
+        first = diagnose(DiagnosisContext(
+            layer=layer, introduced=introduced, layers=measured.layers, graph=p.index, skeleton=p.skeleton,
+            weights=p.weights, loaded=p.loaded, exported=p.exported, capture=captured, references=references,
+            feeds=model_feeds, tolerance=policy.tolerance, local_run=_local_run_at(runner, references, ref_feeds),
+            compare=measured.compare, backend=runner.backend, inputs=inputs, reference_weights=p.reference_weights,
+        ))
+    if policy.memo is not None:
+        policy.memo.keep(first)
+    return Explanation(first, faithful)
+
+
+def hidden_divergence(layers: tuple[LayerResult, ...]) -> list[str]:
+    """A warning when the outputs agree but a segment inside introduces error beyond tolerance: a fault
+    that the rest of the model hides on these inputs (a normalisation after it, a saturating activation)."""
+    layer, introduced = localize.first_divergence(layers)
+    if layer is None or not introduced:
+        return []
+    count = sum(1 for r in layers if r.origin is ErrorOrigin.INTRODUCED)
+    a, local = layer.pair.activation, layer.local
+    node = layer.segment[-1] if layer.segment else layer.pair.tensor
+    return [f"The outputs agree, but {count} layer(s) inside the model introduce error beyond tolerance, first "
+            f"{a.module or '<model>'} ({a.module_type}) → ONNX node {node}: local max abs {local.max_abs:.3g}, "
+            f"{local.tol_ratio:.3g}× the tolerance. The layers after it hide the difference on these inputs; "
+            "other inputs may not (run with --dataset or --edge-cases to check)."]
+
+
+def locate_faithfully(p: Prepared, runner: Runner, pairs, model_feeds, reproduces, cmp):
+    """The first divergence from exposures that keep the shipped outputs, with its local error.
+
+    Returns ``(location, layer, introduced, references)`` or None.
+    """
+    ordered = sorted({q.tensor: q for q in pairs if q.cuttable and q.tensor in p.index.producer}.values(),
+                     key=lambda q: p.index.order_of(q.tensor))
+    boundaries = frozenset(q.tensor for q in ordered if not q.activation.is_leaf)
+
+    def measure(pair: TensorPair, value: np.ndarray):
+        return cmp(value, pair.reference())
+
+    location, observed = observe.locate_faithfully(
+        ordered, boundaries, lambda ts: runner.observe(model_feeds, ts), reproduces, measure)
+    if location is None:
+        return None
+    by_tensor = {q.tensor: q for q in ordered}
+    good = [t for t, d in observed.items() if d.ok]
+    bad = by_tensor[location.first_bad]
+    # Cut only where an exposure kept the shipped outputs: those cuts leave the fusions in place.
+    references = {t: np.ascontiguousarray(by_tensor[t].reference().astype(
+        np.dtype(onnx.helper.tensor_dtype_to_np_dtype(p.index.elem_types.get(t, onnx.TensorProto.FLOAT))),
+        copy=False)) for t in good}
+    ref_feeds = {**model_feeds, **{expose.reference_input_name(t): v for t, v in references.items()}}
+    cut = expose.expose_tensors(expose.cut_at_tensors(p.skeleton, references), [bad.tensor])
+    local_values = runner.run_cut(cut, ref_feeds, [bad.tensor], p.weights)
+    local = cmp(local_values[bad.tensor], bad.reference())
+    seg = p.index.segment(bad.tensor, frozenset(references))
+    introduced = not local.ok
+    layer = LayerResult(
+        pair=bad, diff=observed[bad.tensor], local=local, status=Status.DIVERGED,
+        origin=ErrorOrigin.INTRODUCED if introduced else ErrorOrigin.INHERITED,
+        segment=tuple(p.index.nodes[i].name for i in seg), segment_ops=tuple(p.index.nodes[i].op_type for i in seg),
+        order=float(p.index.order_of(bad.tensor)),
+    )
+    return location, layer, introduced, references
+
+
+def _local_run_at(runner: Runner, references, ref_feeds):
+    """The diagnosis's re-run: a model cut at ``references``' tensors, each segment fed its reference values."""
+    def local_run(model, store, optimize: bool = True):
+        """Run ``model`` cut at the same tensors, every segment fed the reference values."""
+        return runner.run_cut(expose.cut_at_tensors(model, references), ref_feeds, list(references), store,
+                              optimize=optimize)
+    return local_run

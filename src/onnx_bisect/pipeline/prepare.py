@@ -1,0 +1,138 @@
+"""What every input case shares: the PyTorch capture, the ONNX model (exported or loaded), its graph index,
+scope map and preflight warnings."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx
+
+from .. import align
+from ..align import ops as op_pairs
+from ..capture import modules as capture
+from ..capture import ops
+from ..diagnose import preflight
+from ..errors import ExportError, InputError, UsageError
+from ..records import Capture, Exporter, ExportedModel, LoadedModel, ModelInputs
+from ..records.graph import GraphIndex
+from ..records.weights import Weights
+from ..report.files import write_atomic
+from ..report.progress import Progress
+from ..run.backend import Backend
+from ..source import export, feeds, graph, load, onnx_file, weights
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What every input case shares: the model, its ONNX graph, the scope map and preflight warnings."""
+
+    loaded: LoadedModel
+    exported: ExportedModel
+    skeleton: onnx.ModelProto  # shape-inferred (free dimensions stay symbolic), large weights split off
+    weights: Weights
+    index: GraphIndex  # shapes pinned to the sample's
+    scopes: align.ScopeMap
+    candidates: tuple[str, ...]  # the tensors the probe exposes
+    warnings: tuple[str, ...] = ()
+    reference_weights: dict[str, np.ndarray] | None = field(default=None, repr=False)  # --reference's initializers
+
+
+def loaded_from_module(model: Any) -> LoadedModel:
+    """A :class:`LoadedModel` for an ``nn.Module`` handed over from Python."""
+    return LoadedModel(module=model, name=type(model).__name__, source="<python>", was_training=bool(model.training),
+                       forward_params=load.forward_params(model))
+
+
+def capture_case(loaded: LoadedModel, inputs: ModelInputs, outputs_only: bool = False) -> Capture:
+    """The PyTorch reference run (every activation, or ``outputs_only``); a failure is the user's input
+    problem, said in one paragraph."""
+    try:
+        if outputs_only:
+            return capture.capture_outputs(loaded.module, inputs)
+        return capture.capture_activations(loaded.module, inputs)
+    except Exception as exc:
+        shapes = ", ".join(
+            f"{n}: {getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', []))}"
+            for n, v in zip(inputs.names, inputs.args)
+        )
+        raise InputError(
+            f"Running the PyTorch model on the given inputs failed ({type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ''}). Given: "
+            f"{shapes or 'no positional inputs'}. Check the number, order, shapes and dtypes of the --input files."
+        ) from exc
+
+
+def with_program_ops(captured: Capture, exported: ExportedModel, inputs: ModelInputs, progress: Progress) -> Capture:
+    """``captured`` plus every op of the exported program that kept its value in the ONNX graph (dynamo
+    exports made here); unchanged for a given file."""
+    if exported.program is None:
+        return captured
+    with progress.step("capture", "running the exported program op by op"):
+        values = frozenset(t for n in exported.proto.graph.node for t in n.output)
+        return ops.with_ops(captured, ops.capture_ops(exported.program, inputs, len(captured.activations), values))
+
+
+def obtain_onnx(loaded: LoadedModel, inputs: ModelInputs, onnx_path: str | onnx.ModelProto | None,
+                exporter: Exporter | None, opset: int | None, progress: Progress,
+                dynamic_axes: dict[str, dict[int, str]] | None = None) -> ExportedModel:
+    """Export the model (``onnx_path`` None), or load the given file or proto."""
+    if onnx_path is None:
+        with progress.step("export", f"exporting to ONNX ({(exporter or Exporter.DYNAMO).value})"):
+            try:
+                return export.export_model(loaded, inputs, exporter, opset, dynamic_axes)
+            except ExportError as exc:
+                raise ExportError(str(exc) + _triage(loaded, inputs, getattr(exc, "failures", ()))) from exc.__cause__
+    if isinstance(onnx_path, str):
+        return onnx_file.load_onnx(onnx_path)
+    return ExportedModel(proto=onnx_path, exporter=Exporter.GIVEN, opset=onnx_file.opset_of(onnx_path))
+
+
+def _triage(loaded: LoadedModel, inputs: ModelInputs, failures) -> str:
+    """The coverage triage of export failures: operator, source line, exporter message ("" when it cannot tell)."""
+    if not failures:
+        return ""
+    try:
+        from .coverage import explain_export_failures
+
+        lines = explain_export_failures(loaded.module, inputs, failures, loaded.source)
+    except Exception:  # noqa: BLE001 - the triage must never hide the export error itself
+        return ""
+    return f" What could not be exported: {'; '.join(lines)}. Run `onnx-bisect coverage {loaded.source}` for the " \
+        "full triage." if lines else ""
+
+
+def prepare(loaded: LoadedModel, inputs: ModelInputs, captured: Capture, exported: ExportedModel, *,
+            backend: Backend, save_onnx: str | None = None, progress: Progress) -> Prepared:
+    """Index the graph against the sample's capture and run the preflight checks."""
+    with progress.step("prepare", "indexing the ONNX graph"):
+        skeleton, weight_store = (
+            (exported.proto, exported.weights) if exported.weights is not None else weights.split_weights(exported.proto)
+        )
+        model_feeds, _ = feeds.make_feeds(inputs, skeleton, loaded.forward_params)
+        where = f"ONNX model '{exported.path}'" if exported.path else "The exported ONNX model"
+        skeleton = onnx_file.validate_onnx(skeleton, where)
+        index = graph.index_graph(onnx_file.pin_shapes(skeleton, {k: v.shape for k, v in model_feeds.items()}, where))
+        modules, op_acts = ops.split(captured)
+        scopes = align.map_scopes(modules, index)
+        candidates = tuple(dict.fromkeys(align.candidate_tensors(modules, index, scopes)
+                                         + op_pairs.op_tensors(op_acts, index)))
+    with progress.step("preflight", "checking the model before running it"):
+        warnings = preflight.check_model(loaded, inputs, skeleton, weight_store, exported, backend, modules)
+    if save_onnx:
+        save_model(weights.join_weights(skeleton, weight_store) if exported.weights is not None else exported.proto,
+                   save_onnx)
+    return Prepared(loaded, exported, skeleton, weight_store, index, scopes, candidates, tuple(warnings))
+
+
+def save_model(proto: onnx.ModelProto, path: str) -> None:
+    """Write ``proto`` to ``path`` (``--save-onnx``) atomically."""
+    try:
+        data = proto.SerializeToString()
+    except ValueError as exc:  # protobuf refuses messages over 2 GB
+        raise UsageError(f"The model is too large for one ONNX file ({exc}); save it with external data "
+                         "yourself (onnx.save_model(..., save_as_external_data=True)).") from exc
+    try:
+        write_atomic(path, data)
+    except OSError as exc:
+        raise UsageError(f"Cannot write --save-onnx '{path}': {exc.strerror or exc}. Choose a writable path.") from exc

@@ -1,0 +1,116 @@
+"""Open the user's ONNX file (read-only, weights memory-mapped), validate it, and pin shapes for indexing."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+
+from ..errors import OnnxLoadError
+from ..records import Exporter, ExportedModel
+from .weights import split_weights_from_file
+
+
+def opset_of(proto: onnx.ModelProto) -> int:
+    """The default-domain opset a model imports (0 when none)."""
+    for entry in proto.opset_import:
+        if entry.domain in ("", "ai.onnx"):
+            return int(entry.version)
+    return 0
+
+
+def load_onnx(path: str, check: str = "the --onnx path") -> ExportedModel:
+    """Load the user's ONNX file read-only, its weights memory-mapped (see ``weights``); ``check`` is what the
+    error tells the user to check when the file is missing."""
+    p = Path(path)
+    if not p.is_file():
+        raise OnnxLoadError(f"ONNX file '{p}' does not exist. Check {check}.")
+    try:
+        skeleton, store = split_weights_from_file(str(p))
+    except Exception as exc:
+        raise OnnxLoadError(
+            f"'{p}' is not a loadable ONNX model ({type(exc).__name__}: {str(exc).strip()[:200]}). "
+            "Check that the file is complete and that its external data files sit beside it."
+        ) from exc
+    if not skeleton.graph.node:
+        raise OnnxLoadError(f"'{p}' loads but its graph has no nodes. Pass the exported model file.")
+    return ExportedModel(proto=skeleton, exporter=Exporter.GIVEN, opset=opset_of(skeleton), path=str(p),
+                         weights=store)
+
+
+def validate_onnx(proto: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    """Run ``onnx.checker`` and shape inference; return a copy carrying the inferred types.
+
+    Dimensions the graph leaves free stay symbolic, so the copy runs at any
+    size the graph allows (see :func:`pin_shapes` for concrete shapes).
+    Pass a model whose large initializers were split off (see ``weights``): the
+    checker and shape inference then run in milliseconds instead of seconds.
+    """
+    view = checkable_view(proto)
+    try:
+        onnx.checker.check_model(view)
+    except onnx.checker.ValidationError as exc:
+        # An op the onnx package has no schema for is the runtime's business: ONNX Runtime
+        # writes its own fused ops (SimplifiedLayerNormalization, in the default domain) into
+        # the files it optimizes offline.  The session decides whether it loads; preflight
+        # reports the checker's complaint as a warning.
+        if not _unknown_op(exc):
+            raise OnnxLoadError(
+                f"{where} does not pass onnx.checker: {str(exc).strip().splitlines()[0][:300].rstrip('.')}. "
+                "Re-export the model or repair the reported node."
+            ) from exc
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    out.graph.ClearField("value_info")
+    out.graph.value_info.extend(_infer(view, where).graph.value_info)
+    return out
+
+
+def _unknown_op(exc: Exception) -> bool:
+    """Whether a checker error only says that some node's op has no schema in the onnx package."""
+    return str(exc).strip().startswith("No Op registered for")
+
+
+def pin_shapes(skeleton: onnx.ModelProto, input_shapes: dict, where: str) -> onnx.ModelProto:
+    """A copy of ``skeleton`` whose value infos are inferred with the inputs' free dimensions
+    pinned to ``input_shapes``, so intermediate shapes are concrete (for indexing, not for running)."""
+    view = checkable_view(skeleton)
+    for inp in view.graph.input:
+        shape = input_shapes.get(inp.name)
+        if shape is not None and len(shape) == len(inp.type.tensor_type.shape.dim):
+            for dim, size in zip(inp.type.tensor_type.shape.dim, shape):
+                dim.Clear()
+                dim.dim_value = int(size)
+    out = onnx.ModelProto()
+    out.CopyFrom(skeleton)
+    out.graph.ClearField("value_info")
+    out.graph.value_info.extend(_infer(view, where).graph.value_info)
+    return out
+
+
+def _infer(view: onnx.ModelProto, where: str) -> onnx.ModelProto:
+    try:
+        return onnx.shape_inference.infer_shapes(view, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:
+        raise OnnxLoadError(f"Shape inference failed on {where}: {str(exc)[:300]}.") from exc
+
+
+def checkable_view(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy in which initializers whose data lives elsewhere are typed graph inputs.
+
+    ``onnx.checker`` insists that external data files exist; a split-off
+    initializer (see ``weights``) has none, but as a typed input it checks and
+    infers exactly the same.
+    """
+    view = onnx.ModelProto()
+    view.CopyFrom(proto)
+    external = [i for i in view.graph.initializer if i.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return view
+    keep = [i for i in view.graph.initializer if i.data_location != onnx.TensorProto.EXTERNAL]
+    declared = {i.name for i in view.graph.input}
+    for init in external:
+        if init.name not in declared:
+            view.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    view.graph.ClearField("initializer")
+    view.graph.initializer.extend(keep)
+    return view
