@@ -1,9 +1,14 @@
-"""onnx-bisect: find the first ONNX node that diverges from the PyTorch model, and say why."""
+"""onnx-bisect: find the first ONNX node that diverges from the PyTorch model, and say why.
+
+The stages, one package each, in the order ``pipeline`` runs them:
+``source`` → ``capture`` → ``run`` → ``align`` → ``measure`` → ``diagnose`` → ``report``;
+``records`` holds what they pass each other, ``cli`` is the command line, ``coverage`` the operator triage.
+"""
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["bisect", "verify", "Config", "Report", "MatrixReport", "BisectError", "__version__"]
+__all__ = ["bisect", "verify", "triage", "Config", "Report", "MatrixReport", "BisectError", "__version__"]
 
 
 def __getattr__(name: str):
@@ -12,6 +17,10 @@ def __getattr__(name: str):
         from .pipeline import bisect as pipeline
 
         return getattr(pipeline, name)
+    if name == "triage":
+        from .pipeline.coverage import triage
+
+        return triage
     if name == "verify":
         from .pipeline.verify import verify
 

@@ -15,10 +15,10 @@ __all__ = ["triage", "CoverageConfig", "CoverageReport", "NodeFinding", "Status"
            "RegistryState", "Slug"]
 
 
-def triage(target: str, inputs: tuple[str, ...] = (), providers: tuple[str, ...] = ("CPUExecutionProvider",),
-           opset: int | None = None, confirm: bool = True) -> CoverageReport:
-    """Triage a .py model (exported with both exporters) or an .onnx file; see ``CoverageReport``."""
-    from ..pipeline.coverage import run_coverage
+def __getattr__(name: str):
+    # ``triage`` is the package's API face; the job that runs the stages lives in the pipeline package.
+    if name == "triage":
+        from .. import triage
 
-    return run_coverage(CoverageConfig(target=target, inputs=tuple(inputs), providers=tuple(providers),
-                                       opset=opset, confirm=confirm))
+        return triage
+    raise AttributeError(f"module 'onnx_bisect.coverage' has no attribute {name!r}")

@@ -8,7 +8,7 @@ import onnx
 
 from .records import Validation, VersionCheck
 from .schemas import normalise_domain
-from ..source.onnx_file import checkable_view
+from ..records.graph import checkable_view
 
 _OFFICIAL_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training")
 

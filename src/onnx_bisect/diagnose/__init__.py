@@ -1,5 +1,6 @@
 """Diagnose stage: name the cause of the first divergence, show the evidence, prove the fix; preflight checks."""
-from .context import DiagnosisContext, Finding, Rule
+from .context import Baseline, CutRun, DiagnosisContext, Finding, FixedSegment, OnnxModel, Rule
 from .runner import CONFIDENT, RULES, diagnose
 
-__all__ = ["diagnose", "DiagnosisContext", "Finding", "Rule", "RULES", "CONFIDENT"]
+__all__ = ["diagnose", "Baseline", "CutRun", "DiagnosisContext", "Finding", "FixedSegment", "OnnxModel", "Rule", "RULES",
+           "CONFIDENT"]

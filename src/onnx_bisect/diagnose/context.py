@@ -16,16 +16,15 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..measure.compare import at_resolution
+from ..records import (Capture, Cause, LayerResult, LoadedModel, ModelInputs, RuntimeSettings, TensorDiff,
+                       Tolerance)
 from ..records.graph import GraphIndex, NodeInfo
-from ..records import Cause, Capture, ExportedModel, LayerResult, LoadedModel, ModelInputs, TensorDiff, Tolerance
 from ..records.weights import Weights
 from .support import segment as _segment
 
-#: re-run the cut graph (each segment fed PyTorch values) on a modified model;
-#: returns the local values of the cut tensors.  ``optimize=False`` disables
-#: the backend's graph optimizations for that run.
-LocalRun = Callable[..., Mapping[str, np.ndarray]]
+#: run an ONNX model once: ``(model, feeds, outputs, weights, optimize) -> values``, each value marked with the
+#: resolution it was computed at (the run stage's contract, as the pipeline's runner provides it)
+Execute = Callable[..., Mapping[str, np.ndarray]]
 
 #: float32 rounding steps an error must exceed before a rule may call it a fault:
 #: below that, any re-ordering of the arithmetic (a fused kernel, a different
@@ -34,27 +33,49 @@ NOISE_ULPS = 64
 
 
 @dataclass(frozen=True)
+class OnnxModel:
+    """The ONNX model the divergence is in."""
+
+    graph: GraphIndex
+    skeleton: onnx.ModelProto  # the ONNX graph, shape-inferred, large weights split off
+    weights: Weights  # the split-off weights
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What the ONNX model is compared with: the PyTorch model, its capture and inputs — or, with
+    ``--reference``, another ONNX model, whose initializers stand in for the parameters."""
+
+    loaded: LoadedModel  # loaded.module is the PyTorch model (None with --reference)
+    capture: Capture
+    inputs: ModelInputs | None = None  # the PyTorch inputs as given, before any cast for ONNX Runtime
+    weights: Mapping[str, np.ndarray] | None = None  # --reference: its float initializers by name
+
+
+@dataclass(frozen=True)
+class CutRun:
+    """How the divergent segment is re-run: the values fed at the cut tensors and graph inputs, and the run
+    stage's executor with the runtime settings it runs under."""
+
+    references: Mapping[str, np.ndarray]  # PyTorch value of every cut tensor, in the ONNX dtype
+    feeds: Mapping[str, np.ndarray]  # the graph inputs
+    execute: Execute
+    runtime: RuntimeSettings
+
+
+@dataclass(frozen=True)
 class DiagnosisContext:
-    """Everything known about the first divergence."""
+    """Everything known about the first divergence: where it is, the ONNX model, what it is compared with,
+    how to re-run its segment, and how to judge the result."""
 
     layer: LayerResult
     introduced: bool
     layers: tuple[LayerResult, ...]
-    graph: GraphIndex
-    skeleton: onnx.ModelProto  # the ONNX graph, shape-inferred, large weights split off
-    weights: Weights
-    loaded: LoadedModel  # loaded.module is the PyTorch model
-    exported: ExportedModel
-    capture: Capture
-    references: Mapping[str, np.ndarray]  # PyTorch value of every cut tensor, in the ONNX dtype
-    feeds: Mapping[str, np.ndarray]
+    onnx: OnnxModel
+    baseline: Baseline
+    cut: CutRun
     tolerance: Tolerance
-    local_run: LocalRun
     compare: Callable[[np.ndarray, np.ndarray], TensorDiff]
-    backend: Any = None  # the run stage's Backend: lets rules re-run the segment alone
-    inputs: ModelInputs | None = None  # the PyTorch inputs as given, before any cast for ONNX Runtime
-    #: with an ONNX reference instead of PyTorch: its float initializers by name, standing in for the parameters
-    reference_weights: Mapping[str, np.ndarray] | None = None
 
     # ------------------------------------------------------------ the divergent tensor
 
@@ -67,7 +88,7 @@ class DiagnosisContext:
     def reference(self) -> np.ndarray:
         """The PyTorch value of the divergent tensor, in the ONNX tensor's layout (float64 kept)."""
         ref = self.layer.pair.reference()
-        shape = self.graph.shapes.get(self.tensor)
+        shape = self.onnx.graph.shapes.get(self.tensor)
         if shape and None not in shape and int(np.prod(shape)) == ref.size:
             ref = ref.reshape(shape)
         return ref
@@ -76,11 +97,11 @@ class DiagnosisContext:
     def segment_nodes(self) -> list[NodeInfo]:
         """The ONNX nodes of the divergent segment, in graph order."""
         names = set(self.layer.segment)
-        return [n for n in self.graph.nodes if n.name in names]
+        return [n for n in self.onnx.graph.nodes if n.name in names]
 
     @cached_property
     def _protos(self) -> dict[str, onnx.NodeProto]:
-        return {n.name: n for n in self.skeleton.graph.node if n.name}
+        return {n.name: n for n in self.onnx.skeleton.graph.node if n.name}
 
     def node(self, name: str) -> onnx.NodeProto | None:
         """The skeleton's NodeProto called ``name`` (read it, never modify it)."""
@@ -93,9 +114,9 @@ class DiagnosisContext:
 
     def initializer(self, name: str) -> np.ndarray | None:
         """An initializer's value, wherever it is stored (None if it is not one)."""
-        if name in self.weights.arrays:
-            return self.weights.arrays[name]
-        for init in self.skeleton.graph.initializer:
+        if name in self.onnx.weights.arrays:
+            return self.onnx.weights.arrays[name]
+        for init in self.onnx.skeleton.graph.initializer:
             if init.name == name and init.data_location != onnx.TensorProto.EXTERNAL:
                 return numpy_helper.to_array(init)
         return None
@@ -107,7 +128,7 @@ class DiagnosisContext:
         value = self.initializer(tensor)
         if value is not None:
             return value
-        info = self.graph.node_of(tensor)
+        info = self.onnx.graph.node_of(tensor)
         if info is None or info.op_type != "Constant":
             return None
         return constant_value(self.node(info.name))
@@ -122,7 +143,7 @@ class DiagnosisContext:
     @cached_property
     def _modules(self) -> dict[str, Any]:
         # No PyTorch model when the reference is another ONNX model: rules that read modules find none.
-        return {} if self.loaded.module is None else dict(self.loaded.module.named_modules())
+        return {} if self.baseline.loaded.module is None else dict(self.baseline.loaded.module.named_modules())
 
     def module_of(self, node: NodeInfo) -> tuple[str, Any] | tuple[None, None]:
         """``(qualname, module)`` of the PyTorch module that emitted ``node``, if its scope is known."""
@@ -149,7 +170,7 @@ class DiagnosisContext:
 
     def activation_of(self, qualname: str):
         """The first captured activation of module ``qualname`` (None if not captured)."""
-        return next((a for a in self.capture.activations if a.module == qualname and a.call == 0), None)
+        return next((a for a in self.baseline.capture.activations if a.module == qualname and a.call == 0), None)
 
     # ------------------------------------------------------------ numbers
 
@@ -167,14 +188,14 @@ class DiagnosisContext:
 
     def segment_feeds(self, model: onnx.ModelProto | None = None, from_inputs: bool = False) -> dict[str, np.ndarray]:
         """The values the segment reads from outside: PyTorch references at cut tensors, else graph inputs."""
-        model = self.skeleton if model is None else model
-        _, boundary, _ = _segment.extract(model, [self.tensor], set() if from_inputs else set(self.references))
+        model = self.onnx.skeleton if model is None else model
+        _, boundary, _ = _segment.extract(model, [self.tensor], set() if from_inputs else set(self.cut.references))
         return {t: self._boundary_value(t) for t in boundary}
 
     @cached_property
     def upstream(self) -> list[str]:
         """Names of every node the divergent tensor depends on, back to the graph inputs."""
-        sub, _, _ = _segment.extract(self.skeleton, [self.tensor], set())
+        sub, _, _ = _segment.extract(self.onnx.skeleton, [self.tensor], set())
         return [n.name for n in sub.graph.node]
 
     @property
@@ -184,7 +205,7 @@ class DiagnosisContext:
 
     def torch_value(self, tensor: str) -> np.ndarray | None:
         """The PyTorch value of cut tensor ``tensor`` before any cast to the ONNX dtype (None if not a cut)."""
-        ref = self.references.get(tensor)
+        ref = self.cut.references.get(tensor)
         for layer in self.layers:
             if layer.pair.tensor == tensor and ref is not None:
                 value = layer.pair.reference()
@@ -193,22 +214,22 @@ class DiagnosisContext:
 
     def torch_input(self, name: str) -> np.ndarray | None:
         """The PyTorch input behind graph input ``name``, as given (by name, else by position)."""
-        if self.inputs is None or name not in self.graph.graph_inputs:
+        if self.baseline.inputs is None or name not in self.onnx.graph.graph_inputs:
             return None
-        by_name = dict(zip(self.inputs.names, self.inputs.args)) | dict(self.inputs.kwargs)
+        by_name = dict(zip(self.baseline.inputs.names, self.baseline.inputs.args)) | dict(self.baseline.inputs.kwargs)
         value = by_name.get(name)
         if value is None:
-            position = self.graph.graph_inputs.index(name)
-            value = self.inputs.args[position] if position < len(self.inputs.args) else None
+            position = self.onnx.graph.graph_inputs.index(name)
+            value = self.baseline.inputs.args[position] if position < len(self.baseline.inputs.args) else None
         if value is None or not hasattr(value, "detach"):
             return None
         return value.detach().cpu().numpy()
 
     def _boundary_value(self, tensor: str) -> np.ndarray:
-        if tensor in self.references:
-            return self.references[tensor]
-        if tensor in self.feeds:
-            return self.feeds[tensor]
+        if tensor in self.cut.references:
+            return self.cut.references[tensor]
+        if tensor in self.cut.feeds:
+            return self.cut.feeds[tensor]
         raise KeyError(f"segment input {tensor!r} is neither a cut tensor nor a graph input")
 
     def run_segment(
@@ -228,24 +249,21 @@ class DiagnosisContext:
         ``from_inputs`` runs everything upstream from the graph inputs instead
         (for errors that build up over many segments).
         """
-        if self.backend is None:
-            raise RuntimeError("this DiagnosisContext has no backend: segments cannot be re-run")
         key = (tuple(outputs), optimize, from_inputs)
         if model is None and weights is None and feeds is None and key in self._runs:
             return self._runs[key]
-        model = self.skeleton if model is None else model
-        weights = self.weights if weights is None else weights
+        model = self.onnx.skeleton if model is None else model
+        weights = self.onnx.weights if weights is None else weights
         wanted = list(dict.fromkeys([self.tensor, *outputs]))
-        sub, boundary, inits = _segment.extract(model, wanted, set() if from_inputs else set(self.references))
+        sub, boundary, inits = _segment.extract(model, wanted, set() if from_inputs else set(self.cut.references))
         values = {t: (feeds or {}).get(t) if (feeds or {}).get(t) is not None else self._boundary_value(t)
                   for t in boundary}
         store = Weights({n: weights.arrays[n] for n in inits if n in weights.arrays})
         sub = _segment.with_inputs(sub, values)
         run_outputs = [t for t in wanted if t not in values]
-        result = at_resolution(self.backend.run(sub, values, run_outputs, store, one_shot=True, optimize=optimize),
-                               self.graph.half_resolution)
+        result = dict(self.cut.execute(sub, values, run_outputs, store, optimize=optimize))
         result.update({t: values[t] for t in wanted if t in values})
-        if model is self.skeleton and weights is self.weights and feeds is None:
+        if model is self.onnx.skeleton and weights is self.onnx.weights and feeds is None:
             self._runs[key] = result
         return result
 
@@ -280,9 +298,18 @@ def attribute(node: onnx.NodeProto, name: str, default: Any = None) -> Any:
     return default
 
 
-#: a counterfactual returns ``(skeleton, weights)``, or ``(skeleton, weights, feeds)``
-#: when the fixed segment must also read other input values (e.g. float64 ones)
-Counterfactual = Callable[[DiagnosisContext], tuple]
+@dataclass(frozen=True)
+class FixedSegment:
+    """A counterfactual's repaired model: the skeleton and weights with the fix applied, and the input values
+    the fixed segment must read instead of the usual ones (float64 values, say), if any."""
+
+    model: onnx.ModelProto
+    weights: Weights
+    feeds: Mapping[str, np.ndarray] | None = None
+
+
+#: the fix a finding proposes, applied to a copy of the context's model
+Counterfactual = Callable[[DiagnosisContext], FixedSegment]
 
 
 @dataclass(frozen=True)

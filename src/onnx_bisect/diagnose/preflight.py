@@ -16,6 +16,7 @@ from onnx import TensorProto, helper
 from ..errors import BackendError, OnnxLoadError
 from ..records import Capture, ExportedModel, Exporter, LoadedModel, ModelInputs
 from .support.param_layouts import model_rnn_weights
+from ..records.graph import checkable_view
 from ..records.weights import Weights
 
 BN_TYPES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
@@ -95,16 +96,7 @@ def float64_model(loaded: LoadedModel, inputs: ModelInputs, skeleton: onnx.Model
 
 def checker_errors(skeleton: onnx.ModelProto) -> list[str]:
     """``onnx.checker`` with ``full_check`` (strict shape inference), on a view whose split-off weights are inputs."""
-    view = onnx.ModelProto()
-    view.CopyFrom(skeleton)
-    external = [i for i in view.graph.initializer if i.data_location == TensorProto.EXTERNAL]
-    if external:
-        keep = [i for i in view.graph.initializer if i.data_location != TensorProto.EXTERNAL]
-        declared = {i.name for i in view.graph.input}
-        view.graph.input.extend(helper.make_tensor_value_info(i.name, i.data_type, list(i.dims))
-                                for i in external if i.name not in declared)
-        view.graph.ClearField("initializer")
-        view.graph.initializer.extend(keep)
+    view = checkable_view(skeleton)
     view.graph.ClearField("value_info")
     try:
         onnx.checker.check_model(view, full_check=True)

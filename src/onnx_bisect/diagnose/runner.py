@@ -91,9 +91,7 @@ def _confirm(ctx: DiagnosisContext, finding: Finding):
     """
     try:
         fixed = finding.counterfactual(ctx)
-        skeleton, weights = fixed[0], fixed[1]
-        feeds = fixed[2] if len(fixed) > 2 else None
-        values = ctx.run_segment(skeleton, weights, feeds=feeds, optimize=finding.optimize,
+        values = ctx.run_segment(fixed.model, fixed.weights, feeds=fixed.feeds, optimize=finding.optimize,
                                  from_inputs=finding.from_inputs)
     except Exception:  # noqa: BLE001 - a fix that cannot be re-run leaves the finding a hypothesis
         return None, None

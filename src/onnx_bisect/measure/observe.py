@@ -40,33 +40,53 @@ def locate_faithfully(
     faithful observation diverges.
     """
     order = [p.tensor for p in pairs]
-    by_tensor = {p.tensor: p for p in pairs}
-    position = {t: i for i, t in enumerate(order)}
+    observer = _Observer(pairs, observe, reproduces, measure)
     observed: dict[str, TensorDiff] = {}
-    unobservable: list[str] = []
-    runs = 0
+    trusted = [t for t in order if t in boundaries]
+    got = observer.attempt(trusted) if trusted else None
+    if got is None:
+        trusted = []
+    else:
+        observed.update(got)
+    unobservable = _bisect(order, observed, trusted, observer, max_runs)
+    low, high = _window(order, observed)
+    if high >= len(order):
+        return None, observed
+    location = FaithfulLocation(
+        last_good=order[low] if low >= 0 else None, first_bad=order[high], runs=observer.runs,
+        unobservable=tuple(unobservable), boundaries_faithful=bool(trusted),
+    )
+    return location, observed
 
-    def attempt(tensors: list[str]) -> dict[str, TensorDiff] | None:
-        nonlocal runs
-        runs += 1
-        values = observe(tensors)
-        if not reproduces(values):
+
+class _Observer:
+    """Runs observations and counts them; a run counts only when it reproduces the shipped outputs."""
+
+    def __init__(self, pairs: Sequence[TensorPair], observe: Observe, reproduces, measure):
+        self.by_tensor = {p.tensor: p for p in pairs}
+        self.observe, self.reproduces, self.measure = observe, reproduces, measure
+        self.runs = 0
+
+    def attempt(self, tensors: list[str]) -> dict[str, TensorDiff] | None:
+        """The errors of ``tensors`` from one run exposing them, or None when that run changed the outputs."""
+        self.runs += 1
+        values = self.observe(tensors)
+        if not self.reproduces(values):
             return None
-        return {t: measure(by_tensor[t], values[t]) for t in tensors if t in values}
+        return {t: self.measure(self.by_tensor[t], values[t]) for t in tensors if t in values}
 
-    coarse = [t for t in order if t in boundaries]
-    trusted: list[str] = []
-    faithful_boundaries = False
-    if coarse:
-        got = attempt(coarse)
-        if got is not None:
-            observed.update(got)
-            trusted, faithful_boundaries = coarse, True
+
+def _bisect(order: list[str], observed: dict[str, TensorDiff], trusted: list[str], observer: _Observer,
+            max_runs: int) -> list[str]:
+    """Observe one tensor at a time (beside the ``trusted`` ones) between the last agreeing and the first
+    diverging tensor, halving the window each run; returns the tensors whose exposure changed the outputs."""
+    position = {t: i for i, t in enumerate(order)}
+    unobservable: list[str] = []
     low, high = _window(order, observed)
     pending = [t for t in order[low + 1: high] if t not in observed]
-    while pending and runs < max_runs:
+    while pending and observer.runs < max_runs:
         probe = pending[len(pending) // 2]
-        got = attempt(trusted + [probe])
+        got = observer.attempt(trusted + [probe])
         if got is None or probe not in got:
             unobservable.append(probe)
             pending.remove(probe)
@@ -76,14 +96,7 @@ def locate_faithfully(
             pending = [t for t in pending if position[t] > position[probe]]
         else:
             pending = [t for t in pending if position[t] < position[probe]]
-    low, high = _window(order, observed)
-    if high >= len(order):
-        return None, observed
-    location = FaithfulLocation(
-        last_good=order[low] if low >= 0 else None, first_bad=order[high], runs=runs,
-        unobservable=tuple(unobservable), boundaries_faithful=faithful_boundaries,
-    )
-    return location, observed
+    return unobservable
 
 
 def _window(order: list[str], observed: Mapping[str, TensorDiff]) -> tuple[int, int]:

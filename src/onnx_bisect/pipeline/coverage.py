@@ -30,6 +30,13 @@ from ..source import export, onnx_file
 from ..source.weights import split_weights
 
 
+def triage(target: str, inputs: tuple[str, ...] = (), providers: tuple[str, ...] = ("CPUExecutionProvider",),
+           opset: int | None = None, confirm: bool = True) -> CoverageReport:
+    """Triage a .py model (exported with both exporters) or an .onnx file; see ``CoverageReport``."""
+    return run_coverage(CoverageConfig(target=target, inputs=tuple(inputs), providers=tuple(providers),
+                                       opset=opset, confirm=confirm))
+
+
 def run_coverage(config: CoverageConfig) -> CoverageReport:
     """Triage ``config.target`` (a .py model or an .onnx file) against the requested providers."""
     timings: dict[str, float] = {}

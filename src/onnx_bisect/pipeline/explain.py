@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from ..diagnose import DiagnosisContext, diagnose
+from ..diagnose import Baseline, CutRun, DiagnosisContext, OnnxModel, diagnose
 from ..measure import localize, observe
 from ..records import (Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Reproduction, Status, TensorPair)
 from ..report.progress import Progress
@@ -30,12 +30,12 @@ class Explanation:
 def explain_case(p: Prepared, runner: Runner, model_feeds, final, pairs: tuple[TensorPair, ...], measured,
                  captured, inputs, policy: CasePolicy, progress: Progress) -> Explanation:
     """Name the first divergence and its cause; when the outputs agree, warn about a hidden one."""
-    from .case import reproduction_of, with_references  # the case module calls this one
+    from .case import reproduction_of  # the case module calls this one
 
     if measured.ok:
         return Explanation(warnings=tuple(hidden_divergence(measured.layers)))
     layer, introduced = localize.first_divergence(measured.layers)
-    references, ref_feeds, faithful = measured.cut.references, measured.cut.feeds, None
+    references, faithful = measured.cut.references, None
     if measured.reproduction is Reproduction.DIFFERENT:
         with progress.step("observe", "locating the divergence with faithful exposures"):
             def reproduces(values) -> bool:
@@ -44,7 +44,6 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, pairs: tuple[T
             located = locate_faithfully(p, runner, pairs, model_feeds, reproduces, measured.compare)
         if located is not None:
             faithful, layer, introduced, references = located
-            ref_feeds = with_references(model_feeds, references)
     if layer is None:
         return Explanation(faithful=faithful, warnings=(
             "The final outputs diverge, but no aligned tensor does: the divergence lies after the "
@@ -57,10 +56,11 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, pairs: tuple[T
         return Explanation(first, faithful)
     with progress.step("diagnose", "diagnosing the first divergence"):
         first = diagnose(DiagnosisContext(
-            layer=layer, introduced=introduced, layers=measured.layers, graph=p.index, skeleton=p.skeleton,
-            weights=p.weights, loaded=p.loaded, exported=p.exported, capture=captured, references=references,
-            feeds=model_feeds, tolerance=policy.tolerance, local_run=_local_run_at(runner, references, ref_feeds),
-            compare=measured.compare, backend=runner.backend, inputs=inputs, reference_weights=p.reference_weights,
+            layer=layer, introduced=introduced, layers=measured.layers,
+            onnx=OnnxModel(p.index, p.skeleton, p.weights),
+            baseline=Baseline(p.loaded, captured, inputs, p.reference_weights),
+            cut=CutRun(references, model_feeds, runner.run_cut, runner.backend.settings),
+            tolerance=policy.tolerance, compare=measured.compare,
         ))
     if policy.memo is not None:
         policy.memo.keep(first)
@@ -118,12 +118,3 @@ def locate_faithfully(p: Prepared, runner: Runner, pairs, model_feeds, reproduce
         order=float(p.index.order_of(bad.tensor)),
     )
     return location, layer, introduced, references
-
-
-def _local_run_at(runner: Runner, references, ref_feeds):
-    """The diagnosis's re-run: a model cut at ``references``' tensors, each segment fed its reference values."""
-    def local_run(model, store, optimize: bool = True):
-        """Run ``model`` cut at the same tensors, every segment fed the reference values."""
-        return runner.run_cut(expose.cut_at_tensors(model, references), ref_feeds, list(references), store,
-                              optimize=optimize)
-    return local_run

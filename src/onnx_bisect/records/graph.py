@@ -78,3 +78,25 @@ def outer_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
                 names.extend(i for i in list(n.input) + list(outer_inputs(n)) if i and i not in defined)
             names.extend(o.name for o in sub.output if o.name not in defined)
     return tuple(dict.fromkeys(names))
+
+
+def checkable_view(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy in which initializers whose data lives elsewhere are typed graph inputs.
+
+    ``onnx.checker`` insists that external data files exist; a split-off
+    initializer (see ``weights``) has none, but as a typed input it checks and
+    infers exactly the same.
+    """
+    view = onnx.ModelProto()
+    view.CopyFrom(proto)
+    external = [i for i in view.graph.initializer if i.data_location == onnx.TensorProto.EXTERNAL]
+    if not external:
+        return view
+    keep = [i for i in view.graph.initializer if i.data_location != onnx.TensorProto.EXTERNAL]
+    declared = {i.name for i in view.graph.input}
+    for init in external:
+        if init.name not in declared:
+            view.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    view.graph.ClearField("initializer")
+    view.graph.initializer.extend(keep)
+    return view

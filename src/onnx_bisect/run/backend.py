@@ -6,6 +6,7 @@ from typing import Mapping, Protocol, Sequence
 import numpy as np
 import onnx
 
+from ..records import RuntimeSettings
 from ..records.weights import Weights
 
 
@@ -18,9 +19,15 @@ class Session(Protocol):
 
 
 class Backend(Protocol):
-    """Something that executes ONNX models."""
+    """Something that executes ONNX models.
+
+    ``name`` says which runtime and provider (for reports); ``settings`` are the
+    runtime settings it runs every model under (the diagnosis reads them: a
+    lossy session entry, the optimization level).
+    """
 
     name: str
+    settings: RuntimeSettings
 
     def load(
         self,

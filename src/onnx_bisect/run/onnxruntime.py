@@ -70,15 +70,12 @@ class OnnxRuntimeBackend:
                 "or pick one of those."
             )
         self.settings = settings
-        self.provider = settings.provider
-        self.opt_level = settings.opt_level
-        self.session_config = dict(settings.session_config)
         self.name = f"onnxruntime {ort.__version__} ({settings.provider})"
 
     def _options(self, weights: Weights | None, one_shot: bool, optimize: bool) -> ort.SessionOptions:
         so = ort.SessionOptions()
-        so.graph_optimization_level = OPT_LEVELS[OptLevel.DISABLE if not optimize else self.opt_level]
-        for key, value in self.session_config.items():
+        so.graph_optimization_level = OPT_LEVELS[OptLevel.DISABLE if not optimize else self.settings.opt_level]
+        for key, value in self.settings.session_config:
             try:
                 so.add_session_config_entry(key, value)
             except Exception as exc:
@@ -109,8 +106,8 @@ class OnnxRuntimeBackend:
     ) -> OnnxRuntimeSession:
         """Create an ``InferenceSession`` with this backend's provider and settings."""
         source = model if isinstance(model, str) else model.SerializeToString()
-        providers = [(self.provider, dict(self.settings.provider_options))] if self.settings.provider_options \
-            else [self.provider]
+        provider = self.settings.provider
+        providers = [(provider, dict(self.settings.provider_options))] if self.settings.provider_options else [provider]
         try:
             session = ort.InferenceSession(source, self._options(weights, one_shot, optimize), providers=providers)
         except UsageError:
@@ -126,14 +123,14 @@ class OnnxRuntimeBackend:
 
     def _optimizer_hint(self, source, weights, one_shot, providers) -> str:
         """When the model loads with graph optimizations off, say that the optimizer is what fails."""
-        if self.opt_level is OptLevel.DISABLE:
+        if self.settings.opt_level is OptLevel.DISABLE:
             return ""
         try:
             ort.InferenceSession(source, self._options(weights, one_shot, optimize=False), providers=providers)
         except Exception:  # noqa: BLE001 - it fails either way: the optimizer is not the cause
             return ""
         return (f"It loads with graph optimizations off: ONNX Runtime's optimizer fails on this model at level "
-                f"'{self.opt_level}', so the file will not load like this where it ships either. Debug it with "
+                f"'{self.settings.opt_level}', so the file will not load like this where it ships either. Debug it with "
                 "--ort-opt-level disable, and report the failure to ONNX Runtime.")
 
     def run(

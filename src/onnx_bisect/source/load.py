@@ -139,26 +139,17 @@ def _instantiate(obj, path: Path, name: str):
         raise ModelLoadError(f"Calling '{path}:{name}()' failed: {type(exc).__name__}: {exc}. {advice}") from exc
 
 
-def forward_params(model) -> tuple[str, ...]:
+def forward_params(model, required: bool = False) -> tuple[str, ...]:
+    """The names of ``model.forward``'s parameters that can take a tensor (``required``: the positional ones
+    without a default)."""
     try:
         sig = inspect.signature(model.forward)
     except (TypeError, ValueError):
         return ()
-    return tuple(
-        p.name for p in sig.parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
-    )
-
-
-def _required_params(model) -> tuple[str, ...]:
-    try:
-        sig = inspect.signature(model.forward)
-    except (TypeError, ValueError):
-        return ()
-    return tuple(
-        p.name for p in sig.parameters.values()
-        if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    )
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) + (
+        () if required else (inspect.Parameter.KEYWORD_ONLY,))
+    return tuple(p.name for p in sig.parameters.values()
+                 if p.kind in kinds and (not required or p.default is p.empty))
 
 
 def load_inputs(paths: Sequence[str], loaded: LoadedModel, file_module=None) -> ModelInputs:
@@ -266,7 +257,7 @@ def _as_tensor(value, where: str):
 
 def _check_arity(args: list, kwargs: dict, loaded: LoadedModel) -> ModelInputs:
     params = loaded.forward_params
-    required = _required_params(loaded.module)
+    required = forward_params(loaded.module, required=True)
     if params and len(args) > len(params):
         raise InputError(
             f"{len(args)} inputs given but forward() takes {len(params)} "

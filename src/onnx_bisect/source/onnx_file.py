@@ -7,6 +7,7 @@ import onnx
 
 from ..errors import OnnxLoadError
 from ..records import Exporter, ExportedModel
+from ..records.graph import checkable_view
 from .weights import split_weights_from_file
 
 
@@ -94,23 +95,3 @@ def _infer(view: onnx.ModelProto, where: str) -> onnx.ModelProto:
         raise OnnxLoadError(f"Shape inference failed on {where}: {str(exc)[:300]}.") from exc
 
 
-def checkable_view(proto: onnx.ModelProto) -> onnx.ModelProto:
-    """A copy in which initializers whose data lives elsewhere are typed graph inputs.
-
-    ``onnx.checker`` insists that external data files exist; a split-off
-    initializer (see ``weights``) has none, but as a typed input it checks and
-    infers exactly the same.
-    """
-    view = onnx.ModelProto()
-    view.CopyFrom(proto)
-    external = [i for i in view.graph.initializer if i.data_location == onnx.TensorProto.EXTERNAL]
-    if not external:
-        return view
-    keep = [i for i in view.graph.initializer if i.data_location != onnx.TensorProto.EXTERNAL]
-    declared = {i.name for i in view.graph.input}
-    for init in external:
-        if init.name not in declared:
-            view.graph.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
-    view.graph.ClearField("initializer")
-    view.graph.initializer.extend(keep)
-    return view

@@ -6,7 +6,7 @@ import itertools
 
 from ..support import edits, layout
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule, attribute
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 PAD_MODES = {"ReflectionPad1d": "reflect", "ReflectionPad2d": "reflect", "ReflectionPad3d": "reflect",
              "ReplicationPad1d": "edge", "ReplicationPad2d": "edge", "ReplicationPad3d": "edge",
@@ -54,7 +54,7 @@ def _expected(ctx: DiagnosisContext, proto):
         qualname, module = (pair[0], pair[1]) if pair is not None else (qualname, module)
         kind = type(module).__name__
     source = f"{qualname} ({kind})"
-    rank = len(ctx.graph.shapes.get(proto.input[0], ()) or ()) if proto.input else 0
+    rank = len(ctx.onnx.graph.shapes.get(proto.input[0], ()) or ()) if proto.input else 0
     if proto.op_type in ("Softmax", "LogSoftmax") and kind in ("Softmax", "LogSoftmax") and module.dim is not None:
         default = -1 if _opset(ctx) >= 13 else 1
         yield proto.name, "axis", attribute(proto, "axis", default), module.dim, rank, f"{source} dim"
@@ -82,9 +82,9 @@ def _search(ctx: DiagnosisContext):
     """Try each plausible alternative value of each searchable attribute; keep one that makes the segment agree."""
     for proto in ctx.segment_protos:
         for attr, have, value in _alternatives(ctx, proto):
-            model = edits.set_attribute(edits.copy_model(ctx.skeleton), proto.name, attr, value)
+            model = edits.set_attribute(edits.copy_model(ctx.onnx.skeleton), proto.name, attr, value)
             try:
-                values = ctx.run_segment(model, ctx.weights)
+                values = ctx.run_segment(model, ctx.onnx.weights)
             except Exception:  # noqa: BLE001 - an alternative the runtime rejects is simply not the answer
                 continue
             if ctx.compare(values[ctx.tensor], ctx.reference).ok:
@@ -93,7 +93,7 @@ def _search(ctx: DiagnosisContext):
 
 
 def _alternatives(ctx: DiagnosisContext, proto):
-    shape = ctx.graph.shapes.get(proto.input[0]) if proto.input else None
+    shape = ctx.onnx.graph.shapes.get(proto.input[0]) if proto.input else None
     rank = len(shape) if shape else 0
     if proto.op_type in ("Softmax", "LogSoftmax", "Hardmax") and rank:
         have = attribute(proto, "axis", -1 if _opset(ctx) >= 13 else 1) % rank
@@ -111,16 +111,16 @@ def _alternatives(ctx: DiagnosisContext, proto):
         yield from (("mode", have, m) for m in ("constant", "reflect", "edge") if m != have)
     elif proto.op_type == "Gemm":
         for attr in ("transA", "transB"):
-            operand = ctx.graph.shapes.get(proto.input[0 if attr == "transA" else 1])
+            operand = ctx.onnx.graph.shapes.get(proto.input[0 if attr == "transA" else 1])
             if operand and len(operand) == 2 and operand[0] == operand[1]:
                 yield attr, attribute(proto, attr, 0), 1 - attribute(proto, attr, 0)
 
 
-def _apply(ctx: DiagnosisContext, wrong) -> tuple:
-    model = edits.copy_model(ctx.skeleton)
+def _apply(ctx: DiagnosisContext, wrong) -> FixedSegment:
+    model = edits.copy_model(ctx.onnx.skeleton)
     for node, attr, _, want, _, _ in wrong:
         edits.set_attribute(model, node, attr, want)
-    return model, ctx.weights
+    return FixedSegment(model, ctx.onnx.weights)
 
 
 def _norm(value, rank: int):
@@ -132,4 +132,4 @@ def _plain(value):
 
 
 def _opset(ctx: DiagnosisContext) -> int:
-    return next((o.version for o in ctx.skeleton.opset_import if o.domain in ("", "ai.onnx")), 0)
+    return next((o.version for o in ctx.onnx.skeleton.opset_import if o.domain in ("", "ai.onnx")), 0)

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..support import edits
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule, attribute
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 REDUCTIONS = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
               "ReduceLogSum", "ReduceLogSumExp", "ReduceSumSquare"}
@@ -72,7 +72,7 @@ def _over_batch_axis(ctx: DiagnosisContext) -> dict[str, str]:
             if axes is None and len(node.input) > 1:
                 value = ctx.constant(node.input[1])
                 axes = None if value is None else [int(a) for a in np.asarray(value).reshape(-1)]
-            rank = len(ctx.graph.shapes.get(node.input[0]) or ()) or None
+            rank = len(ctx.onnx.graph.shapes.get(node.input[0]) or ()) or None
             if axes is not None and any(a == 0 or (rank and a == -rank) for a in axes):
                 out[node.name] = f"reduces over axes {list(axes)}"
         elif node.op_type in ("Softmax", "LogSoftmax", "Hardmax") and attribute(node, "axis", -1) == 0:
@@ -80,11 +80,11 @@ def _over_batch_axis(ctx: DiagnosisContext) -> dict[str, str]:
     return out
 
 
-def _without_batch_axis(ctx: DiagnosisContext, nodes: list[str]) -> tuple:
+def _without_batch_axis(ctx: DiagnosisContext, nodes: list[str]) -> FixedSegment:
     """The model with axis 0 removed from the reductions' ``axes`` attribute."""
-    model = edits.copy_model(ctx.skeleton)
+    model = edits.copy_model(ctx.onnx.skeleton)
     for name in nodes:
         axes = attribute(edits.node(model, name), "axes")
         if axes is not None:
             model = edits.set_attribute(model, name, "axes", [a for a in axes if a != 0])
-    return model, ctx.weights
+    return FixedSegment(model, ctx.onnx.weights)

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..support import edits, layout
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 
 #: relative per-channel error above which a folded scale or shift counts as wrong
 CHANNEL_RTOL = 1e-4
@@ -114,19 +114,19 @@ def _mistake(ctx: DiagnosisContext, ratio, b, params, conv_name: str):
     return "default-statistics", "a fold with mean 0 and variance 1 (running statistics never loaded)", fitted
 
 
-def _refold(ctx: DiagnosisContext, site, conv, bn) -> tuple:
+def _refold(ctx: DiagnosisContext, site, conv, bn) -> FixedSegment:
     """The skeleton and weights with ``site``'s weight and bias replaced by the true fold."""
     wc, bc, gamma, beta, mean, var = layout.conv_bn_arrays(conv, bn)
     scale = gamma / np.sqrt(var + bn.eps)
     w = wc * scale.reshape(-1, *[1] * (wc.ndim - 1))
     shift = (bc - mean) * scale + beta
-    model, weights = edits.copy_model(ctx.skeleton), ctx.weights
+    model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
     model, weights = edits.replace_array(model, weights, site.weight, layout.to_onnx_layout(site, w))
     if site.bias:
         model, weights = edits.replace_array(model, weights, site.bias, shift)
     else:
         layout.add_bias(model, site, shift.astype(np.float32))
-    return model, weights
+    return FixedSegment(model, weights)
 
 
 def _bn_reference(ctx: DiagnosisContext, bn_name: str) -> np.ndarray:

@@ -6,7 +6,7 @@ from onnx import TensorProto
 
 from ..support import edits, layout
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 
 
 class Float64Cast(Rule):
@@ -15,7 +15,7 @@ class Float64Cast(Rule):
     cause = Cause.DTYPE
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
-        if ctx.graph.elem_types.get(ctx.tensor) != TensorProto.FLOAT or not ctx.significant(ctx.layer.local):
+        if ctx.onnx.graph.elem_types.get(ctx.tensor) != TensorProto.FLOAT or not ctx.significant(ctx.layer.local):
             return None
         inputs = {t: v for t, v in _float64_inputs(ctx).items()}
         params = _float64_params(ctx)
@@ -27,7 +27,7 @@ class Float64Cast(Rule):
             return None
         fixed = _float64(ctx, inputs, params)
         try:
-            after = ctx.compare(ctx.run_segment(*fixed[:2], feeds=fixed[2])[ctx.tensor], ctx.reference)
+            after = ctx.compare(ctx.run_segment(fixed.model, fixed.weights, feeds=fixed.feeds)[ctx.tensor], ctx.reference)
         except Exception:  # noqa: BLE001 - e.g. an op without a float64 kernel: the finding stays a hypothesis
             after = None
         evidence = {"float64_inputs": sorted(inputs), "float64_parameters": sorted(params),
@@ -54,7 +54,7 @@ def _float64_inputs(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
     """Segment inputs whose PyTorch value is float64 (cut tensors and graph inputs)."""
     out = {}
     for t in ctx.segment_feeds():
-        value = ctx.torch_value(t) if t in ctx.references else ctx.torch_input(t)
+        value = ctx.torch_value(t) if t in ctx.cut.references else ctx.torch_input(t)
         if value is not None and value.dtype == np.float64:
             out[t] = value
     return out
@@ -68,7 +68,7 @@ def _float64_params(ctx: DiagnosisContext) -> dict[str, tuple[str, np.ndarray]]:
             if t is not None and t.dtype.is_floating_point and str(t.dtype) == "torch.float64":
                 tensors[f"{qualname}.{name}" if qualname else name] = t.detach().cpu().numpy()
     out = {}
-    names = {t for p in ctx.segment_protos for t in p.input if t in ctx.graph.initializers}
+    names = {t for p in ctx.segment_protos for t in p.input if t in ctx.onnx.graph.initializers}
     for init in names:
         value = ctx.initializer(init)
         if value is None or value.dtype != np.float32:
@@ -81,12 +81,12 @@ def _float64_params(ctx: DiagnosisContext) -> dict[str, tuple[str, np.ndarray]]:
     return out
 
 
-def _float64(ctx: DiagnosisContext, inputs: dict, params: dict) -> tuple:
+def _float64(ctx: DiagnosisContext, inputs: dict, params: dict) -> FixedSegment:
     """The segment in float64, fed PyTorch's float64 values and parameters."""
-    model, weights = edits.convert_float_type(edits.copy_model(ctx.skeleton), ctx.weights, set(ctx.layer.segment),
+    model, weights = edits.convert_float_type(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights, set(ctx.layer.segment),
                                               {TensorProto.FLOAT}, TensorProto.DOUBLE)
     for init, (_, value) in params.items():
         model, weights = edits.replace_array(model, weights, init, value)
     feeds = {t: v.astype(np.float64) for t, v in ctx.segment_feeds().items() if v.dtype == np.float32}
     feeds.update(inputs)
-    return model, weights, feeds
+    return FixedSegment(model, weights, feeds)

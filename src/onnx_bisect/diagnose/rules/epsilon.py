@@ -7,7 +7,7 @@ import numpy as np
 
 from ..support import edits
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule, attribute
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 #: normalization ops carrying an ``epsilon`` attribute (ONNX default 1e-5)
 NORM_OPS = {"LayerNormalization", "BatchNormalization", "InstanceNormalization", "GroupNormalization",
@@ -59,8 +59,8 @@ def _sites(ctx: DiagnosisContext):
 
 
 def _feeds_root(ctx: DiagnosisContext, add) -> bool:
-    consumers = ctx.graph.consumers.get(add.output[0], ())
-    return any(ctx.graph.nodes[i].op_type in ROOT_OPS for i in consumers)
+    consumers = ctx.onnx.graph.consumers.get(add.output[0], ())
+    return any(ctx.onnx.graph.nodes[i].op_type in ROOT_OPS for i in consumers)
 
 
 def _torch_eps(ctx: DiagnosisContext, info) -> tuple[float | None, str]:
@@ -75,12 +75,12 @@ def _torch_eps(ctx: DiagnosisContext, info) -> tuple[float | None, str]:
     return None, ""
 
 
-def _restore(ctx: DiagnosisContext, wrong) -> tuple:
-    model, weights = edits.copy_model(ctx.skeleton), ctx.weights
+def _restore(ctx: DiagnosisContext, wrong) -> FixedSegment:
+    model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
     for node, _, _, torch_eps, _, tensor in wrong:
         if tensor is None:
             edits.set_attribute(model, node, "epsilon", torch_eps)
         else:
             old = ctx.constant(tensor)
             model, weights = edits.replace_array(model, weights, tensor, np.full(old.shape, torch_eps, old.dtype))
-    return model, weights
+    return FixedSegment(model, weights)

@@ -9,7 +9,7 @@ from onnx import helper
 
 from ..support import edits
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule, attribute
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 from ..support.segment import downstream
 
 ANCHORS = {"Gelu", "FastGelu", "BiasGelu", "Erf", "Tanh"}
@@ -94,7 +94,7 @@ def _locate(ctx: DiagnosisContext, protos: list[onnx.NodeProto]):
     float_outputs = [o for n in ctx.segment_protos for o in n.output if o]
     values = ctx.run_segment(outputs=float_outputs + list(ctx.segment_feeds()))
     values = {k: v for k, v in values.items() if np.issubdtype(v.dtype, np.floating)}
-    after = downstream(ctx.skeleton, anchor.output, inside)
+    after = downstream(ctx.onnx.skeleton, anchor.output, inside)
     ys = [o for n in ctx.segment_protos if n.name in after or n is anchor for o in n.output if o in values]
     xs = [t for t in values if t not in ys]
     best = None
@@ -130,10 +130,10 @@ def _torch_formula(ctx: DiagnosisContext, x: np.ndarray, y: str):
     return None, torch_err
 
 
-def _switch(ctx: DiagnosisContext, site, formula: str, dtype) -> tuple:
+def _switch(ctx: DiagnosisContext, site, formula: str, dtype) -> FixedSegment:
     """The skeleton with the GELU computing ``y`` from ``x`` replaced by ``formula``."""
     x, y, _, node_names, bias = site
-    model = edits.copy_model(ctx.skeleton)
+    model = edits.copy_model(ctx.onnx.skeleton)
     producer = next(n for n in model.graph.node if y in n.output)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
     prefix = f"{producer.name}_as_{formula}"
@@ -146,7 +146,7 @@ def _switch(ctx: DiagnosisContext, site, formula: str, dtype) -> tuple:
     else:
         nodes += _decomposed(model, x, y, formula, prefix, dtype)
     edits.replace_nodes(model, {producer.name}, nodes)
-    return model, ctx.weights
+    return FixedSegment(model, ctx.onnx.weights)
 
 
 def _decomposed(model, x: str, y: str, formula: str, prefix: str, dtype) -> list:

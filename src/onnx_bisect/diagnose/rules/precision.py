@@ -7,7 +7,7 @@ from onnx import TensorProto
 
 from ..support import edits, layout
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule, attribute
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 LOW = {TensorProto.FLOAT16: "float16", TensorProto.BFLOAT16: "bfloat16"}
 FP16 = np.finfo(np.float16)
@@ -37,7 +37,7 @@ class LowPrecision(Rule):
         outputs = [o for n in low for o in ctx.node(n).output if o]
         fixed = _float32(ctx, nodes, path)
         try:
-            values = ctx.run_segment(fixed[0], fixed[1], outputs=outputs, feeds=fixed[2], from_inputs=path)
+            values = ctx.run_segment(fixed.model, fixed.weights, outputs=outputs, feeds=fixed.feeds, from_inputs=path)
         except Exception:  # noqa: BLE001 - no float32 re-run: still report what the graph shows
             values = {}
         after = ctx.compare(values[ctx.tensor], ctx.reference) if ctx.tensor in values else None
@@ -94,19 +94,19 @@ def _low_precision_nodes(ctx: DiagnosisContext, names: set[str]) -> set[str]:
             continue
         if p.op_type == "Cast" and attribute(p, "to") in LOW:
             low.add(p.name)
-        elif any(ctx.graph.elem_types.get(o) in LOW for o in p.output):
+        elif any(ctx.onnx.graph.elem_types.get(o) in LOW for o in p.output):
             low.add(p.name)
-        elif any(ctx.graph.elem_types.get(i) in LOW for i in p.input if i in ctx.graph.initializers):
+        elif any(ctx.onnx.graph.elem_types.get(i) in LOW for i in p.input if i in ctx.onnx.graph.initializers):
             low.add(p.name)
     return low
 
 
-def _float32(ctx: DiagnosisContext, nodes: set[str], path: bool) -> tuple:
+def _float32(ctx: DiagnosisContext, nodes: set[str], path: bool) -> FixedSegment:
     """The nodes converted to float32, their weights and inputs the PyTorch values (not rounded to float16)."""
-    model, weights = edits.convert_float_type(edits.copy_model(ctx.skeleton), ctx.weights, nodes,
+    model, weights = edits.convert_float_type(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights, nodes,
                                               set(LOW), TensorProto.FLOAT)
     candidates = layout.torch_candidates(ctx) if not path else layout.all_torch_tensors(ctx)
-    for name in {t for n in nodes for t in ctx.node(n).input if t in ctx.graph.initializers}:
+    for name in {t for n in nodes for t in ctx.node(n).input if t in ctx.onnx.graph.initializers}:
         value = ctx.initializer(name)
         if value is not None and value.dtype == np.float16:
             exact = layout.exact_torch_value(ctx, value, candidates)
@@ -115,9 +115,9 @@ def _float32(ctx: DiagnosisContext, nodes: set[str], path: bool) -> tuple:
     feeds = {}
     for t, v in ctx.segment_feeds(from_inputs=path).items():
         if v.dtype == np.float16:
-            exact = ctx.torch_value(t) if t in ctx.references else ctx.torch_input(t)
+            exact = ctx.torch_value(t) if t in ctx.cut.references else ctx.torch_input(t)
             feeds[t] = (exact if exact is not None else v).astype(np.float32)
-    return model, weights, feeds
+    return FixedSegment(model, weights, feeds)
 
 
 def _range_stats(ctx: DiagnosisContext, values: dict, outputs: list[str]) -> dict:

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..support import edits, layout
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule, attribute
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
              "MatMulInteger", "ConvInteger", "QGemm", "QLinearAdd", "QLinearMul"}
@@ -28,9 +28,9 @@ class Quantization(Rule):
         acts = [a for a in acts if a is not None]
         weights = [w for w in (_weight(ctx, p) for p in protos if p.op_type == "DequantizeLinear") if w is not None]
         inside = set(ctx.layer.segment)
-        compute = sorted({ctx.graph.nodes[i].name for p in protos if p.op_type == "DequantizeLinear"
-                          for i in ctx.graph.consumers.get(p.output[0], ())
-                          if ctx.graph.nodes[i].op_type not in QUANT_OPS and ctx.graph.nodes[i].name in inside})
+        compute = sorted({ctx.onnx.graph.nodes[i].name for p in protos if p.op_type == "DequantizeLinear"
+                          for i in ctx.onnx.graph.consumers.get(p.output[0], ())
+                          if ctx.onnx.graph.nodes[i].op_type not in QUANT_OPS and ctx.onnx.graph.nodes[i].name in inside})
         advice = _advice(acts, weights, compute)
         parts = [f"{a['node']}: {a['clip_fraction']:.1%} of the activation clipped, SQNR {a['sqnr_db']:.1f} dB" for a in acts]
         parts += [f"{w['initializer']} ({'per-channel' if w['per_channel'] else 'per-tensor'}): "
@@ -74,7 +74,7 @@ def _activation(ctx: DiagnosisContext, q, x: np.ndarray) -> dict | None:
 
 def _reference_nonnegative(ctx: DiagnosisContext, q) -> bool:
     """Whether the DequantizeLinear after ``q`` computes the divergent tensor and its reference is >= 0."""
-    after = [ctx.graph.nodes[i] for i in ctx.graph.consumers.get(q.output[0], ())]
+    after = [ctx.onnx.graph.nodes[i] for i in ctx.onnx.graph.consumers.get(q.output[0], ())]
     return any(n.op_type == "DequantizeLinear" and n.outputs[0] == ctx.tensor for n in after) \
         and float(np.min(ctx.reference)) >= 0
 
@@ -150,20 +150,20 @@ def _advice(acts: list[dict], weights: list[dict], compute: list[str]) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset()) -> tuple:
+def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset()) -> FixedSegment:
     """The segment with its activation Q/DQ pairs made identities (a Relu where the pair absorbed one) and its
     quantized weights replaced by PyTorch's (or the reference model's)."""
-    model, weights = edits.copy_model(ctx.skeleton), ctx.weights
+    model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
     for q in (p for p in protos if p.op_type == "QuantizeLinear"):
-        for i in ctx.graph.consumers.get(q.output[0], ()):
-            if ctx.graph.nodes[i].op_type == "DequantizeLinear":
-                _identity(model, ctx.graph.nodes[i].name, q.input[0], "Relu" if q.name in relu else "Identity")
+        for i in ctx.onnx.graph.consumers.get(q.output[0], ()):
+            if ctx.onnx.graph.nodes[i].op_type == "DequantizeLinear":
+                _identity(model, ctx.onnx.graph.nodes[i].name, q.input[0], "Relu" if q.name in relu else "Identity")
     for dq in (p for p in protos if p.op_type == "DequantizeLinear"):
         w = _dequantized_weight(ctx, dq)
         match = _torch_weight(ctx, w) if w is not None else None
         if match is not None:
             _identity(model, dq.name, edits.add_initializer(model, f"{dq.name}_float_weight", match[1].astype(np.float32)))
-    return model, weights
+    return FixedSegment(model, weights)
 
 
 def _identity(model, node_name: str, source: str, op_type: str = "Identity") -> None:

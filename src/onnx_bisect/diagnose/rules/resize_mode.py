@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..support import edits
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule, attribute
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 TRANSFORMS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
 NEAREST_MODES = ("floor", "round_prefer_floor", "round_prefer_ceil", "ceil")
@@ -41,7 +41,8 @@ class ResizeMode(Rule):
                    + (f", nearest_mode={found[2]}" if found[0] == "nearest" else "")
                    + f", or re-export with the same F.interpolate({as_torch}) the model uses.")
             return Finding(self.cause, 0.9, summary, fix, evidence,
-                           counterfactual=lambda c, n=proto.name, f=found: (_set(c.skeleton, n, f), c.weights))
+                           counterfactual=lambda c, n=proto.name, f=found: FixedSegment(_set(c.onnx.skeleton, n, f),
+                                                                                      c.onnx.weights))
         return None
 
 
@@ -75,7 +76,7 @@ def _preferred(cfg: dict | None) -> list[tuple]:
 def _search(ctx: DiagnosisContext, proto, combos: list[tuple]) -> tuple | None:
     for combo in combos:
         try:
-            values = ctx.run_segment(_set(ctx.skeleton, proto.name, combo), ctx.weights)
+            values = ctx.run_segment(_set(ctx.onnx.skeleton, proto.name, combo), ctx.onnx.weights)
         except Exception:  # noqa: BLE001 - a setting the runtime rejects is simply not the answer
             continue
         if ctx.compare(values[ctx.tensor], ctx.reference).ok:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 
 #: session options known to trade accuracy for speed, with what they do
 LOSSY_OPTIONS = {
@@ -18,14 +18,14 @@ class RuntimeOptimization(Rule):
     cause = Cause.RUNTIME_OPTIMIZATION
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
-        if ctx.backend is None or not ctx.significant(ctx.layer.local):
+        if not ctx.significant(ctx.layer.local):
             return None
         optimized = ctx.compare(ctx.local_value, ctx.reference)
         plain = ctx.compare(ctx.run_segment(optimize=False)[ctx.tensor], ctx.reference)
         if optimized.ok or not plain.ok or not ctx.significant(optimized):
             return None
-        config = dict(getattr(ctx.backend, "session_config", {}) or {})
-        level = getattr(ctx.backend, "opt_level", "all")
+        config = dict(ctx.cut.runtime.session_config)
+        level = ctx.cut.runtime.opt_level
         lossy = {k: v for k, v in config.items() if k in LOSSY_OPTIONS and str(v) not in ("0", "")}
         evidence = {
             "local_max_abs_optimized": optimized.max_abs, "local_max_abs_unoptimized": plain.max_abs,
@@ -45,4 +45,4 @@ class RuntimeOptimization(Rule):
             f"(max abs {optimized.max_abs:.2g}): the model is right, {culprit} changes its numbers."
         )
         return Finding(self.cause, 0.9, summary, fix, evidence,
-                       counterfactual=lambda c: (c.skeleton, c.weights), optimize=False)
+                       counterfactual=lambda c: FixedSegment(c.onnx.skeleton, c.onnx.weights), optimize=False)

@@ -13,7 +13,7 @@ from onnx import helper
 
 from ..support import edits
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 
 #: stable rewrites of unstable op sequences, by (producer op, consumer op)
 REWRITES = {
@@ -49,7 +49,7 @@ class NumericalStability(Rule):
         return None
 
     def _finding(self, ctx: DiagnosisContext, proto, inputs, output) -> Finding:
-        producer = ctx.graph.node_of(proto.input[0]) if proto.input else None
+        producer = ctx.onnx.graph.node_of(proto.input[0]) if proto.input else None
         pattern = (producer.op_type if producer else "", proto.op_type)
         if pattern in REWRITES and producer.inputs:  # the chain's own input says more than the intermediate
             upstream = ctx.run_segment(outputs=[producer.inputs[0]]).get(producer.inputs[0])
@@ -70,13 +70,13 @@ class NumericalStability(Rule):
         return Finding(self.cause, 0.8, summary, fix, evidence, counterfactual=stable)
 
 
-def _stable_log_sigmoid(ctx: DiagnosisContext, sigmoid, log) -> tuple:
+def _stable_log_sigmoid(ctx: DiagnosisContext, sigmoid, log) -> FixedSegment:
     """The graph with ``Log(Sigmoid(x))`` computed as ``-Softplus(-x)``."""
-    model = edits.copy_model(ctx.skeleton)
+    model = edits.copy_model(ctx.onnx.skeleton)
     x, out, base = sigmoid.inputs[0], log.output[0], log.name
     edits.replace_nodes(model, {log.name}, [
         helper.make_node("Neg", [x], [f"{base}_neg_x"], name=f"{base}_stable_neg_in"),
         helper.make_node("Softplus", [f"{base}_neg_x"], [f"{base}_softplus"], name=f"{base}_stable_softplus"),
         helper.make_node("Neg", [f"{base}_softplus"], [out], name=f"{base}_stable_neg_out"),
     ])
-    return model, ctx.weights
+    return FixedSegment(model, ctx.onnx.weights)

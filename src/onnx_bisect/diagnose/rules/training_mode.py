@@ -7,7 +7,7 @@ from onnx import helper
 
 from ..support import edits
 from ...records import Cause
-from ..context import DiagnosisContext, Finding, Rule, attribute
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 FIX = ("Call model.eval() before exporting (TorchScript exporter: training=torch.onnx.TrainingMode.EVAL), so "
        "Dropout is the identity and BatchNorm uses its running statistics.")
@@ -48,7 +48,7 @@ class NondeterministicReference(Rule):
     expensive = True  # one more PyTorch forward pass
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
-        if ctx.inputs is None or ctx.loaded.module is None or not ctx.significant(ctx.layer.local):
+        if ctx.baseline.inputs is None or ctx.baseline.loaded.module is None or not ctx.significant(ctx.layer.local):
             return None
         import torch  # noqa: PLC0415 - only this rule runs PyTorch
 
@@ -58,7 +58,7 @@ class NondeterministicReference(Rule):
         clone = (lambda v: v.clone() if isinstance(v, torch.Tensor) else v)
         try:
             with torch.no_grad():
-                ctx.loaded.module(*[clone(a) for a in ctx.inputs.args], **{k: clone(v) for k, v in ctx.inputs.kwargs.items()})
+                ctx.baseline.loaded.module(*[clone(a) for a in ctx.baseline.inputs.args], **{k: clone(v) for k, v in ctx.baseline.inputs.kwargs.items()})
         finally:
             if handle is not None:
                 handle.remove()
@@ -107,8 +107,8 @@ def _batch_vs_running(ctx: DiagnosisContext, bn) -> float | None:
     return float(np.max(np.abs(batch - mean)))
 
 
-def _eval_mode(ctx: DiagnosisContext, dropouts, norms) -> tuple:
-    model = edits.copy_model(ctx.skeleton)
+def _eval_mode(ctx: DiagnosisContext, dropouts, norms) -> FixedSegment:
+    model = edits.copy_model(ctx.onnx.skeleton)
     for p in dropouts:
         node = edits.node(model, p.name)
         identity = helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name)
@@ -117,7 +117,7 @@ def _eval_mode(ctx: DiagnosisContext, dropouts, norms) -> tuple:
         node = edits.node(model, p.name)
         edits.set_attribute(model, p.name, "training_mode", 0)
         del node.output[1:]
-    return model, ctx.weights
+    return FixedSegment(model, ctx.onnx.weights)
 
 
 def _first_tensor(out):

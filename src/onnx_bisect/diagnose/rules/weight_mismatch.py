@@ -6,7 +6,7 @@ import numpy as np
 from ..support.param_layouts import model_rnn_weights, owner_of
 from ..support import edits, layout
 from ...records import Cause, Layout
-from ..context import DiagnosisContext, Finding, Rule
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 
@@ -50,7 +50,7 @@ class WeightMismatch(Rule):
                 for n, p, r, _ in differing]
         listed = "; ".join(f"'{n}' vs {p} ({r.layout.value}): max abs {r.max_abs:.2g}, relative L2 {r.rel_l2:.2g}, "
                            f"{r.fraction_differing:.0%} of elements differ" for n, p, r, _ in differing)
-        if ctx.loaded.module is None:  # --reference: another ONNX model stands in for PyTorch
+        if ctx.baseline.loaded.module is None:  # --reference: another ONNX model stands in for PyTorch
             summary = (f"The ONNX weights differ from the reference model's initializers: {listed}. The values are "
                        "correlated (same layer) but not equal: the conversion step changed them.")
             fix = ("Redo the conversion from the reference file, or find the step that rewrote these initializers "
@@ -69,7 +69,7 @@ def _other_owners(ctx: DiagnosisContext, parameters: list[str]) -> str:
     """A sentence naming the modules that own the differing parameters when the blamed activation is another
     one: the segment computes them too, but the file keeps no tensor of their own (fused away)."""
     blamed = ctx.layer.pair.activation.module
-    modules = dict(ctx.loaded.module.named_modules())
+    modules = dict(ctx.baseline.loaded.module.named_modules())
     owners = []
     for name in parameters:
         owner = owner_of(name)
@@ -87,26 +87,26 @@ def _segment_initializers(ctx: DiagnosisContext) -> list[str]:
     for p in ctx.segment_protos:
         if p.op_type in QDQ_OPS:
             continue
-        names += [t for t in p.input if t and (t in ctx.weights.arrays or t in ctx.graph.initializers)]
+        names += [t for t in p.input if t and (t in ctx.onnx.weights.arrays or t in ctx.onnx.graph.initializers)]
     return list(dict.fromkeys(names))
 
 
 def _everything(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
     """Every floating parameter and buffer of the model with ``size`` elements (the fallback search)."""
-    if ctx.loaded.module is None:
+    if ctx.baseline.loaded.module is None:
         return {}  # --reference: the candidates were every initializer of the reference already
-    tensors = list(ctx.loaded.module.named_parameters()) + list(ctx.loaded.module.named_buffers())
+    tensors = list(ctx.baseline.loaded.module.named_parameters()) + list(ctx.baseline.loaded.module.named_buffers())
     out = {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point() and t.numel() == size}
-    out.update({n: a for n, a in model_rnn_weights(ctx.loaded.module).items() if a.size == size})
+    out.update({n: a for n, a in model_rnn_weights(ctx.baseline.loaded.module).items() if a.size == size})
     return out
 
 
 def _constant_activations(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
     """Leaf-module outputs of ``size`` elements, by a name saying what the constant holding one would be."""
-    if ctx.capture is None:
+    if ctx.baseline.capture is None:
         return {}
     return {f"the output of {a.module} (folded into a constant)": np.asarray(a.value, dtype=np.float64)
-            for a in ctx.capture.activations
+            for a in ctx.baseline.capture.activations
             if a.is_leaf and a.module and a.value.size == size and a.value.dtype.kind == "f" and a.call == 0}
 
 
@@ -147,10 +147,10 @@ def _only_clamped(value: np.ndarray, tensor: np.ndarray, relation: Layout) -> bo
     return bool(np.allclose(value.astype(np.float64)[inside], rounded[inside], rtol=2e-3, atol=0))
 
 
-def _restore(ctx: DiagnosisContext, differing) -> tuple:
-    model, weights = edits.copy_model(ctx.skeleton), ctx.weights
+def _restore(ctx: DiagnosisContext, differing) -> FixedSegment:
+    model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
     for name, _, rel, tensor in differing:
         onnx_value = ctx.initializer(name)
         fixed = rel.layout.apply(tensor, onnx_value.shape)
         model, weights = edits.replace_array(model, weights, name, fixed)
-    return model, weights
+    return FixedSegment(model, weights)

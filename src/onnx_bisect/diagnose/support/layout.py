@@ -47,8 +47,8 @@ def weight_sites(ctx: DiagnosisContext) -> list[WeightSite]:
 
 
 def _matmul_bias(ctx: DiagnosisContext, matmul: onnx.NodeProto) -> str | None:
-    for i in ctx.graph.consumers.get(matmul.output[0], ()):
-        add = ctx.graph.nodes[i]
+    for i in ctx.onnx.graph.consumers.get(matmul.output[0], ()):
+        add = ctx.onnx.graph.nodes[i]
         if add.op_type == "Add" and add.name in ctx.layer.segment:
             for t in add.inputs:
                 value = ctx.constant(t) if t != matmul.output[0] else None
@@ -88,7 +88,7 @@ def add_bias(model: onnx.ModelProto, site: WeightSite, bias: np.ndarray) -> None
 
 def conv_bn_pair(ctx: DiagnosisContext):
     """``(conv name, conv, bn name, bn)`` when the divergent layer is a Conv/Linear followed by a BatchNorm."""
-    acts = ctx.capture.activations
+    acts = ctx.baseline.capture.activations
     candidates = [ctx.layer.pair.activation]
     for n in ctx.segment_nodes:
         name, _ = ctx.module_of(n)
@@ -169,7 +169,7 @@ def relate(onnx_value: np.ndarray, torch_value: np.ndarray) -> Relation | None:
 def torch_candidates(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
     """PyTorch tensors the segment's initializers may come from (float64): the parameters and buffers of
     the modules near the divergence, and the Conv/Linear + BatchNorm fold when there is one."""
-    if ctx.loaded.module is None:
+    if ctx.baseline.loaded.module is None:
         return reference_tensors(ctx)
     out: dict[str, np.ndarray] = {}
     for qualname, module in ctx.modules_near():
@@ -185,7 +185,7 @@ def torch_candidates(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
 
 def reference_tensors(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
     """The reference ONNX model's float initializers (float64), when it stands in for PyTorch."""
-    return {name: np.asarray(v, dtype=np.float64) for name, v in (ctx.reference_weights or {}).items()
+    return {name: np.asarray(v, dtype=np.float64) for name, v in (ctx.baseline.weights or {}).items()
             if np.issubdtype(np.asarray(v).dtype, np.floating)}
 
 
@@ -199,13 +199,13 @@ def folds(conv_name: str, conv, bn_name: str, bn) -> dict[str, np.ndarray]:
 
 def all_torch_tensors(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
     """Every floating parameter and buffer of the model, and every Conv/Linear + BatchNorm fold (float64)."""
-    model = ctx.loaded.module
+    model = ctx.baseline.loaded.module
     if model is None:
         return reference_tensors(ctx)
     tensors = list(model.named_parameters()) + list(model.named_buffers())
     out = {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point()}
     out.update(model_rnn_weights(model))
-    acts = ctx.capture.activations
+    acts = ctx.baseline.capture.activations
     for act in acts:
         if act.module_type in BN_TYPES:
             for i in act.inputs:
