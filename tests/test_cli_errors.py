@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from conftest import make_tiny_model_dir, run_cli, tiny_onnx, write_source
 
@@ -72,6 +72,65 @@ def _file(d: Path, name: str, data: bytes) -> Path:
     return d / name
 
 
+def _external(d: Path, location: str, offset: int | None = None, length: int | None = None,
+              target: Path | None = None) -> Path:
+    """``model/ext.onnx`` (Gemm + Relu on x[2,4]) whose weight is external data at ``location``; a canary file
+    with plausible weight bytes sits beside the model's folder (``target``: make ``location`` a symbolic link to
+    it)."""
+    folder = d / "model"
+    folder.mkdir(exist_ok=True)
+    w = np.random.default_rng(1).standard_normal((3, 4)).astype(np.float32)
+    (d / "canary.bin").write_bytes(w.tobytes() * 4)
+    (folder / "weights.bin").write_bytes(w.tobytes())
+    if target is not None:
+        os.symlink(target, folder / location)
+    init = numpy_helper.from_array(w, "W")
+    init.ClearField("raw_data")
+    init.data_location = onnx.TensorProto.EXTERNAL
+    init.external_data.add(key="location", value=location)
+    for key, value in (("offset", offset), ("length", length)):
+        if value is not None:
+            init.external_data.add(key=key, value=str(value))
+    graph = helper.make_graph(
+        [helper.make_node("Gemm", ["x", "W"], ["g"], transB=1, name="gemm"), helper.make_node("Relu", ["g"], ["y"])],
+        "ext", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [2, 3])], [init])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, folder / "ext.onnx")
+    return folder / "ext.onnx"
+
+
+def _dims_beyond_data(d: Path) -> Path:
+    model = tiny_onnx(helper.make_node("Add", ["x", "b"], ["y"]))
+    bias = numpy_helper.from_array(np.ones((2, 4), np.float32), "b")
+    bias.dims[0] = 10 ** 12  # claims 4e12 elements, holds 8
+    model.graph.initializer.append(bias)
+    onnx.save(model, d / "dims.onnx")
+    return d / "dims.onnx"
+
+
+def _absurd_intermediate(d: Path) -> Path:
+    shape = numpy_helper.from_array(np.array([10 ** 6, 10 ** 6], np.int64), "shape")
+    nodes = [helper.make_node("ConstantOfShape", ["shape"], ["big"],
+                              value=numpy_helper.from_array(np.ones(1, np.float32))),
+             helper.make_node("ReduceSum", ["big"], ["total"], keepdims=0), helper.make_node("Add", ["x", "total"], ["y"])]
+    model = tiny_onnx(nodes[-1])
+    model.graph.ClearField("node")
+    model.graph.node.extend(nodes)
+    model.graph.initializer.append(shape)
+    onnx.save(model, d / "absurd.onnx")
+    return d / "absurd.onnx"
+
+
+def _npy_claiming(d: Path, shape: tuple[int, ...]) -> Path:
+    """An .npy whose header declares ``shape`` (float32) over 16 bytes of data."""
+    header = "{'descr': '<f4', 'fortran_order': False, 'shape': %r, }" % (shape,)
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    return _file(d, "claims.npy", b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode()
+                 + b"\0" * 16)
+
+
 # case id: (argv builder given a tiny_model_dir folder, phrases the error line must contain)
 CASES = {
     "missing-model-file": (lambda d: [d / "nope.py"], ("nope.py' does not exist", "get_model()")),
@@ -120,6 +179,28 @@ CASES = {
     "negative-atol": (lambda d: [d / "mlp.py", "--atol", "-1"], "must be non-negative (got --atol -1"),
     "json-is-the-model-file": (lambda d: [d / "mlp.py", "--json", d / "mlp.py"], "Refusing to overwrite"),
     "json-is-a-directory": (lambda d: [d / "mlp.py", "--json", d], "is a directory"),
+    # untrusted files: refused before anything is read or allocated
+    "external-data-climbs-out": (
+        lambda d: [d / "mlp.py", "--onnx", _external(d, "../canary.bin")], ("'../canary.bin'", "climbs out")),
+    "external-data-absolute-path": (
+        lambda d: [d / "mlp.py", "--onnx", _external(d, str(d / "canary.bin"))], ("an absolute path",)),
+    "external-data-symlink-out": (
+        lambda d: [d / "mlp.py", "--onnx", _external(d, "w.bin", target=d / "canary.bin")],
+        ("'w.bin'", "outside the model's folder", "symbolic link")),
+    "external-data-beyond-file": (
+        lambda d: [d / "mlp.py", "--onnx", _external(d, "weights.bin", offset=40)], "beyond the end of that file"),
+    "external-data-wrong-length": (
+        lambda d: [d / "mlp.py", "--onnx", _external(d, "weights.bin", length=4)], "with length 4, but its dims"),
+    "coverage-external-data-climbs-out": (
+        lambda d: ["coverage", _external(d, "../canary.bin")], ("'../canary.bin'", "climbs out")),
+    "initializer-dims-beyond-data": (
+        lambda d: [d / "mlp.py", "--onnx", _dims_beyond_data(d)], ("does not pass onnx.checker", "bytes required")),
+    "absurd-intermediate-size": (
+        lambda d: [d / "mlp.py", "--onnx", _absurd_intermediate(d)],
+        ("computes tensor 'big' of shape [1000000, 1000000]", "more than this machine's memory")),
+    "npy-header-claims-more-than-file": (
+        lambda d: [d / "mlp.py", "--input", _npy_claiming(d, (10 ** 6, 10 ** 6))],
+        ("Could not read input file", "mmap length is greater than file size")),
 }
 
 

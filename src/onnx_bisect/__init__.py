@@ -6,6 +6,15 @@ The stages, one package each, in the order ``pipeline`` runs them:
 """
 from __future__ import annotations
 
+import os
+
+# ONNX Runtime 1.31 on Linux keeps usage telemetry in ~/.cache/Microsoft/DeveloperTools and $TMPDIR/.ses; a
+# debugger run on untrusted files in CI writes nothing but the outputs it is asked for.  ORT_DISABLE_TELEMETRY /
+# ORT_TELEMETRY_DISABLED are the opt-outs of newer releases; 1.31 honours only ORT_RUNNING_UNIT_TESTS (which
+# gates nothing but telemetry).  Set before onnxruntime is imported; a value the user set is kept.
+for _name in ("ORT_DISABLE_TELEMETRY", "ORT_TELEMETRY_DISABLED", "ORT_RUNNING_UNIT_TESTS"):
+    os.environ.setdefault(_name, "1")
+
 __version__ = "0.1.0"
 
 __all__ = ["bisect", "verify", "triage", "Config", "Report", "MatrixReport", "BisectError", "__version__"]

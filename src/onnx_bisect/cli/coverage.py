@@ -6,9 +6,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..errors import BisectError, UsageError
-from ..records import ExitStatus
 from ..coverage.records import CoverageConfig
+from ..errors import UsageError
+from .boundary import guarded
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,24 +48,19 @@ def config_from_args(args: argparse.Namespace) -> CoverageConfig:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point; returns 0 (everything runs), 1 (something cannot run) or 2 (bad input)."""
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        config = config_from_args(args)
-        from ..pipeline.coverage import run_coverage
-        from ..coverage.render import render_text, write_json
+    return guarded(lambda: _triage(args), args.debug)
 
-        report = run_coverage(config)
-        if args.json:
-            try:
-                write_json(report, args.json, show_all=args.all)
-            except OSError as exc:
-                raise UsageError(f"Could not write the JSON report to '{args.json}': {exc.strerror or exc}. "
-                                 "Choose a writable path.") from exc
-    except BisectError as exc:
-        if args.debug:
-            raise
-        print(f"onnx-bisect: error: {exc}", file=sys.stderr)
-        return ExitStatus.USAGE
-    except KeyboardInterrupt:
-        return 130
+
+def _triage(args: argparse.Namespace) -> int:
+    from ..coverage.render import render_text, write_json
+    from ..pipeline.coverage import run_coverage
+
+    report = run_coverage(config_from_args(args))
+    if args.json:
+        try:
+            write_json(report, args.json, show_all=args.all)
+        except OSError as exc:
+            raise UsageError(f"Could not write the JSON report to '{args.json}': {exc.strerror or exc}. "
+                             "Choose a writable path.") from exc
     sys.stdout.write(render_text(report, show_all=args.all))
     return report.exit_status

@@ -7,9 +7,10 @@ from pathlib import Path
 from typing import Sequence
 
 from .. import __version__
-from ..errors import BisectError, UsageError
+from ..errors import UsageError
 from ..report.progress import Progress
-from ..records import ExitStatus, Exporter, OptLevel, Tolerance
+from ..records import Exporter, OptLevel, Tolerance
+from .boundary import guarded
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,24 +118,23 @@ def _write_report(report, path: str, writer) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point; returns the exit status (0 agree, 1 diverged, 2 bad input)."""
+    """Entry point; returns the exit status (0 agree, 1 diverged, 2 bad input, 3 tool or runtime failure,
+    130 interrupted, 143 terminated)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["coverage"]:
         from .coverage import main as coverage_main
 
         return coverage_main(argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    try:
-        config = config_from_args(args)
-        run, render, write = _job(config)
-        report = run(config, Progress())
-        if args.json:
-            _write_report(report, args.json, write)
-    except BisectError as exc:
-        return _fail(exc, args)
-    except KeyboardInterrupt:
-        return 130
+    args = build_parser().parse_args(argv)
+    return guarded(lambda: _bisect(args), args.debug)
+
+
+def _bisect(args: argparse.Namespace) -> int:
+    config = config_from_args(args)
+    run, render, write = _job(config)
+    report = run(config, Progress())
+    if args.json:
+        _write_report(report, args.json, write)
     sys.stdout.write(render(report, show_all=args.all))
     return report.exit_status
 
@@ -162,14 +162,6 @@ def _job(config):
     from ..pipeline.bisect import run
 
     return run, render_text, write_json
-
-
-def _fail(exc: BisectError, args) -> int:
-    """The one error boundary: a one-paragraph message and exit status 2 (``--debug`` re-raises)."""
-    if args.debug:
-        raise exc
-    print(f"onnx-bisect: error: {exc}", file=sys.stderr)
-    return ExitStatus.USAGE
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,7 +13,7 @@ import onnx
 import onnx.inliner
 
 from ..coverage.classify import classify_node
-from ..coverage.export_problems import format_problem, problems_from_exception
+from ..coverage.export_problems import problems_from_exception
 from ..coverage.export_triage import (attempt, is_translation_failure, specialisations, translation_problems,
                                       untranslatable)
 from ..coverage.inventory import take_inventory
@@ -154,8 +154,9 @@ def _try_torchscript(model, inputs: ModelInputs, user_file: str | None):
     return proto, specialisations(caught)
 
 
-def explain_export_failures(model, inputs: ModelInputs, failures, user_file: str | None = None) -> list[str]:
-    """One line per problem: the operator, source line and message of each exporter failure in ``failures``.
+def explain_export_failures(model, inputs: ModelInputs, failures, user_file: str | None = None
+                            ) -> list[ExportProblem]:
+    """The problems behind each exporter failure in ``failures``: operator, source line, message.
 
     ``failures`` holds ``(Exporter, exception)`` pairs as the main job's
     export stage collected them; only a light re-capture runs, to find the
@@ -173,7 +174,7 @@ def explain_export_failures(model, inputs: ModelInputs, failures, user_file: str
                 continue
         graph = export.trace_graph(model, inputs) if name == "torchscript" else None
         problems.extend(problems_from_exception(name, exc, user_file, trace_graph=graph))
-    return [format_problem(p) for p in problems]
+    return problems
 
 
 def _versions() -> tuple[tuple[str, str], ...]:

@@ -13,7 +13,9 @@ from ..align import ops as op_pairs
 from ..capture import modules as capture
 from ..capture import ops
 from ..diagnose import preflight
-from ..errors import ExportError, InputError, UsageError
+from ..coverage.export_problems import format_problem
+from ..coverage.records import ProblemKind
+from ..errors import FAILURE, BisectError, ExportError, InputError, UsageError
 from ..records import Capture, Exporter, ExportedModel, LoadedModel, ModelInputs
 from ..records.graph import GraphIndex
 from ..records.weights import Weights
@@ -82,24 +84,38 @@ def obtain_onnx(loaded: LoadedModel, inputs: ModelInputs, onnx_path: str | onnx.
             try:
                 return export.export_model(loaded, inputs, exporter, opset, dynamic_axes)
             except ExportError as exc:
-                raise ExportError(str(exc) + _triage(loaded, inputs, getattr(exc, "failures", ()))) from exc.__cause__
+                raise _triaged(exc, loaded, inputs) from exc.__cause__
     if isinstance(onnx_path, str):
         return onnx_file.load_onnx(onnx_path)
     return ExportedModel(proto=onnx_path, exporter=Exporter.GIVEN, opset=onnx_file.opset_of(onnx_path))
 
 
-def _triage(loaded: LoadedModel, inputs: ModelInputs, failures) -> str:
-    """The coverage triage of export failures: operator, source line, exporter message ("" when it cannot tell)."""
-    if not failures:
-        return ""
+#: export problems the user can act on (rewrite the operator, the control flow, the Python op)
+ACTIONABLE = frozenset({ProblemKind.NO_LOWERING, ProblemKind.DATA_DEPENDENT, ProblemKind.PYTHON_OP})
+
+
+def _triaged(exc: ExportError, loaded: LoadedModel, inputs: ModelInputs) -> ExportError:
+    """``exc`` with the coverage triage of its failures (operator, source line, exporter message) appended, and
+    its exit status: bad input when every failure is one the user can act on, else an exporter failure."""
+    if all(isinstance(e, BisectError) for _, e in exc.failures):
+        return ExportError(str(exc), exc.failures)  # our own refusal (dynamic axes the exporter cannot mark)
     try:
         from .coverage import explain_export_failures
 
-        lines = explain_export_failures(loaded.module, inputs, failures, loaded.source)
+        problems = explain_export_failures(loaded.module, inputs, exc.failures, loaded.source)
     except Exception:  # noqa: BLE001 - the triage must never hide the export error itself
+        problems = []
+    if not problems or not all(p.kind in ACTIONABLE for p in problems):
+        return ExportError(str(exc) + _listed(problems, loaded) + " If the model runs in PyTorch, this is an exporter "
+                           "failure: report it to PyTorch with the output of --debug.", exc.failures, FAILURE)
+    return ExportError(str(exc) + _listed(problems, loaded), exc.failures)
+
+
+def _listed(problems, loaded: LoadedModel) -> str:
+    if not problems:
         return ""
-    return f" What could not be exported: {'; '.join(lines)}. Run `onnx-bisect coverage {loaded.source}` for the " \
-        "full triage." if lines else ""
+    return (f" What could not be exported: {'; '.join(format_problem(p) for p in problems)}. Run `onnx-bisect "
+            f"coverage {loaded.source}` for the full triage.")
 
 
 def prepare(loaded: LoadedModel, inputs: ModelInputs, captured: Capture, exported: ExportedModel, *,
@@ -107,7 +123,7 @@ def prepare(loaded: LoadedModel, inputs: ModelInputs, captured: Capture, exporte
     """Index the graph against the sample's capture and run the preflight checks."""
     with progress.step("prepare", "indexing the ONNX graph"):
         skeleton, weight_store = (
-            (exported.proto, exported.weights) if exported.weights is not None else weights.split_weights(exported.proto)
+            (exported.proto, exported.weights) if exported.weights is not None else weights.split_given(exported.proto)
         )
         model_feeds, _ = feeds.make_feeds(inputs, skeleton, loaded.forward_params)
         where = f"ONNX model '{exported.path}'" if exported.path else "The exported ONNX model"

@@ -90,7 +90,7 @@ def bisect_onnx(
 
 def _load(source: str | onnx.ModelProto, what: str) -> ExportedModel:
     if isinstance(source, onnx.ModelProto):
-        skeleton, store = weights.split_weights(source)
+        skeleton, store = weights.split_given(source)
         return ExportedModel(proto=skeleton, exporter=Exporter.GIVEN, opset=onnx_file.opset_of(skeleton), weights=store)
     if not str(source).endswith(".onnx") and not Path(source).is_file():
         raise UsageError(f"{what} must be an .onnx file (got '{source}').")

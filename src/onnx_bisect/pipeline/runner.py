@@ -2,8 +2,11 @@
 cut graph, and one-off runs."""
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 
+from ..errors import BackendError, RuntimeFailure
 from ..measure import compare
 from ..run import expose
 from ..run.backend import Backend, Session
@@ -44,8 +47,10 @@ class Runner:
 
     def probe(self, model_feeds, wanted: list[str] | None = None) -> dict[str, np.ndarray]:
         """Every exposed tensor (or just ``wanted`` of them) from the graph exposing them all."""
-        session = self._session("probe", lambda: (expose.expose_tensors(self.prepared.skeleton, self._exposed), True))
-        return self._computed(session.run(model_feeds, list(self._exposed) if wanted is None else wanted))
+        with instrumented("with its intermediate tensors exposed"):
+            session = self._session("probe",
+                                    lambda: (expose.expose_tensors(self.prepared.skeleton, self._exposed), True))
+            return self._computed(session.run(model_feeds, list(self._exposed) if wanted is None else wanted))
 
     def narrow(self, tensors: list[str]) -> None:
         """From now on the probe exposes only ``tensors`` (once an alignment is known: its paired tensors).
@@ -67,15 +72,17 @@ class Runner:
         if self._cut_at is not None and cut_at != self._cut_at:
             self._sessions.pop("local", None)
         self._cut_at = cut_at
-        session = self._session("local", lambda: (expose.expose_tensors(
-            expose.cut_at_tensors(self.prepared.skeleton, references), unfed), True))
-        return self._computed(session.run(ref_feeds, list(cut_at)))
+        with instrumented("cut at the aligned tensors"):
+            session = self._session("local", lambda: (expose.expose_tensors(
+                expose.cut_at_tensors(self.prepared.skeleton, references), unfed), True))
+            return self._computed(session.run(ref_feeds, list(cut_at)))
 
     def observe(self, model_feeds, tensors) -> dict[str, np.ndarray]:
         """A fresh session of the unmodified graph exposing only ``tensors`` (for faithful location)."""
         p = self.prepared
-        return self._computed(self.backend.run(expose.expose_tensors(p.skeleton, tensors), model_feeds, None,
-                                               p.weights, one_shot=True))
+        with instrumented("with a few tensors exposed"):
+            return self._computed(self.backend.run(expose.expose_tensors(p.skeleton, tensors), model_feeds, None,
+                                                   p.weights, one_shot=True))
 
     def run_cut(self, model, ref_feeds, outputs, store, optimize: bool = True) -> dict[str, np.ndarray]:
         """One run of a cut graph (a diagnosis's counterfactual, a faithful location's segment), values as
@@ -85,3 +92,18 @@ class Runner:
     def _computed(self, values) -> dict[str, np.ndarray]:
         """Values marked with the resolution they were computed at (float32 tensors computed from float16 data)."""
         return compare.at_resolution(values, self.prepared.index.half_resolution)
+
+
+@contextlib.contextmanager
+def instrumented(how: str):
+    """ONNX Runtime failing on a graph derived from the model (which itself ran) is not the user's problem:
+    say so, as a :class:`RuntimeFailure`."""
+    try:
+        yield
+    except RuntimeFailure:
+        raise
+    except BackendError as exc:
+        raise RuntimeFailure(
+            f"The model runs in ONNX Runtime, but the copy onnx-bisect made of it {how} does not ({exc}). This is "
+            "a failure of onnx-bisect or ONNX Runtime, not of your model: please report it with the output of "
+            "--debug.") from exc

@@ -68,7 +68,10 @@ class ExitStatus(enum.IntEnum):
 
     OK = 0
     DIVERGED = 1
-    USAGE = 2
+    USAGE = 2  # a problem with the input or usage (the message names it and the fix)
+    FAILURE = 3  # an exporter or ONNX Runtime failed on input that is fine, or a bug: not the user's fault
+    INTERRUPTED = 130  # Ctrl-C
+    TERMINATED = 143  # SIGTERM
 
 
 class Exporter(enum.Enum):

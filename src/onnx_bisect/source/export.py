@@ -55,9 +55,7 @@ def export_model(
             for w, e in failures
         )
         return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), notes=notes, program=program)
-    error = ExportError(failure_message(failures))
-    error.failures = failures
-    raise error from failures[-1][1]
+    raise ExportError(failure_message(failures), failures) from failures[-1][1]
 
 
 def export_dynamo(model, inputs: ModelInputs, opset: int | None = None, dynamic_axes=None):

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import math
 import sys
 import uuid
+import zipfile
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -209,11 +211,9 @@ def _read_file(path: Path, loaded: LoadedModel):
     suffix = path.suffix.lower()
     try:
         if suffix == ".npy":
-            return _as_tensor(np.load(path, allow_pickle=False), str(path))
+            return _as_tensor(read_npy(path), str(path))
         if suffix == ".npz":
-            with np.load(path, allow_pickle=False) as data:
-                arrays = {k: data[k] for k in data.files}
-            return _match_npz(arrays, path, loaded)
+            return _match_npz(read_npz(path), path, loaded)
         if suffix == ".pt":
             obj = torch.load(path, map_location="cpu", weights_only=True)
             if isinstance(obj, dict):
@@ -229,6 +229,31 @@ def _read_file(path: Path, loaded: LoadedModel):
             "Save arrays with numpy.save / numpy.savez or tensors with torch.save."
         ) from exc
     raise InputError(f"Input file '{path}' has an unsupported extension; use .npy, .npz or .pt.")
+
+
+def read_npy(path: Path) -> np.ndarray:
+    """An .npy array; its header's shape is checked against the file's size before anything is allocated (a
+    memory map reads the header and fails on a file shorter than it claims)."""
+    mapped = np.load(path, mmap_mode="r", allow_pickle=False)
+    return np.array(mapped)
+
+
+def read_npz(path: Path) -> dict[str, np.ndarray]:
+    """The arrays of an .npz, each member's header checked against its size before it is read."""
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            with archive.open(info) as member:
+                version = np.lib.format.read_magic(member)
+                header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
+                    np.lib.format.read_array_header_2_0
+                shape, _, dtype = header(member)
+                need = math.prod(shape) * dtype.itemsize
+                if need > info.file_size - member.tell():
+                    raise InputError(f"'{path}' member '{info.filename}' declares shape {list(shape)} of {dtype} "
+                                     f"({need} bytes) but holds {info.file_size - member.tell()} bytes. The file is "
+                                     "truncated or corrupt: save it again with numpy.savez.")
+    with np.load(path, allow_pickle=False) as data:
+        return {k: data[k] for k in data.files}
 
 
 def _match_npz(arrays: dict, path: Path, loaded: LoadedModel) -> dict:

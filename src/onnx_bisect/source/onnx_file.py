@@ -1,8 +1,11 @@
 """Open the user's ONNX file (read-only, weights memory-mapped), validate it, and pin shapes for indexing."""
 from __future__ import annotations
 
+import math
+import os
 from pathlib import Path
 
+import numpy as np
 import onnx
 
 from ..errors import OnnxLoadError
@@ -27,6 +30,8 @@ def load_onnx(path: str, check: str = "the --onnx path") -> ExportedModel:
         raise OnnxLoadError(f"ONNX file '{p}' does not exist. Check {check}.")
     try:
         skeleton, store = split_weights_from_file(str(p))
+    except OnnxLoadError as exc:
+        raise OnnxLoadError(f"'{p}': {exc}") from exc
     except Exception as exc:
         raise OnnxLoadError(
             f"'{p}' is not a loadable ONNX model ({type(exc).__name__}: {str(exc).strip()[:200]}). "
@@ -73,7 +78,8 @@ def _unknown_op(exc: Exception) -> bool:
 
 def pin_shapes(skeleton: onnx.ModelProto, input_shapes: dict, where: str) -> onnx.ModelProto:
     """A copy of ``skeleton`` whose value infos are inferred with the inputs' free dimensions
-    pinned to ``input_shapes``, so intermediate shapes are concrete (for indexing, not for running)."""
+    pinned to ``input_shapes``, so intermediate shapes are concrete (for indexing, not for running).
+    A tensor that would not fit in memory is refused here, before anything runs."""
     view = checkable_view(skeleton)
     for inp in view.graph.input:
         shape = input_shapes.get(inp.name)
@@ -85,7 +91,36 @@ def pin_shapes(skeleton: onnx.ModelProto, input_shapes: dict, where: str) -> onn
     out.CopyFrom(skeleton)
     out.graph.ClearField("value_info")
     out.graph.value_info.extend(_infer(view, where).graph.value_info)
+    refuse_absurd_sizes(out, where)
     return out
+
+
+def refuse_absurd_sizes(model: onnx.ModelProto, where: str, limit: int | None = None) -> None:
+    """OnnxLoadError when a tensor whose shape inference gave a concrete shape would hold more bytes than this
+    machine has memory (a corrupt or hostile file asking for 10^12 elements): said before anything runs."""
+    limit = limit or machine_memory()
+    for vi in list(model.graph.value_info) + list(model.graph.output):
+        tt = vi.type.tensor_type
+        if not tt.HasField("shape") or not all(d.HasField("dim_value") for d in tt.shape.dim):
+            continue
+        try:
+            itemsize = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)).itemsize
+        except (KeyError, TypeError, ValueError):
+            continue
+        dims = [d.dim_value for d in tt.shape.dim]
+        size = math.prod(dims) * itemsize
+        if size > limit:
+            raise OnnxLoadError(f"{where} computes tensor '{vi.name}' of shape {dims} ({size / 2**30:.3g} GiB), more "
+                                f"than this machine's memory ({limit / 2**30:.3g} GiB). The file is corrupt, or made "
+                                "for other input sizes: check its shapes (onnx-bisect coverage shows them).")
+
+
+def machine_memory() -> int:
+    """Bytes of physical memory (a generous 1 TiB when the platform does not say)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 2 ** 40
 
 
 def _infer(view: onnx.ModelProto, where: str) -> onnx.ModelProto:

@@ -7,13 +7,17 @@ bert-base costs seconds; the skeleton costs milliseconds).
 """
 from __future__ import annotations
 
+import mmap
+from pathlib import Path
 
 import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
+from ..errors import OnnxLoadError
 from ..records.weights import Weights
+from .external import NUMPY_TYPES, declared_size, ensure_resolved, load_external
 
 #: initializers at least this large (bytes) are split off; small ones stay inline
 #: so shape inference still sees constant shapes and axes.
@@ -36,7 +40,7 @@ def split_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Weights]:
     for init in skeleton.graph.initializer:
         if init.data_location == onnx.TensorProto.EXTERNAL or _nbytes(init) < SPLIT_BYTES:
             continue
-        arrays[init.name] = _to_array(init)
+        arrays[init.name] = to_array(init)
         for name in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
             init.ClearField(name)
         init.data_location = onnx.TensorProto.EXTERNAL
@@ -46,16 +50,36 @@ def split_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Weights]:
 
 
 def _nbytes(init: onnx.TensorProto) -> int:
-    count = int(np.prod(init.dims)) if init.dims else 1
-    return count * np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize if init.data_type not in (
-        onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) else 0
+    if init.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+        return 0
+    try:
+        itemsize = np.dtype(helper.tensor_dtype_to_np_dtype(init.data_type)).itemsize
+    except (KeyError, TypeError, ValueError):  # an element type this onnx does not know: a corrupt file
+        return 0
+    return declared_size(init, "Initializer") * itemsize
 
 
-def _to_array(init: onnx.TensorProto) -> np.ndarray:
-    if init.raw_data and init.data_type not in (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT8E4M3FN):
-        dtype = helper.tensor_dtype_to_np_dtype(init.data_type)
+def to_array(init: onnx.TensorProto) -> np.ndarray:
+    """An inline initializer's value, after checking that it holds as many elements as its dims declare (a
+    corrupt file claiming 10^12 elements is refused before anything is allocated)."""
+    count = declared_size(init, "Initializer")
+    if init.raw_data and init.data_type in NUMPY_TYPES:
+        dtype = np.dtype(NUMPY_TYPES[init.data_type])
+        if len(init.raw_data) != count * dtype.itemsize:
+            raise _size_error(init, count, dtype, len(init.raw_data))
         return np.frombuffer(init.raw_data, dtype=dtype).reshape(tuple(init.dims))
-    return numpy_helper.to_array(init)
+    try:
+        return numpy_helper.to_array(init)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise OnnxLoadError(f"Initializer '{init.name}' cannot be read ({type(exc).__name__}: {str(exc)[:200]}): "
+                            "its data does not match its dims and type. The file is corrupt; re-export the model.") \
+            from exc
+
+
+def _size_error(init: onnx.TensorProto, count: int, dtype: np.dtype, have: int) -> OnnxLoadError:
+    return OnnxLoadError(f"Initializer '{init.name}' declares dims {list(init.dims)} ({count} {dtype.name} elements, "
+                         f"{count * dtype.itemsize} bytes) but holds {have} bytes. The file is corrupt or was edited "
+                         "by hand: re-export the model.")
 
 
 def join_weights(skeleton: onnx.ModelProto, weights: Weights) -> onnx.ModelProto:
@@ -81,25 +105,32 @@ _TENSOR_NAME, _TENSOR_RAW_DATA = 8, 9
 def split_weights_from_file(path: str) -> tuple[onnx.ModelProto, Weights]:
     """Like :func:`split_weights` for a file, without copying the weights.
 
-    Weights stored in external data files are memory-mapped too.  Falls back
-    to a plain load for anything the scanner does not understand.
+    Weights stored in external data files are memory-mapped too, from inside
+    the model's folder only (see :mod:`.external`).  Falls back to a plain
+    protobuf parse (external data still loaded by :mod:`.external`) for
+    anything the scanner does not understand.
     """
-    import mmap
-    from pathlib import Path
-
     if Path(path).stat().st_size == 0:
-        return split_weights(onnx.load(path))  # raises onnx's own error for an empty file
+        return split_weights(onnx.load(path, load_external_data=False))  # onnx's own error for an empty file
     with open(path, "rb") as f:
         buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
     try:
         skeleton_bytes, arrays = _strip_file(buf)
         skeleton = onnx.ModelProto.FromString(skeleton_bytes)
     except (ValueError, IndexError, _WireError, DecodeError):
-        model = onnx.load(path)
-        return split_weights(model)
-    external = _load_external(skeleton, Path(path).parent)
-    arrays.update(external)
-    return skeleton, Weights(arrays)
+        skeleton, arrays = split_weights(onnx.load(path, load_external_data=False))
+        arrays = dict(arrays.arrays)
+    arrays.update(load_external(skeleton, Path(path).parent, PLACEHOLDER_LOCATION).arrays)
+    weights = Weights(arrays)
+    ensure_resolved(skeleton, weights, PLACEHOLDER_LOCATION)
+    return skeleton, weights
+
+
+def split_given(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Weights]:
+    """:func:`split_weights` for a model handed over in memory: it must hold its data (no external file)."""
+    skeleton, weights = split_weights(model)
+    ensure_resolved(skeleton, weights, PLACEHOLDER_LOCATION)
+    return skeleton, weights
 
 
 class _WireError(Exception):
@@ -187,12 +218,12 @@ def _strip_tensor(buf, start: int, end: int, arrays: dict) -> bytes | None:
     if raw is None:
         return None
     tensor = onnx.TensorProto.FromString(b"".join(rest))
-    if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED) or tensor.data_type not in _NP_TYPES:
+    if tensor.data_type not in NUMPY_TYPES:
         return None
-    dtype = np.dtype(_NP_TYPES[tensor.data_type])
-    count = int(np.prod(tensor.dims)) if tensor.dims else 1
+    dtype = np.dtype(NUMPY_TYPES[tensor.data_type])
+    count = declared_size(tensor, "Initializer")
     if count * dtype.itemsize != raw[1] - raw[0]:
-        return None
+        raise _size_error(tensor, count, dtype, raw[1] - raw[0])
     array = np.frombuffer(buf, dtype=dtype, count=count, offset=raw[0]).reshape(tuple(tensor.dims))
     # Protobuf does not align raw_data; ONNX Runtime reads such buffers correctly on
     # the CPU (checked against aligned copies), so no copy is made.
@@ -200,37 +231,3 @@ def _strip_tensor(buf, start: int, end: int, arrays: dict) -> bytes | None:
     tensor.data_location = onnx.TensorProto.EXTERNAL
     tensor.external_data.add(key="location", value=PLACEHOLDER_LOCATION)
     return tensor.SerializeToString()
-
-
-_NP_TYPES = {
-    t: helper.tensor_dtype_to_np_dtype(t)
-    for t in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE, onnx.TensorProto.INT8,
-              onnx.TensorProto.UINT8, onnx.TensorProto.INT16, onnx.TensorProto.UINT16, onnx.TensorProto.INT32,
-              onnx.TensorProto.UINT32, onnx.TensorProto.INT64, onnx.TensorProto.UINT64, onnx.TensorProto.BOOL)
-}
-
-
-def _load_external(skeleton: onnx.ModelProto, base) -> dict[str, np.ndarray]:
-    """Memory-map initializers that the file itself keeps in external data files."""
-    import mmap
-
-    arrays: dict[str, np.ndarray] = {}
-    maps: dict[str, mmap.mmap] = {}
-    for init in skeleton.graph.initializer:
-        if init.data_location != onnx.TensorProto.EXTERNAL:
-            continue
-        info = {e.key: e.value for e in init.external_data}
-        if info.get("location") == PLACEHOLDER_LOCATION or init.data_type not in _NP_TYPES:
-            continue
-        file = (base / info["location"]).resolve()
-        if str(file) not in maps:
-            with open(file, "rb") as f:
-                maps[str(file)] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        dtype = np.dtype(_NP_TYPES[init.data_type])
-        count = int(np.prod(init.dims)) if init.dims else 1
-        offset = int(info.get("offset", 0))
-        array = np.frombuffer(maps[str(file)], dtype=dtype, count=count, offset=offset).reshape(tuple(init.dims))
-        arrays[init.name] = array
-        del init.external_data[:]
-        init.external_data.add(key="location", value=PLACEHOLDER_LOCATION)
-    return arrays

@@ -40,8 +40,9 @@ class NumericalStability(Rule):
             ins = [values.get(t) for t in proto.input if t]
             outs = [values.get(t) for t in proto.output if t]
             floats = [v for v in ins if v is not None and v.dtype.kind == "f"]
-            if not floats or not all(np.isfinite(v).all() for v in floats):
-                continue
+            weights = [w for w in (ctx.initializer(t) for t in proto.input if t) if w is not None and w.dtype.kind == "f"]
+            if not floats or not all(np.isfinite(v).all() for v in floats + weights):
+                continue  # non-finite inputs or weights make non-finite outputs: no formula is to blame
             bad = [v for v in outs if v is not None and v.dtype.kind == "f" and not np.isfinite(v).all()]
             if not bad:
                 continue

@@ -30,15 +30,15 @@ class WeightMismatch(Rule):
             if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
                 continue
             best = _best(value, name, candidates)
-            if best is None or (not best[1].equal and best[1].correlation < 0.5):
+            if best is None or (not best[1].equal and not _same_tensor(best, name)):
                 # the segment may hold another module's weight (its output fused away): search the whole model
                 best = _best(value, name, _everything(ctx, value.size)) or best
-            if best is None or (not best[1].equal and best[1].correlation < 0.5):
+            if best is None or (not best[1].equal and not _same_tensor(best, name)):
                 # an exporter folds an activation that depends on no input into a constant (the position
                 # embeddings of a fixed length): the constant then stands for that module's output
                 folded = _best(value, name, _constant_activations(ctx, value.size))
                 best = folded if folded is not None and folded[1].correlation >= 0.9 else best
-            if best is None or best[1].equal or best[1].correlation < 0.5:
+            if best is None or best[1].equal or not _same_tensor(best, name):
                 continue
             if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
                 continue  # float16 conversion saturated the large weights: the precision rule's case
@@ -55,6 +55,13 @@ class WeightMismatch(Rule):
                        "correlated (same layer) but not equal: the conversion step changed them.")
             fix = ("Redo the conversion from the reference file, or find the step that rewrote these initializers "
                    "(a converter, a quantizer, an edit by hand).")
+        elif any(_corrupt(r) for _, _, r, _ in differing):
+            summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. The "
+                       "file holds inf/NaN or values far beyond the parameter's range where PyTorch has ordinary "
+                       "weights: its weights were corrupted (a broken conversion, a truncated or edited file)."
+                       + _other_owners(ctx, [p for _, p, _, _ in differing]))
+            fix = ("Re-export the model, and check the file's integrity where it is stored or transferred (compare "
+                   "a checksum with the exported file's).")
         else:
             summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. The "
                        f"values are correlated (same layer) but not equal, as from another checkpoint."
@@ -63,6 +70,19 @@ class WeightMismatch(Rule):
                    "check the export script loads the weights before torch.onnx.export.")
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
                        counterfactual=lambda c: _restore(c, differing))
+
+
+def _corrupt(relation) -> bool:
+    """Whether the differing values are garbage (non-finite, or a thousand times the parameter's norm)."""
+    return not np.isfinite(relation.max_abs) or relation.rel_l2 > 1e3
+
+
+def _same_tensor(best, name: str) -> bool:
+    """Whether an initializer and its closest PyTorch tensor are one tensor with changed values: correlated or
+    mostly equal (another checkpoint, a few corrupted values), or of the same name (whatever the values: inf,
+    NaN or 1e38 written over the weights is still this weight)."""
+    parameter, relation, _ = best
+    return relation.related or parameter == name
 
 
 def _other_owners(ctx: DiagnosisContext, parameters: list[str]) -> str:

@@ -129,15 +129,24 @@ class Relation:
     """How an ONNX initializer relates to a PyTorch tensor in the best-fitting layout."""
 
     layout: Layout
-    max_abs: float
+    max_abs: float  # inf when the initializer holds inf/NaN where PyTorch is finite
     rel_l2: float  # ||onnx − torch|| / ||torch||
-    correlation: float
+    correlation: float  # over the elements finite on both sides
     fraction_differing: float
     equal: bool  # equal up to the ONNX dtype's rounding
 
+    @property
+    def related(self) -> bool:
+        """Whether the two are the same tensor with some values changed (correlated, or mostly equal), not
+        merely two tensors of one size."""
+        return self.correlation >= 0.5 or self.fraction_differing <= 0.5
+
 
 def relate(onnx_value: np.ndarray, torch_value: np.ndarray) -> Relation | None:
-    """Compare an initializer with a PyTorch tensor, allowing a transpose or a reshape; None if sizes differ."""
+    """Compare an initializer with a PyTorch tensor, allowing a transpose or a reshape; None if sizes differ.
+
+    Non-finite or absurd values (a corrupt or hostile file) give honest figures: they differ, by inf.
+    """
     if onnx_value.size != torch_value.size or onnx_value.size == 0:
         return None
     t = torch_value.astype(np.float64)
@@ -150,20 +159,42 @@ def relate(onnx_value: np.ndarray, torch_value: np.ndarray) -> Relation | None:
         layouts.append((Layout.RESHAPED, t.reshape(onnx_value.shape)))
     o = onnx_value.astype(np.float64)
     best = None
-    for name, ref in layouts:
-        rounded = ref.astype(onnx_value.dtype).astype(np.float64) if onnx_value.dtype != np.float64 else ref
-        d = np.abs(o - rounded)
-        norm = float(np.linalg.norm(ref)) or 1.0
-        rel = float(np.linalg.norm(o - ref)) / norm
-        if best is None or rel < best[2]:
-            best = (name, ref, rel, d)
+    with np.errstate(all="ignore"):
+        for name, ref in layouts:
+            rounded = ref.astype(onnx_value.dtype).astype(np.float64) if onnx_value.dtype != np.float64 else ref
+            d = np.abs(o - rounded)
+            d[np.isnan(d)] = np.inf  # NaN where PyTorch has a number differs
+            rel = _rel_l2(o, ref)
+            if best is None or rel < best[2]:
+                best = (name, ref, rel, d)
     name, ref, rel, d = best
-    scale = float(np.max(np.abs(ref))) or 1.0
-    tol = 4 * float(np.finfo(onnx_value.dtype).eps) * scale if np.issubdtype(onnx_value.dtype, np.floating) else 0.0
+    finite = np.isfinite(ref)
+    scale = float(np.max(np.abs(ref[finite]))) if finite.any() else 1.0
+    tol = 4 * float(np.finfo(onnx_value.dtype).eps) * (scale or 1.0) \
+        if np.issubdtype(onnx_value.dtype, np.floating) else 0.0
+    both = finite & np.isfinite(o)
+    return Relation(name, float(d.max()), rel, _correlation(o[both], ref[both]), float(np.mean(d > tol)),
+                    bool(d.max() <= tol))
+
+
+def _rel_l2(o: np.ndarray, ref: np.ndarray) -> float:
+    """``||o − ref|| / ||ref||``; inf when ``o`` is non-finite where ``ref`` is not, or the difference overflows."""
+    if not np.isfinite(o).all() and np.isfinite(ref).all():
+        return float("inf")
+    norm = float(np.linalg.norm(ref)) or 1.0
+    diff = float(np.linalg.norm(o - ref))
+    return diff / norm if np.isfinite(diff) else float("inf")
+
+
+def _correlation(o: np.ndarray, ref: np.ndarray) -> float:
+    """Pearson correlation of two flat arrays (1 for two equal constants, 0 when one is constant)."""
+    if not o.size:
+        return 0.0
     oc, rc = o.ravel() - o.mean(), ref.ravel() - ref.mean()
     denom = float(np.linalg.norm(oc) * np.linalg.norm(rc))
-    corr = float(oc @ rc / denom) if denom > 0 else (1.0 if np.allclose(o, ref) else 0.0)
-    return Relation(name, float(d.max()), rel, corr, float(np.mean(d > tol)), bool(d.max() <= tol))
+    if denom > 0 and np.isfinite(denom):
+        return float(oc @ rc / denom)
+    return 1.0 if np.allclose(o, ref) else 0.0
 
 
 def torch_candidates(ctx: DiagnosisContext) -> dict[str, np.ndarray]:

@@ -1,0 +1,113 @@
+"""Runs that end for reasons other than the input: a tool or runtime failure (exit 3), Ctrl-C (130), SIGTERM (143).
+
+Each ends with one line on stderr and no traceback (``--debug`` shows it), and leaves no partial output and no
+temporary file behind.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+BERT = [FIXTURES / "models" / "bert.py", "--input", FIXTURES / "inputs" / "bert.npy"]
+MLP = [FIXTURES / "models" / "mlp.py", "--onnx", FIXTURES / "onnx" / "mlp.dynamo.onnx", "--input",
+       FIXTURES / "inputs" / "mlp.npy"]
+
+
+def _run_patched(patch: str, argv: list, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The command line in a fresh process after ``patch`` (Python source) has changed the tool's internals."""
+    script = textwrap.dedent(f"""
+        import sys
+        {textwrap.indent(textwrap.dedent(patch), "        ").strip()}
+        from onnx_bisect.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """)
+    return subprocess.run([sys.executable, "-c", script, *map(str, argv)], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path, env={**os.environ, "TMPDIR": str(tmp_path)})
+
+
+def test_onnx_runtime_failing_on_the_instrumented_graph_is_a_failure_not_bad_input(tmp_path):
+    patch = """
+        from onnx_bisect.errors import BackendError
+        from onnx_bisect.pipeline import runner
+        real = runner.Runner._session
+        def broken(self, role, build):
+            if role == "probe":
+                raise BackendError("ONNX Runtime failed while running the model (RuntimeException: boom)")
+            return real(self, role, build)
+        runner.Runner._session = broken
+    """
+    result = _run_patched(patch, MLP + ["--json", tmp_path / "r.json"], tmp_path)
+    assert result.returncode == 3, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("onnx-bisect: failure:")
+    assert "not of your model" in lines[0] and "--debug" in lines[0] and "boom" in lines[0]
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_an_unexpected_exception_is_a_failure_in_one_line_and_a_traceback_with_debug(tmp_path):
+    patch = """
+        from onnx_bisect import align
+        def broken(*a, **k):
+            raise ZeroDivisionError("a bug")
+        align.align_activations = broken
+    """
+    argv = MLP
+    result = _run_patched(patch, argv, tmp_path)
+    assert result.returncode == 3
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert "unexpected ZeroDivisionError: a bug" in result.stderr and "not a problem with your input" in result.stderr
+    assert "Traceback" not in result.stderr
+    debug = _run_patched(patch, argv + ["--debug"], tmp_path)
+    assert "Traceback" in debug.stderr and "ZeroDivisionError" in debug.stderr
+
+
+def _interrupt(sig: int, after: float, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    report = tmp_path / "out" / "report.json"
+    report.parent.mkdir()
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "onnx_bisect", *map(str, BERT), "--json", str(report)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "TMPDIR": str(scratch)},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    time.sleep(after)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=120)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), scratch
+
+
+@pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_an_interrupted_run_leaves_nothing_behind(sig, status, word, tmp_path):
+    # 3 s in, the run is exporting or capturing (bert-tiny takes about 5 s in all)
+    result, scratch = _interrupt(sig, 3.0, tmp_path)
+    assert result.returncode == status, result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert word in result.stderr and "Traceback" not in result.stderr
+    assert not list((tmp_path / "out").iterdir()), "no report, no half-written temporary report"
+    assert not list(scratch.iterdir()), "no temporary file left in TMPDIR"
+
+
+def test_a_run_writes_nothing_but_its_outputs(tmp_path):
+    home, scratch = tmp_path / "home", tmp_path / "tmp"
+    home.mkdir()
+    scratch.mkdir()
+    env_before = {k: os.environ.get(k) for k in ("HOME", "TMPDIR")}
+    os.environ.update(HOME=str(home), TMPDIR=str(scratch))
+    try:
+        result = run_cli(*MLP, "--json", tmp_path / "r.json")
+    finally:
+        for k, v in env_before.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    assert result.exit_status == 0, result.stderr
+    # ONNX Runtime's usage telemetry would write ~/.cache/Microsoft/DeveloperTools and $TMPDIR/.ses
+    assert not [str(p) for p in home.rglob("*")] and not [str(p) for p in scratch.rglob("*")]
