@@ -95,8 +95,8 @@ def bisect_case(prepared: Prepared, runner: Runner, inputs: ModelInputs, capture
     seen = observe_case(p, runner, model_feeds, policy, progress)
     aligned = align_case(p, seen, captured, inputs, policy, progress)
     measured = measure_case(p, runner, seen, aligned, captured, policy, progress)
-    found = explain.explain_case(p, runner, seen.feeds, seen.final, aligned.pairs, measured, captured, inputs,
-                                 policy, progress)
+    found = explain.explain_case(p, runner, seen.feeds, seen.final, aligned, measured, captured, inputs, policy,
+                                 progress)
     report = Report(
         ok=measured.ok, tolerance=policy.tolerance, exporter=p.exported.exporter, opset=p.exported.opset,
         provider=runner.backend.name, outputs=measured.outputs, first_divergence=found.first, layers=measured.layers,

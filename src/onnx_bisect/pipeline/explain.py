@@ -15,6 +15,7 @@ from ..report.progress import Progress
 from ..run import expose
 from .config import CasePolicy
 from .prepare import Prepared
+from .refine import refine
 from .runner import Runner
 
 
@@ -27,8 +28,8 @@ class Explanation:
     warnings: tuple[str, ...] = ()
 
 
-def explain_case(p: Prepared, runner: Runner, model_feeds, final, pairs: tuple[TensorPair, ...], measured,
-                 captured, inputs, policy: CasePolicy, progress: Progress) -> Explanation:
+def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measured, captured, inputs,
+                 policy: CasePolicy, progress: Progress) -> Explanation:
     """Name the first divergence and its cause; when the outputs agree, warn about a hidden one."""
     from .case import reproduction_of  # the case module calls this one
 
@@ -41,13 +42,17 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, pairs: tuple[T
             def reproduces(values) -> bool:
                 return reproduction_of(p.index, values, final, policy.tolerance)[0] is not Reproduction.DIFFERENT
 
-            located = locate_faithfully(p, runner, pairs, model_feeds, reproduces, measured.compare)
+            located = locate_faithfully(p, runner, aligned.pairs, model_feeds, reproduces, measured.compare)
         if located is not None:
             faithful, layer, introduced, references = located
     if layer is None:
         return Explanation(faithful=faithful, warnings=(
             "The final outputs diverge, but no aligned tensor does: the divergence lies after the "
             "last aligned tensor or in a part of the graph no activation maps to.",))
+    refined = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, measured.compare,
+                     progress) if introduced else None
+    if refined is not None:
+        layer, references = refined.layer, refined.references
     earlier = policy.memo.get(layer.pair.tensor, introduced) if policy.memo is not None else None
     if earlier is not None:
         first = dataclasses.replace(
@@ -62,6 +67,8 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, pairs: tuple[T
             cut=CutRun(references, model_feeds, runner.run_cut, runner.backend.settings),
             tolerance=policy.tolerance, compare=measured.compare,
         ))
+    if refined is not None:
+        first = dataclasses.replace(first, within=refined.within)
     if policy.memo is not None:
         policy.memo.keep(first)
     return Explanation(first, faithful)

@@ -93,6 +93,7 @@ class MatchMethod(enum.Enum):
     GRAPH_OUTPUT = "graph-output"  # a model output matched to a graph output
     NAME = "name"  # the tensor of the same name in a reference ONNX model (--reference)
     OP = "op"  # an exported-program op paired with the ONNX value named after its FX node
+    OP_VALUE = "op-value"  # an ATen op PyTorch ran, paired by value inside a divergent segment, confirmed by re-running
     NONE = "none"
 
 
@@ -142,7 +143,8 @@ class Activation:
     is_leaf: bool = True
     inputs: tuple[int, ...] = ()  # indices of activations this call consumed
     passthrough: bool = False  # output is (value-)identical to one of its inputs
-    op: str = ""  # an op of the exported program (its FX node name) rather than a module output
+    op: str = ""  # an op (the exported program's FX node name, or a captured ATen op) rather than a module output
+    args: tuple = field(default=(), compare=False)  # an op's non-tensor arguments: (position or name, value)
 
     @property
     def name(self) -> str:
@@ -274,6 +276,7 @@ class Divergence:
     evidence: dict[str, Any] = field(default_factory=dict)  # numbers supporting the cause
     fix: str = ""
     confirmed: bool | None = None  # re-run with the fix applied: True/False; None = not attempted
+    within: LayerResult | None = None  # the module-level layer whose segment this op-level one was narrowed from
 
 
 @dataclass(frozen=True)

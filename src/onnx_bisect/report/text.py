@@ -9,7 +9,7 @@ from typing import Any
 from tabulate import tabulate
 
 from .files import write_atomic
-from ..records import (Cause, Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Report, Reproduction, Status,
+from ..records import (Cause, Divergence, MatchMethod, ErrorOrigin, FaithfulLocation, LayerResult, Report, Reproduction, Status,
                       TensorDiff)
 
 NEIGHBOURHOOD = 6
@@ -53,9 +53,13 @@ def _verdict(report: Report) -> str:
     if fd is not None:
         p = fd.layer.pair
         nodes = ", ".join(fd.layer.segment[:6]) + (f" … (+{len(fd.layer.segment) - 6})" if len(fd.layer.segment) > 6 else "")
+        who = (f"op {p.activation.module_type} in module {p.activation.module or '<model>'}"
+               if p.method is MatchMethod.OP_VALUE else f"module {p.activation.name} ({p.activation.module_type})")
+        narrowed = (f" (narrowed from the {len(fd.within.segment)}-node segment computing "
+                    f"{fd.within.pair.activation.name})" if fd.within is not None else "")
         lines.append(
-            f"First divergence: module {p.activation.name} ({p.activation.module_type}) → ONNX node "
-            f"{p.node} ({p.op_type}), tensor '{p.tensor}'. Segment nodes: {nodes or p.node}."
+            f"First divergence: {who} → ONNX node {p.node} ({p.op_type}), tensor '{p.tensor}'. "
+            f"Segment nodes: {nodes or p.node}{narrowed}."
         )
         if fd.cause is Cause.UNKNOWN:
             lines.append(f"Cause: unknown. {fd.explanation}")
@@ -73,7 +77,8 @@ def _table(report: Report, show_all: bool) -> str:
     layers = list(report.layers)
     if not layers:
         return ""
-    first = report.first_divergence.layer if report.first_divergence else None
+    fd = report.first_divergence
+    first = (fd.within or fd.layer) if fd else None
     if show_all or len(layers) <= SMALL_MODEL_ROWS:
         rows = layers
     elif first is not None:
@@ -196,6 +201,7 @@ def divergence_json(fd: Divergence | None) -> dict[str, Any] | None:
         "module": fd.layer.pair.activation.module,
         "module_name": fd.layer.pair.activation.name,
         "module_type": fd.layer.pair.activation.module_type,
+        "op": fd.layer.pair.activation.module_type if fd.layer.pair.activation.op else None,
         "onnx_nodes": list(fd.layer.segment) or ([fd.layer.pair.node] if fd.layer.pair.node else []),
         "onnx_node": fd.layer.pair.node,
         "onnx_tensor": fd.layer.pair.tensor,
@@ -209,6 +215,9 @@ def divergence_json(fd: Divergence | None) -> dict[str, Any] | None:
         "fix": fd.fix,
         "confirmed": fd.confirmed,
         "explanation": fd.explanation,
+        "narrowed_from": None if fd.within is None else {
+            "module": fd.within.pair.activation.module, "onnx_tensor": fd.within.pair.tensor,
+            "onnx_nodes": list(fd.within.segment)},
     }
 
 

@@ -1,0 +1,219 @@
+"""Op-level capture for any model: every ATen op's tensor output during a PyTorch forward, with its module.
+
+A ``TorchDispatchMode`` sees each ATen op as PyTorch runs it (after autograd
+and after the composite decompositions, so ``nn.Linear`` shows as ``aten.t`` +
+``aten.addmm``); forward hooks keep the stack of modules running at the time, so
+each op belongs to its innermost module.  No export is involved: it works
+whatever file is being debugged and whichever exporter made it.
+
+Memory stays bounded: only the ops run inside one chosen module call are kept
+(the call whose segment diverges), in a second, targeted forward.
+"""
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map_only
+
+from ..records import Activation, ModelInputs
+from ..records.nest import to_numpy
+
+#: ops whose outputs are not values of the computation (allocation, bookkeeping)
+SKIPPED = frozenset({"aten.empty", "aten.empty_like", "aten.zeros", "aten.ones", "aten.full", "aten.scalar_tensor",
+                     "aten.set_", "aten.new_empty", "aten.new_zeros", "aten.new_ones", "aten.arange", "aten.sym_size",
+                     "aten.sym_stride", "aten.sym_numel", "aten.sym_storage_offset", "aten.is_same_size",
+                     "aten._local_scalar_dense"})
+#: ops that hand on their input's value (a copy, a cast): the data flow goes through them, nothing is recorded
+PASSTHROUGH = frozenset({"aten.detach", "aten.alias", "aten.lift_fresh", "aten.clone", "aten._to_copy",
+                         "aten.contiguous", "aten.copy_"})
+
+
+@dataclass(frozen=True)
+class OpCall:
+    """One ATen op as PyTorch ran it inside the watched module call."""
+
+    op: str  # e.g. "aten._softmax"
+    overload: str  # e.g. "default"
+    module: str  # the innermost module running at the time
+    args: tuple[tuple[str, Any], ...]  # the non-tensor arguments, by position or name (dims, scalars, shapes)
+
+
+class _ModuleStack:
+    """The qualified names of the modules running now, kept by forward hooks; each module's call count; and a
+    recording window that opens when one module call returns and closes when another returns."""
+
+    def __init__(self, model: torch.nn.Module, start: tuple[str, int] | None, end: tuple[str, int]):
+        self.names: list[str] = []
+        self.calls: dict[str, int] = defaultdict(int)
+        self._running: list[int] = []
+        self.start, self.end = start, end
+        self.open = start is None
+        self.done = False
+        self._handles = []
+        for name, m in model.named_modules(remove_duplicate=False):
+            self._handles.append(m.register_forward_pre_hook(self._enter(name)))
+            self._handles.append(m.register_forward_hook(self._leave(name)))
+
+    def _enter(self, name: str):
+        def hook(mod, args):
+            self.names.append(name)
+            self._running.append(self.calls[name])
+            self.calls[name] += 1
+        return hook
+
+    def _leave(self, name: str):
+        def hook(mod, args, output):
+            if not self.names or self.names[-1] != name:
+                return
+            self.names.pop()
+            call = self._running.pop()
+            if (name, call) == self.start:
+                self.open = True
+            if (name, call) == self.end:
+                self.open, self.done = False, True
+        return hook
+
+    @property
+    def recording(self) -> bool:
+        """Whether the window is open."""
+        return self.open and not self.done
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+
+
+class _Recorder(TorchDispatchMode):
+    """Keeps the floating-point outputs of the ops run while the window is open."""
+
+    def __init__(self, stack: _ModuleStack, budget: int):
+        super().__init__()
+        self.stack = stack
+        self.budget = budget  # bytes of op outputs it may keep
+        self.kept: list[tuple[OpCall, np.ndarray, tuple[int, ...]]] = []
+        self.made_by: dict[int, int] = {}  # id(tensor) -> index in kept
+        self.alive: list[torch.Tensor] = []  # keeps recorded tensors alive so their ids stay unique
+        self.full = False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not self.full and self.stack.recording:
+            self._record(func, args, kwargs, out)
+        return out
+
+    def _record(self, func, args, kwargs, out) -> None:
+        name = str(func.overloadpacket) if hasattr(func, "overloadpacket") else str(func)
+        name = name if name.startswith("aten.") else f"aten.{name}"
+        if name in SKIPPED:
+            return
+        if name in PASSTHROUGH:
+            self._pass_through(args, out)
+            return
+        tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
+        floats = [t for t in tensors if t.is_floating_point() or t.dtype == torch.bool]
+        if not floats:
+            return
+        inputs = tuple(sorted({self.made_by[id(t)] for t in tree_flatten((args, kwargs))[0]
+                               if isinstance(t, torch.Tensor) and id(t) in self.made_by}))
+        call = OpCall(name, getattr(func, "_overloadname", ""), self._innermost(), _plain_args(args, kwargs))
+        for t in floats[:1]:  # the first output is the op's value (max_pool's indices, etc. are not)
+            size = t.numel() * t.element_size()
+            if size > self.budget:
+                self.full = True
+                return
+            self.budget -= size
+            self.made_by[id(t)] = len(self.kept)
+            self.alive.append(t)
+            self.kept.append((call, to_numpy(t, copy=True), inputs))
+
+    def _pass_through(self, args, out) -> None:
+        """The output of a copy or cast carries its input's record on."""
+        source = next((t for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor) and id(t) in self.made_by),
+                      None)
+        target = next((t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
+        if source is not None and target is not None:
+            self.made_by[id(target)] = self.made_by[id(source)]
+            self.alive.append(target)
+
+    def _innermost(self) -> str:
+        return self.stack.names[-1] if self.stack.names else ""
+
+
+def _plain_args(args, kwargs) -> tuple[tuple[str, Any], ...]:
+    """The arguments that are not tensors (dims, scalars, shapes, dtypes), by position or keyword."""
+    def plain(v):
+        if isinstance(v, torch.Tensor):
+            return None
+        if isinstance(v, (list, tuple)):
+            inner = [plain(x) for x in v]
+            return None if any(x is None for x in inner) and any(isinstance(x, torch.Tensor) for x in v) \
+                else tuple(inner)
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            return v
+        return str(v)
+
+    out = [(str(i), plain(a)) for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
+    out += [(k, plain(v)) for k, v in kwargs.items() if not isinstance(v, torch.Tensor)]
+    return tuple(out)
+
+
+def capture_window(model: torch.nn.Module, inputs: ModelInputs, start: tuple[str, int] | None,
+                   end: tuple[str, int], first_index: int, budget: int = 1 << 30) -> tuple[Activation, ...]:
+    """Run ``model`` once and record the ATen ops run after call ``start`` = (module, call number) returns (from
+    the beginning when None) until call ``end`` returns, in execution order, as activations numbered from
+    ``first_index``.
+
+    Each activation's ``module`` is the innermost module running the op,
+    ``module_type`` the op (``aten._softmax``), ``op`` a stable name
+    (``aten._softmax#3``), ``inputs`` the op activations it read, and ``args``
+    its non-tensor arguments.  At most ``budget`` bytes of outputs are kept;
+    past that the capture stops (the ops kept so far stay valid).
+    """
+    model.eval()
+    stack = _ModuleStack(model, start, end)
+    recorder = _Recorder(stack, budget)
+    args, kwargs = tree_map_only(torch.Tensor, torch.Tensor.clone, (tuple(inputs.args), dict(inputs.kwargs)))
+    try:
+        with torch.no_grad(), _unfused_attention(), recorder:
+            model(*args, **kwargs)
+    finally:
+        stack.remove()
+    return _activations(recorder.kept, first_index)
+
+
+def _unfused_attention():
+    """Scaled dot-product attention computed by its math definition (matmul, scale, softmax, matmul), which the
+    dispatch mode sees op by op, instead of one fused kernel; the values agree within float noise."""
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        return sdpa_kernel([SDPBackend.MATH])
+    except Exception:  # noqa: BLE001 - an older torch: attention stays one op
+        import contextlib
+
+        return contextlib.nullcontext()
+
+
+def _activations(kept, first_index: int) -> tuple[Activation, ...]:
+    counts: dict[str, int] = defaultdict(int)
+    out = []
+    for i, (call, value, inputs) in enumerate(kept):
+        counts[call.op] += 1
+        out.append(Activation(
+            index=first_index + i, module=call.module,
+            module_type=f"{call.op}.{call.overload}" if call.overload else call.op, call=0,
+            path=f"::{call.op}#{counts[call.op]}", value=value, is_leaf=True,
+            inputs=tuple(first_index + j for j in inputs), op=f"{call.op}#{counts[call.op]}", args=call.args))
+    return tuple(out)
+
+
+def op_bytes(activations) -> int:
+    """Bytes the op activations hold."""
+    return sum(math.prod(a.value.shape) * a.value.itemsize for a in activations)

@@ -1,0 +1,184 @@
+"""The refine step of one case: a divergent segment of many nodes narrowed to the op that introduces the error.
+
+Module-level cut points leave whole blocks as one segment (an attention
+block's own ops are 15 to 165 ONNX nodes between its children's outputs).  This
+step, for any file and any exporter:
+
+1. records PyTorch's ATen ops in the window between the segment's inputs and
+   its output (one more, targeted forward; see :mod:`..capture.dispatch`);
+2. runs the segment alone with every tensor it computes exposed, fed the exact
+   PyTorch values at its inputs;
+3. pairs op outputs with those tensors by value (:mod:`..align.inside`), which
+   separates the tensors that are right from those that are not;
+4. tries the counterparts of the wrong tensors nearest the right ones first:
+   feeding PyTorch's value there and re-running the segment, the first that
+   removes the error at the segment's output is where the error enters — the
+   refined segment is what computes it from the right tensors.
+
+A refinement that cannot be confirmed this way is not reported; the
+module-level segment stands.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..align import inside
+from ..capture import dispatch
+from ..diagnose.support import segment as extract
+from ..records import Activation, ErrorOrigin, LayerResult, MatchMethod, ModelInputs, Status, TensorPair
+from ..records.weights import Weights
+from ..report.progress import Progress
+from .prepare import Prepared
+from .runner import Runner
+
+#: a segment this small is already as narrow as the report needs
+SMALL_SEGMENT = 3
+#: segment runs spent confirming counterparts, at most
+MAX_TRIALS = 24
+#: bytes of op outputs the targeted forward may keep
+OP_BUDGET = 1 << 30
+
+
+@dataclass(frozen=True)
+class Refinement:
+    """The op-level layer that holds the fault, the values to cut its segment at, and the layer it refines."""
+
+    layer: LayerResult
+    references: dict[str, np.ndarray]  # the PyTorch values at the refined segment's inputs (and every cut)
+    within: LayerResult
+
+
+def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str, np.ndarray],
+           model_feeds: dict[str, np.ndarray], cuts: dict[str, TensorPair], inputs: ModelInputs, compare,
+           progress: Progress) -> Refinement | None:
+    """Narrow ``layer`` (whose segment introduces the error) to the op where the error enters, or None."""
+    if len(layer.segment) <= SMALL_SEGMENT or p.loaded.module is None or layer.pair.tensor not in p.index.producer:
+        return None
+    with progress.step("refine", f"narrowing a {len(layer.segment)}-node segment to the op that diverges"):
+        ops = _capture(p, layer, references, cuts, inputs)
+        if not ops:
+            return None
+        seg = _Segment(p, runner, layer, references, model_feeds)
+        produced = seg.produced()
+        values = seg.values(produced)
+        matched = inside.match_values(ops, values, produced)
+        within = set(produced)
+        bad = inside.bad_tensors(produced, matched, p.index, within, values)
+        found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched), compare)
+        if found is None:
+            return None
+        return _refinement(p, layer, found, matched, values, references, compare)
+
+
+def _capture(p: Prepared, layer: LayerResult, references, cuts: dict[str, TensorPair],
+             inputs: ModelInputs) -> tuple[Activation, ...]:
+    """PyTorch's ops between the segment's inputs and its output: the window opens when the earliest input
+    activation's module call returns (at the start when the segment reads graph inputs) and closes when the
+    output's module call returns."""
+    stops = frozenset(references)
+    seg = set(layer.segment)
+    boundary = {i for n in p.index.nodes if n.name in seg for i in n.inputs if i in stops}
+    feeding = [cuts[t].activation for t in boundary if t in cuts and cuts[t].activation.module]
+    first = min(feeding, key=lambda a: a.index, default=None)
+    out = layer.pair.activation
+    if out.op or not out.module:
+        return ()
+    start = (first.module, first.call) if first is not None and first.index < out.index else None
+    try:
+        return dispatch.capture_window(p.loaded.module, inputs, start, (out.module, out.call), first_index=10 ** 9,
+                                       budget=OP_BUDGET)
+    except Exception:  # noqa: BLE001 - a model that will not run under a dispatch mode keeps its module-level answer
+        return ()
+
+
+class _Segment:
+    """The divergent segment cut out of the model, run on its own from the exact values at its inputs."""
+
+    def __init__(self, p: Prepared, runner: Runner, layer: LayerResult, references, model_feeds):
+        self.p, self.runner, self.layer = p, runner, layer
+        self.references, self.model_feeds = references, model_feeds
+
+    def produced(self) -> list[str]:
+        """The tensors the segment's nodes compute, in graph order."""
+        names = set(self.layer.segment)
+        return [t for n in self.p.index.nodes if n.name in names for t in n.outputs if t]
+
+    def values(self, tensors: list[str], fed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+        """``tensors`` as the segment computes them from the exact values at its inputs (and ``fed`` values cut
+        in at those tensors)."""
+        fed = fed or {}
+        stops = set(self.references) | set(fed)
+        target = self.layer.pair.tensor
+        sub, boundary, inits = extract.extract(self.p.skeleton, [target, *[t for t in tensors if t != target]], stops)
+        feeds = {t: fed[t] if t in fed else self._boundary(t) for t in boundary}
+        sub = extract.with_inputs(sub, feeds)
+        store = Weights({n: self.p.weights.arrays[n] for n in inits if n in self.p.weights.arrays})
+        wanted = [t for t in dict.fromkeys([target, *tensors]) if t not in feeds]
+        values = dict(self.runner.run_cut(sub, feeds, wanted, store))
+        values.update({t: feeds[t] for t in tensors if t in feeds})
+        return values
+
+    def _boundary(self, t: str) -> np.ndarray:
+        return self.references[t] if t in self.references else self.model_feeds[t]
+
+
+def _confirm(seg: _Segment, layer: LayerResult, candidates: list[inside.Candidate], compare):
+    """The first candidate (graph order, nearest first) whose PyTorch value, fed in place of the ONNX tensor,
+    makes the segment's output agree: ``(candidate, value fed)``; None when none does within the budget."""
+    reference = layer.pair.reference()
+    for trial, c in enumerate(candidates):
+        if trial >= MAX_TRIALS:
+            return None
+        fed = _in_layout(c, seg.p.index)
+        try:
+            out = seg.values([], {c.tensor: fed})[layer.pair.tensor]
+        except Exception:  # noqa: BLE001 - a value ONNX Runtime will not take there is not the counterpart
+            continue
+        if compare(out, reference).ok:
+            return c, fed
+    return None
+
+
+def _in_layout(c: inside.Candidate, index) -> np.ndarray:
+    """The op's value in the ONNX tensor's layout and dtype, ready to feed."""
+    value = c.op.value if c.perm is None else c.op.value.transpose(c.perm)
+    shape = index.shapes.get(c.tensor)
+    dtype = _dtype(index, c.tensor, value)
+    with np.errstate(over="ignore"):
+        out = value.astype(dtype, copy=False)
+    return np.ascontiguousarray(out.reshape(shape) if shape and None not in shape else out)
+
+
+def _dtype(index, tensor: str, value: np.ndarray):
+    import onnx
+
+    elem = index.elem_types.get(tensor)
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)) if elem else value.dtype
+
+
+def _refinement(p: Prepared, layer: LayerResult, found, matched: dict[str, inside.Match], values, references,
+                compare) -> Refinement | None:
+    """The op-level layer: the nodes computing the confirmed tensor from the right ones, its local error."""
+    candidate, _ = found
+    strong = {t: m for t, m in matched.items() if m.strong}
+    stops = frozenset(references) | frozenset(strong) | frozenset(p.index.graph_inputs)
+    nodes = p.index.segment(candidate.tensor, stops)
+    if not nodes or len(nodes) >= len(layer.segment):
+        return None
+    op = candidate.op
+    node = p.index.node_of(candidate.tensor)
+    pair = TensorPair(dataclasses.replace(op, call=layer.pair.activation.call), candidate.tensor, node.name,
+                      node.op_type, MatchMethod.OP_VALUE, 0.9,
+                      f"{op.module_type} of {op.module or '<model>'}, confirmed by re-running the segment", candidate.perm)
+    local = compare(values[candidate.tensor], pair.reference())
+    refined = LayerResult(pair=pair, diff=None, local=local, status=Status.DIVERGED, origin=ErrorOrigin.INTRODUCED,
+                          segment=tuple(p.index.nodes[i].name for i in nodes),
+                          segment_ops=tuple(p.index.nodes[i].op_type for i in nodes),
+                          order=float(p.index.order_of(candidate.tensor)))
+    cut = dict(references)
+    for t, m in strong.items():
+        cut[t] = np.ascontiguousarray(m.op.value.astype(values[t].dtype, copy=False).reshape(values[t].shape))
+    return Refinement(refined, cut, layer)
