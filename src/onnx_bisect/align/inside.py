@@ -26,20 +26,22 @@ import numpy as np
 
 from ..records import Activation
 from ..records.graph import GraphIndex
-from .similarity import distance, float_noise, kind, nearness, perms, laid_out
+from .similarity import float_noise, kind, laid_out, nearness, perms
 
 #: counterparts tried per bad tensor
-CANDIDATES_PER_TENSOR = 2
+CANDIDATES_PER_TENSOR = 3
 
 
 @dataclass(frozen=True)
 class Match:
-    """An ONNX tensor holding an op's value: ``strong`` when its shape is the op output's too."""
+    """An ONNX tensor holding an op's value: ``strong`` when its shape is the op output's too.  ``equal`` are all
+    the ops holding that value (a view and its source, say), ``op`` first among them."""
 
     tensor: str
     op: Activation
     strong: bool
     perm: tuple[int, ...] | None = None  # the tensor holds the op's value transposed (an exporter's layout)
+    equal: tuple[Activation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,22 +76,117 @@ def match_values(ops: tuple[Activation, ...], values: dict[str, np.ndarray], ten
 
 
 def _exact(v: np.ndarray, tensor: str, ops) -> Match | None:
-    """The op whose value ``v`` holds within float noise: same shape first, then reshaped or transposed."""
-    noise = float_noise(v)
-    weak = None
+    """The ops whose value ``v`` holds within float noise: of the same shape first, then reshaped or transposed."""
+    rtol = float_noise(v)
+    strong, weak = [], []
     for a in ops:
         ref = a.value
         if ref.shape == v.shape:
-            if distance(v, ref) <= noise:
-                return Match(tensor, a, True)
+            if close(v, ref, rtol):
+                strong.append((a, None))
             continue
-        if weak is None:
-            for perm in perms(ref, v):
-                r = laid_out(ref, perm)
-                if distance(v.reshape(r.shape), r) <= noise:
-                    weak = Match(tensor, a, False, perm)
+        # only the same elements in the same order: inside a block of square matrices a transposed copy of
+        # one value is often another value PyTorch also has (k^T for k), which says nothing
+        if close(v.reshape(ref.shape), ref, rtol):
+            weak.append((a, None))
+    found = strong + weak
+    if not found:
+        return None
+    (first, perm), equal = found[0], tuple(a for a, _ in found)
+    return Match(tensor, first, bool(strong), perm, equal)
+
+
+def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activation, ...],
+               graph: GraphIndex) -> dict[str, Match]:
+    """The matches that respect the order of computation.
+
+    When a tensor's match is not computed (in PyTorch) from the match of a
+    tensor it is computed from (in ONNX), one of them only holds a value PyTorch
+    has elsewhere — a Transpose that produced ``k^T`` where ``k`` was due, whose
+    consumer then turns it back into a ``k`` PyTorch also has: both are dropped,
+    and so is every match computed from a dropped one.
+    """
+    lineage = {a.index: ancestors(a, ops) for a in ops}
+    within = set(tensors)
+    good = dict(matched)
+    changed = True
+    while changed:
+        changed = False
+        for t in tensors:
+            if t not in good:
+                continue
+            ins = _matched_ancestors(t, matched, graph, within)
+            if any(i not in good for i in ins):
+                del good[t]
+                changed = True
+                continue
+            for i in ins:
+                if not _ordered(good[i], good[t], lineage):
+                    for s in _same_value_chain(i, good, graph, within):
+                        good.pop(s, None)
+                    del good[t]
+                    changed = True
                     break
-    return weak
+    return good
+
+
+def _same_value_chain(tensor: str, good: dict[str, Match], graph: GraphIndex, within: set[str]) -> set[str]:
+    """``tensor`` and the matched tensors it is a copy or reshape of (they hold one of the same ops' values):
+    where a wrong value was made, not only where it was found out of order."""
+    ops = {a.index for a in good[tensor].equal}
+    chain, stack = {tensor}, [tensor]
+    while stack:
+        for i in _matched_ancestors(stack.pop(), good, graph, within):
+            if i not in chain and ops & {a.index for a in good[i].equal}:
+                chain.add(i)
+                stack.append(i)
+    return chain
+
+
+def _matched_ancestors(tensor: str, matched: dict[str, Match], graph: GraphIndex, within: set[str]) -> set[str]:
+    """The nearest matched tensors ``tensor`` is computed from inside the segment (through unmatched ones)."""
+    found, seen = set(), set()
+    node = graph.node_of(tensor)
+    stack = [i for i in (node.inputs if node else ()) if i in within]
+    while stack:
+        t = stack.pop()
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in matched:
+            found.add(t)
+            continue
+        producer = graph.node_of(t)
+        stack.extend(i for i in (producer.inputs if producer else ()) if i in within)
+    return found
+
+
+def _ordered(before: Match, after: Match, lineage: dict[int, set[int]]) -> bool:
+    """Whether some op holding ``before``'s value is (or precedes) some op holding ``after``'s."""
+    return any(b.index == a.index or b.index in lineage[a.index] for b in before.equal or (before.op,)
+               for a in after.equal or (after.op,))
+
+
+#: magnitudes beyond this are masks (``finfo.min`` added before a softmax), not values: equal on both sides,
+#: they would swamp any norm
+EXTREME = 1e30
+
+
+def close(v: np.ndarray, ref: np.ndarray, rtol: float) -> bool:
+    """Element by element within float noise: ``|v − ref| ≤ rtol·(|ref| + typical |ref|)``.
+
+    Judged elementwise, not by a norm: a scores tensor whose masked entries hold
+    −3.4e38 on both sides would otherwise hide a wrong scale on every other entry.
+    """
+    with np.errstate(all="ignore"):
+        a, b = np.asarray(v, np.float64).ravel(), np.asarray(ref, np.float64).ravel()
+        same = (a == b) | (np.isnan(a) & np.isnan(b))
+        if same.all():
+            return True
+        ordinary = np.isfinite(b) & (np.abs(b) < EXTREME)
+        typical = float(np.median(np.abs(b[ordinary]))) if ordinary.any() else 0.0
+        err = np.abs(a - b)
+        return bool(np.all(same | (err <= rtol * (np.abs(b) + typical + 1e-30))))
 
 
 def bad_tensors(tensors: list[str], matched: dict[str, Match], graph: GraphIndex, within: set[str],
@@ -105,39 +202,93 @@ def bad_tensors(tensors: list[str], matched: dict[str, Match], graph: GraphIndex
 
 
 def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np.ndarray],
-               matched: dict[str, Match]) -> list[Candidate]:
-    """For each bad tensor (in graph order), the op outputs that may be its counterpart: as many elements,
-    not the value of a good tensor, nearest first (in value or in direction: a wrong scale keeps the
-    direction, a wrong axis keeps neither)."""
+               matched: dict[str, Match], graph: GraphIndex) -> list[Candidate]:
+    """For each bad tensor (in graph order), the op outputs that may be its counterpart: as many elements, not
+    the value of a good tensor; first those reading most of the values its node reads (the same data flow),
+    then the nearest (in value or in direction: a wrong scale keeps the direction, a wrong axis keeps
+    neither)."""
     taken = {id(m.op) for m in matched.values()}
+    lineage = {a.index: ancestors(a, ops) for a in ops}
+    direct = {a.index: read_values(a, ops) for a in ops}
     out: list[Candidate] = []
     for t in bad:
         v = values[t]
+        node = graph.node_of(t)
+        read = {matched[i].op.index for i in (node.inputs if node else ()) if i in matched}
         scored = []
         for a in ops:
             if id(a) in taken or a.value.size != v.size or kind(a.value) != "f":
                 continue
-            scored.append(_nearest_layout(v, a))
-        scored.sort(key=lambda c: c[0])
-        out += [Candidate(t, a, near, perm) for near, perm, a in scored[:CANDIDATES_PER_TENSOR]]
+            near, perm = _nearest_layout(v, a)
+            scored.append((-len(read & direct[a.index]), -len(read & lineage[a.index]), near, perm, a))
+        scored.sort(key=lambda c: c[:3])
+        for _, _, near, perm, a in scored[:CANDIDATES_PER_TENSOR]:
+            # a wrong value says little about its layout: the elements in order first, the nearest layout next
+            if perm is not None:
+                out.append(Candidate(t, a, _nearness(v.reshape(a.value.shape), a.value), None))
+            out.append(Candidate(t, a, near, perm))
     return out
 
 
-def _nearest_layout(v: np.ndarray, a: Activation) -> tuple[float, tuple[int, ...] | None, Activation]:
-    """``(nearness, perm, a)``: the op value as is when the shapes agree, else its nearest layout."""
+def _nearest_layout(v: np.ndarray, a: Activation) -> tuple[float, tuple[int, ...] | None]:
+    """``(nearness, perm)``: the op value as is when the shapes agree, else its nearest layout."""
     ref = a.value
     if ref.shape == v.shape:
-        return _nearness(v, ref), None, a
-    best = (float("inf"), None, a)
+        return _nearness(v, ref), None
+    best = (float("inf"), None)
     for perm in perms(ref, v):
         r = laid_out(ref, perm)
         near = _nearness(v.reshape(r.shape), r)
         if near < best[0]:
-            best = (near, perm, a)
+            best = (near, perm)
     return best
 
 
 def _nearness(v: np.ndarray, ref: np.ndarray) -> float:
+    """:func:`~.similarity.nearness` over the ordinary entries (masks left out)."""
+    keep = np.isfinite(ref) & (np.abs(ref) < EXTREME) & np.isfinite(v)
+    if not keep.any():
+        return float("inf")
     with np.errstate(all="ignore"):
-        near = nearness(v, ref)
+        near = nearness(np.asarray(v)[keep], np.asarray(ref)[keep]) if not keep.all() else nearness(v, ref)
     return near if np.isfinite(near) else float("inf")
+
+
+#: ATen ops that hand their input's elements on in the same order (a view, an expansion, a copy)
+REORDER_FREE = frozenset({"aten.view", "aten._unsafe_view", "aten.reshape", "aten._reshape_alias", "aten.expand",
+                          "aten.unsqueeze", "aten.squeeze", "aten.alias", "aten.contiguous", "aten.clone",
+                          "aten.flatten", "aten.unflatten", "aten.detach", "aten._to_copy"})
+
+
+def base_op(name: str) -> str:
+    """``aten._softmax`` for ``aten._softmax.default``."""
+    parts = name.split(".")
+    return ".".join(parts[:2]) if len(parts) > 2 else name
+
+
+def read_values(op: Activation, ops: tuple[Activation, ...]) -> set[int]:
+    """The op activations whose value ``op`` reads: its inputs, and what they are views or copies of."""
+    by_index = {a.index: a for a in ops}
+    seen: set[int] = set()
+    stack = list(op.inputs)
+    while stack:
+        i = stack.pop()
+        if i in seen or i not in by_index:
+            continue
+        seen.add(i)
+        if base_op(by_index[i].module_type) in REORDER_FREE:
+            stack.extend(by_index[i].inputs)
+    return seen
+
+
+def ancestors(op: Activation, ops: tuple[Activation, ...]) -> set[int]:
+    """Every op activation ``op`` is computed from."""
+    by_index = {a.index: a for a in ops}
+    seen: set[int] = set()
+    stack = list(op.inputs)
+    while stack:
+        i = stack.pop()
+        if i not in seen and i in by_index:
+            seen.add(i)
+            stack.extend(by_index[i].inputs)
+    return seen

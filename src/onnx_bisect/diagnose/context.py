@@ -198,6 +198,24 @@ class DiagnosisContext:
         sub, _, _ = _segment.extract(self.onnx.skeleton, [self.tensor], set())
         return [n.name for n in sub.graph.node]
 
+    def shape_of(self, tensor: str) -> tuple[int, ...] | None:
+        """``tensor``'s shape: as shape inference gives it, else as the segment computes it."""
+        shape = self.onnx.graph.shapes.get(tensor)
+        if shape and None not in shape:
+            return tuple(shape)
+        value = self._segment_values.get(tensor)
+        return None if value is None else tuple(value.shape)
+
+    @cached_property
+    def _segment_values(self) -> dict[str, np.ndarray]:
+        """Every tensor the segment's nodes read or compute, as the segment computes them from exact inputs."""
+        wanted = [t for p in self.segment_protos for t in list(p.input) + list(p.output)
+                  if t and t not in self.onnx.graph.initializers]
+        try:
+            return self.run_segment(outputs=list(dict.fromkeys(wanted)))
+        except Exception:  # noqa: BLE001 - shapes then come from shape inference alone
+            return {}
+
     @property
     def error(self) -> TensorDiff | None:
         """The divergent layer's own error when it introduces it, else the accumulated one."""

@@ -37,7 +37,7 @@ from .runner import Runner
 #: a segment this small is already as narrow as the report needs
 SMALL_SEGMENT = 3
 #: segment runs spent confirming counterparts, at most
-MAX_TRIALS = 24
+MAX_TRIALS = 40
 #: bytes of op outputs the targeted forward may keep
 OP_BUDGET = 1 << 30
 
@@ -64,13 +64,13 @@ def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str
         seg = _Segment(p, runner, layer, references, model_feeds)
         produced = seg.produced()
         values = seg.values(produced)
-        matched = inside.match_values(ops, values, produced)
+        matched = inside.consistent(inside.match_values(ops, values, produced), produced, ops, p.index)
         within = set(produced)
         bad = inside.bad_tensors(produced, matched, p.index, within, values)
-        found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched), compare)
+        found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched, p.index), compare)
         if found is None:
             return None
-        return _refinement(p, layer, found, matched, values, references, compare)
+        return _refinement(p, layer, found, matched, values, references, compare, ops)
 
 
 def _capture(p: Prepared, layer: LayerResult, references, cuts: dict[str, TensorPair],
@@ -142,6 +142,32 @@ def _confirm(seg: _Segment, layer: LayerResult, candidates: list[inside.Candidat
     return None
 
 
+def _region(p: Prepared, candidate: inside.Candidate, strong: dict[str, inside.Match], references,
+            ops: tuple[Activation, ...]) -> tuple[int, ...]:
+    """The nodes computing the confirmed tensor from the right tensors upstream.
+
+    A right tensor is a boundary only if the op PyTorch fed there is the one
+    the counterpart op reads (up to a reshape): a tensor holding an *earlier*
+    value of the same chain (a Transpose that kept ``k`` where ``k^T`` was due)
+    is where the error starts, so the region reaches back past it.
+    """
+    read = inside.read_values(candidate.op, ops)
+    ancestors = inside.ancestors(candidate.op, ops)
+    stops = set(references) | set(strong) | set(p.index.graph_inputs)
+    for _ in range(4):
+        nodes = p.index.segment(candidate.tensor, frozenset(stops))
+        inputs = {i for n in nodes for i in p.index.nodes[n].inputs if i in strong and i not in references}
+        stale = {s for s in inputs if strong[s].op.index not in read and strong[s].op.index in ancestors
+                 and p.index.node_of(candidate.tensor).inputs.count(s)}
+        # a Transpose that feeds the region holds a value PyTorch has, but perhaps not the one due there (k for
+        # k^T: a wrong permutation of two equal axes): it belongs to the region
+        stale |= {s for s in inputs if (n := p.index.node_of(s)) is not None and n.op_type == "Transpose"}
+        if not stale:
+            return nodes
+        stops -= stale
+    return nodes
+
+
 def _in_layout(c: inside.Candidate, index) -> np.ndarray:
     """The op's value in the ONNX tensor's layout and dtype, ready to feed."""
     value = c.op.value if c.perm is None else c.op.value.transpose(c.perm)
@@ -160,12 +186,11 @@ def _dtype(index, tensor: str, value: np.ndarray):
 
 
 def _refinement(p: Prepared, layer: LayerResult, found, matched: dict[str, inside.Match], values, references,
-                compare) -> Refinement | None:
+                compare, ops) -> Refinement | None:
     """The op-level layer: the nodes computing the confirmed tensor from the right ones, its local error."""
     candidate, _ = found
     strong = {t: m for t, m in matched.items() if m.strong}
-    stops = frozenset(references) | frozenset(strong) | frozenset(p.index.graph_inputs)
-    nodes = p.index.segment(candidate.tensor, stops)
+    nodes = _region(p, candidate, strong, references, ops)
     if not nodes or len(nodes) >= len(layer.segment):
         return None
     op = candidate.op

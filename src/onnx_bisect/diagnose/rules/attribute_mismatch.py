@@ -1,10 +1,10 @@
-"""Attributes: an ONNX node's configuration (Softmax axis, Transpose perm, Conv strides/pads/dilations/groups,
-Pad mode, pooling windows …) contradicts the PyTorch module's, or another value reproduces PyTorch exactly."""
+"""Attributes and constant inputs: an ONNX node's configuration (Softmax axis, Transpose perm, Conv strides,
+pads, dilations and groups, Pad mode, pooling windows, a scale or offset constant, a Reshape target, clip bounds,
+a Where's branches …) contradicts the PyTorch module's or op's, or another value reproduces PyTorch exactly."""
 from __future__ import annotations
 
-import itertools
-
 from ..support import edits, layout
+from ..support.alternatives import Alternative, alternatives, attribute_change
 from ...records import Cause
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
@@ -22,17 +22,18 @@ class AttributeMismatch(Rule):
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         if not ctx.significant(ctx.layer.local):
             return None
-        wrong = [w for p in ctx.segment_protos for w in _expected(ctx, p) if _norm(w[3], w[4]) != _norm(w[2], w[4])]
+        wrong = [attribute_change(node, attr, have, want, source) for p in ctx.segment_protos
+                 for node, attr, have, want, rank, source in _expected(ctx, p) if _norm(want, rank) != _norm(have, rank)]
         confirmed_by_search = False
         if not wrong:
             wrong = _search(ctx)
             confirmed_by_search = bool(wrong)
         if not wrong:
             return None
-        rows = [{"onnx_node": node, "attribute": attr, "onnx_value": _plain(have), "expected": _plain(want),
-                 "source": source} for node, attr, have, want, _, source in wrong]
-        listed = "; ".join(f"{node}.{attr} = {_plain(have)} where {source} implies {_plain(want)}"
-                           for node, attr, have, want, _, source in wrong)
+        rows = [{"onnx_node": a.node, "attribute": a.what, "onnx_value": _plain(a.have), "expected": _plain(a.want),
+                 "source": a.source} for a in wrong]
+        listed = "; ".join(f"{a.node}.{a.what} = {_plain(a.have)} where {a.source} implies {_plain(a.want)}"
+                           for a in wrong)
         summary = f"Node attributes disagree with PyTorch: {listed}."
         if confirmed_by_search:
             summary += " With that value the segment reproduces PyTorch's output."
@@ -78,49 +79,33 @@ def _expected(ctx: DiagnosisContext, proto):
         yield proto.name, "alpha", round(attribute(proto, "alpha", 1.0), 6), round(module.alpha, 6), 0, source
 
 
-def _search(ctx: DiagnosisContext):
-    """Try each plausible alternative value of each searchable attribute; keep one that makes the segment agree."""
+#: segment runs one search may spend
+MAX_TRIALS = 48
+
+
+def _search(ctx: DiagnosisContext) -> list[Alternative]:
+    """Try each plausible alternative of each segment node; keep one with which the segment reproduces PyTorch."""
+    trials = 0
     for proto in ctx.segment_protos:
-        for attr, have, value in _alternatives(ctx, proto):
-            model = edits.set_attribute(edits.copy_model(ctx.onnx.skeleton), proto.name, attr, value)
+        for alt in alternatives(ctx, proto, ctx.shape_of):
+            trials += 1
+            if trials > MAX_TRIALS:
+                return []
+            model, weights = alt.apply(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
             try:
-                values = ctx.run_segment(model, ctx.onnx.weights)
+                values = ctx.run_segment(model, weights)
             except Exception:  # noqa: BLE001 - an alternative the runtime rejects is simply not the answer
                 continue
             if ctx.compare(values[ctx.tensor], ctx.reference).ok:
-                return [(proto.name, attr, have, value, 0, "the PyTorch output")]
+                return [alt]
     return []
 
 
-def _alternatives(ctx: DiagnosisContext, proto):
-    shape = ctx.onnx.graph.shapes.get(proto.input[0]) if proto.input else None
-    rank = len(shape) if shape else 0
-    if proto.op_type in ("Softmax", "LogSoftmax", "Hardmax") and rank:
-        have = attribute(proto, "axis", -1 if _opset(ctx) >= 13 else 1) % rank
-        yield from (("axis", have, a) for a in range(rank) if a != have)
-    elif proto.op_type == "Transpose" and shape and None not in shape:
-        have = list(attribute(proto, "perm", list(range(rank))[::-1]))
-        out = [shape[i] for i in have]
-        for i, j in itertools.combinations(range(rank), 2):
-            perm = list(have)
-            perm[i], perm[j] = perm[j], perm[i]
-            if [shape[k] for k in perm] == out:
-                yield "perm", have, perm
-    elif proto.op_type == "Pad":
-        have = attribute(proto, "mode", "constant")
-        yield from (("mode", have, m) for m in ("constant", "reflect", "edge") if m != have)
-    elif proto.op_type == "Gemm":
-        for attr in ("transA", "transB"):
-            operand = ctx.onnx.graph.shapes.get(proto.input[0 if attr == "transA" else 1])
-            if operand and len(operand) == 2 and operand[0] == operand[1]:
-                yield attr, attribute(proto, attr, 0), 1 - attribute(proto, attr, 0)
-
-
-def _apply(ctx: DiagnosisContext, wrong) -> FixedSegment:
-    model = edits.copy_model(ctx.onnx.skeleton)
-    for node, attr, _, want, _, _ in wrong:
-        edits.set_attribute(model, node, attr, want)
-    return FixedSegment(model, ctx.onnx.weights)
+def _apply(ctx: DiagnosisContext, wrong: list[Alternative]) -> FixedSegment:
+    model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
+    for alt in wrong:
+        model, weights = alt.apply(model, weights)
+    return FixedSegment(model, weights)
 
 
 def _norm(value, rank: int):

@@ -1,0 +1,241 @@
+"""What else a node of the divergent segment could have been: plausible other attributes and constant inputs.
+
+Each alternative is an edit of a copy of the model.  The attribute rule tries
+them one at a time on the segment alone and keeps one with which the segment
+reproduces PyTorch's output: a Softmax over another axis, a Transpose with two
+axes swapped, a Where with its branches the other way round, a scale, offset
+or clip bound fitted to PyTorch's output (or taken from the op PyTorch ran), a
+Reshape to the shape PyTorch's view produced.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import onnx
+
+from ...records.weights import Weights
+from . import edits
+
+#: ``(model, weights) -> (model, weights)``: applies an alternative to copies
+Edit = Callable[[onnx.ModelProto, Weights], tuple[onnx.ModelProto, Weights]]
+#: binary ops whose scalar constant operand is tried at other values
+SCALAR_OPS = frozenset({"Mul", "Div", "Add", "Sub", "Pow"})
+
+
+@dataclass(frozen=True)
+class Alternative:
+    """One other configuration of one node: what changes, from what to what, and on whose evidence."""
+
+    node: str
+    what: str  # "axis", "perm", "constant input 'scale'", "branches", "shape input"
+    have: Any
+    want: Any
+    source: str  # what implies ``want``: "the PyTorch output", "aten.mul.Scalar's factor"
+    edit: Edit
+
+    def apply(self, model: onnx.ModelProto, weights: Weights) -> tuple[onnx.ModelProto, Weights]:
+        """This alternative applied to ``model``/``weights`` (which are modified: pass copies)."""
+        return self.edit(model, weights)
+
+
+def attribute_change(node: str, name: str, have, want, source: str) -> Alternative:
+    """An attribute set to another value."""
+    def edit(model, weights):
+        return edits.set_attribute(model, node, name, want), weights
+    return Alternative(node, name, have, want, source, edit)
+
+
+def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | None]) -> Iterator[Alternative]:
+    """The plausible alternatives of one segment node (``ctx`` is the DiagnosisContext)."""
+    op = proto.op_type
+    if op in ("Softmax", "LogSoftmax", "Hardmax"):
+        yield from _axis(ctx, proto, shape_of)
+    elif op == "Transpose":
+        yield from _perm(proto, shape_of)
+    elif op == "Pad":
+        have = _attribute(proto, "mode", "constant")
+        yield from (attribute_change(proto.name, "mode", have, m, "the PyTorch output")
+                    for m in ("constant", "reflect", "edge") if m != have)
+    elif op == "Gemm":
+        for attr in ("transA", "transB"):
+            operand = shape_of(proto.input[0 if attr == "transA" else 1])
+            if operand and len(operand) == 2 and operand[0] == operand[1]:
+                have = _attribute(proto, attr, 0)
+                yield attribute_change(proto.name, attr, have, 1 - have, "the PyTorch output")
+    elif op == "Where" and len(proto.input) == 3:
+        yield _swapped_branches(proto)
+    elif op in SCALAR_OPS:
+        yield from _scalars(ctx, proto)
+    elif op == "Reshape" and len(proto.input) > 1:
+        yield from _shapes(ctx, proto)
+    elif op == "Clip":
+        yield from _clip_bounds(ctx, proto)
+
+
+def _attribute(proto: onnx.NodeProto, name: str, default=None):
+    for attr in proto.attribute:
+        if attr.name == name:
+            value = onnx.helper.get_attribute_value(attr)
+            return value.decode() if isinstance(value, bytes) else value
+    return default
+
+
+def _axis(ctx, proto, shape_of) -> Iterator[Alternative]:
+    shape = shape_of(proto.input[0]) if proto.input else None
+    if not shape:
+        return
+    rank = len(shape)
+    opset = next((o.version for o in ctx.onnx.skeleton.opset_import if o.domain in ("", "ai.onnx")), 0)
+    have = _attribute(proto, "axis", -1 if opset >= 13 else 1) % rank
+    yield from (attribute_change(proto.name, "axis", have, a, "the PyTorch output") for a in range(rank) if a != have)
+
+
+def _perm(proto, shape_of) -> Iterator[Alternative]:
+    shape = shape_of(proto.input[0]) if proto.input else None
+    if not shape:
+        return
+    rank = len(shape)
+    have = list(_attribute(proto, "perm", list(range(rank))[::-1]))
+    out = [shape[i] for i in have]
+    for i, j in itertools.combinations(range(rank), 2):
+        perm = list(have)
+        perm[i], perm[j] = perm[j], perm[i]
+        if [shape[k] for k in perm] == out:
+            yield attribute_change(proto.name, "perm", have, perm, "the PyTorch output")
+
+
+def _swapped_branches(proto) -> Alternative:
+    def edit(model, weights):
+        node = edits.node(model, proto.name)
+        node.input[1], node.input[2] = node.input[2], node.input[1]
+        return model, weights
+    return Alternative(proto.name, "branches (mask polarity)", [proto.input[1], proto.input[2]],
+                       [proto.input[2], proto.input[1]], "the PyTorch output", edit)
+
+
+def _replacement(tensor: str, value: np.ndarray) -> Edit:
+    def edit(model, weights):
+        return edits.replace_array(model, weights, tensor, value)
+    return edit
+
+
+def _scalars(ctx, proto) -> Iterator[Alternative]:
+    """A scalar constant operand at the value fitted to PyTorch's output, or at the factors PyTorch's op used."""
+    for position, tensor in enumerate(proto.input[:2]):
+        value = ctx.constant(tensor)
+        if value is None or value.size != 1 or value.dtype.kind != "f":
+            continue
+        have = float(value.reshape(-1)[0])
+        tried = set()
+        for want, source in _scalar_candidates(ctx, proto, position, have):
+            key = float(f"{want:.6g}")
+            if not np.isfinite(want) or key in tried or np.isclose(want, have, rtol=1e-6, atol=0):
+                continue
+            tried.add(key)
+            yield Alternative(proto.name, f"constant input '{tensor}'", have, key, source,
+                              _replacement(tensor, np.full(value.shape, want, value.dtype)))
+
+
+def _scalar_candidates(ctx, proto, position: int, have: float) -> Iterator[tuple[float, str]]:
+    fitted = _fit_scalar(ctx, proto, position) if proto.output[0] == ctx.tensor else None
+    if fitted is not None:
+        yield fitted, "the PyTorch output"
+    for name, arg in ctx.layer.pair.activation.args:
+        for x in _numbers(arg):
+            if x not in (0.0, 1.0, -1.0):
+                op = ctx.layer.pair.activation.module_type
+                yield x, f"{op}'s argument {x:.6g}"
+                yield 1.0 / x, f"the inverse of {op}'s argument {x:.6g}"
+
+
+def _numbers(arg) -> list[float]:
+    if isinstance(arg, bool):
+        return []
+    if isinstance(arg, (int, float)):
+        return [float(arg)]
+    return []
+
+
+def _fit_scalar(ctx, proto, position: int) -> float | None:
+    """The scalar that makes ``proto`` (whose output is the divergent tensor) reproduce PyTorch's output, by least
+    squares: ``y = x·c``, ``x/c``, ``c/x``, ``x±c``, ``c−x``."""
+    other = proto.input[1 - position]
+    values = ctx.run_segment(outputs=[other])
+    if other not in values:
+        return None
+    with np.errstate(all="ignore"):
+        x = np.broadcast_to(values[other].astype(np.float64), ctx.reference.shape).ravel()
+        y = ctx.reference.astype(np.float64).ravel()
+        keep = np.isfinite(x) & np.isfinite(y) & (np.abs(y) < 1e30)
+        x, y = x[keep], y[keep]
+        if not x.size:
+            return None
+        op = proto.op_type
+        if op == "Mul":
+            return float(x @ y / (x @ x)) if x @ x else None
+        if op == "Div":
+            if position == 1:
+                return float(x @ x / (x @ y)) if x @ y else None
+            inv = 1.0 / x
+            return float(inv @ y / (inv @ inv)) if np.isfinite(inv).all() and inv @ inv else None
+        if op == "Add":
+            return float(np.mean(y - x))
+        if op == "Sub":
+            return float(np.mean(x - y)) if position == 1 else float(np.mean(y + x))
+    return None
+
+
+def _shapes(ctx, proto) -> Iterator[Alternative]:
+    """A Reshape to the shape PyTorch's op produced, or to a shape PyTorch's view was asked for."""
+    have = ctx.constant(proto.input[1])
+    if have is None or have.dtype.kind not in "iu":
+        return
+    activation = ctx.layer.pair.activation
+    wanted = [tuple(activation.value.shape)] if proto.output[0] == ctx.tensor else []
+    wanted += [tuple(a) for _, a in activation.args if isinstance(a, tuple) and all(isinstance(x, int) for x in a)]
+    for want in dict.fromkeys(wanted):
+        if len(want) == have.size or proto.output[0] == ctx.tensor:
+            value = np.array(want, dtype=have.dtype)
+            if value.shape != have.shape or not np.array_equal(value, have):
+                yield Alternative(proto.name, f"shape input '{proto.input[1]}'", have.tolist(), list(want),
+                                  f"{activation.module_type}'s shape", _replacement_shape(proto.input[1], value))
+
+
+def _replacement_shape(tensor: str, value: np.ndarray) -> Edit:
+    def edit(model, weights):
+        for init in model.graph.initializer:
+            if init.name == tensor:
+                init.CopyFrom(onnx.numpy_helper.from_array(value, tensor))
+                return model, weights
+        for n in model.graph.node:
+            if n.op_type == "Constant" and n.output[0] == tensor:
+                del n.attribute[:]
+                n.attribute.append(onnx.helper.make_attribute("value", onnx.numpy_helper.from_array(value)))
+                return model, weights
+        raise KeyError(tensor)
+    return edit
+
+
+def _clip_bounds(ctx, proto) -> Iterator[Alternative]:
+    """Clip bounds at those of PyTorch's clamp (its arguments), or at the range of PyTorch's output."""
+    bounds = [(i, proto.input[i]) for i in (1, 2) if len(proto.input) > i and proto.input[i]]
+    if not bounds:
+        return
+    reference = ctx.reference
+    finite = reference[np.isfinite(reference)]
+    numbers = [x for _, a in ctx.layer.pair.activation.args for x in _numbers(a)]
+    for i, tensor in bounds:
+        value = ctx.constant(tensor)
+        if value is None or value.size != 1:
+            continue
+        have = float(value.reshape(-1)[0])
+        guesses = list(numbers)
+        if proto.output[0] == ctx.tensor and finite.size:
+            guesses.append(float(finite.min() if i == 1 else finite.max()))
+        for want in dict.fromkeys(float(f"{g:.6g}") for g in guesses):
+            if not np.isclose(want, have):
+                yield Alternative(proto.name, "min" if i == 1 else "max", have, want, "the PyTorch output",
+                                  _replacement(tensor, np.full(value.shape, want, value.dtype)))
