@@ -131,6 +131,65 @@ def _npy_claiming(d: Path, shape: tuple[int, ...]) -> Path:
                  + b"\0" * 16)
 
 
+def _loop(d: Path, trip: int | None) -> Path:
+    """y = Loop(x): no trip count and a condition the body passes through from a true start (``trip`` None),
+    else a constant trip count of ``trip``."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Relu", ["v_in"], ["v_out"])],
+        "body", [helper.make_tensor_value_info("i", onnx.TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", onnx.TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("v_in", onnx.TensorProto.FLOAT, [2, 4])],
+        [helper.make_tensor_value_info("cond_out", onnx.TensorProto.BOOL, []),
+         helper.make_tensor_value_info("v_out", onnx.TensorProto.FLOAT, [2, 4])])
+    model = tiny_onnx(helper.make_node("Loop", ["" if trip is None else "trip", "go", "x"], ["y"], name="spin",
+                                       body=body))
+    model.graph.initializer.append(numpy_helper.from_array(np.array(True), "go"))
+    if trip is not None:
+        model.graph.initializer.append(numpy_helper.from_array(np.array(trip, np.int64), "trip"))
+    onnx.save(model, d / "loop.onnx")
+    return d / "loop.onnx"
+
+
+def _npz_bomb(d: Path) -> Path:
+    """An .npz whose member says it decompresses to 2 GiB from a few hundred bytes (the sizes in the zip's
+    headers are what a bomb declares; nothing that large is written)."""
+    import struct
+    import zipfile
+
+    target = d / "bomb.npz"
+    with zipfile.ZipFile(target, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        header = "{'descr': '<f4', 'fortran_order': False, 'shape': (268435456,), }"
+        header += " " * (63 - (10 + len(header)) % 64) + "\n"
+        archive.writestr("x.npy", b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode()
+                         + b"\0" * 4096)
+    data = bytearray(target.read_bytes())
+    claimed = struct.pack("<I", 2 ** 31)
+    local = data.find(b"PK\x03\x04")
+    data[local + 22:local + 26] = claimed  # local file header: uncompressed size
+    central = data.find(b"PK\x01\x02")
+    data[central + 24:central + 28] = claimed  # central directory: uncompressed size
+    target.write_bytes(bytes(data))
+    return target
+
+
+def _pt(d: Path, name: str, make) -> Path:
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized tensors are deprecated, which is not this test's business
+        torch.save(make(torch), d / name)
+    return d / name
+
+
+def _unknown_input_type(d: Path) -> Path:
+    model = tiny_onnx()
+    model.graph.input[0].type.tensor_type.elem_type = 99
+    onnx.save(model, d / "odd.onnx")
+    return d / "odd.onnx"
+
+
 # case id: (argv builder given a tiny_model_dir folder, phrases the error line must contain)
 CASES = {
     "missing-model-file": (lambda d: [d / "nope.py"], ("nope.py' does not exist", "get_model()")),
@@ -197,7 +256,22 @@ CASES = {
         lambda d: [d / "mlp.py", "--onnx", _dims_beyond_data(d)], ("does not pass onnx.checker", "bytes required")),
     "absurd-intermediate-size": (
         lambda d: [d / "mlp.py", "--onnx", _absurd_intermediate(d)],
-        ("computes tensor 'big' of shape [1000000, 1000000]", "more than this machine's memory")),
+        ("computes tensor 'big' of shape [1000000, 1000000]", "of this machine's memory")),
+    "loop-never-ends": (
+        lambda d: [d / "mlp.py", "--onnx", _loop(d, None)], ("Loop 'spin' has no trip count", "never ends")),
+    "loop-absurd-trip-count": (
+        lambda d: [d / "mlp.py", "--onnx", _loop(d, 2 ** 62)], ("Loop 'spin' runs 4611686018427387904 times",)),
+    "onnx-input-undefined-type": (
+        lambda d: [d / "mlp.py", "--onnx", _unknown_input_type(d)], ("tensor 'x' has element type 99",)),
+    "npz-decompression-bomb": (
+        lambda d: [d / "mlp.py", "--input", _npz_bomb(d)], ("decompresses", "into 2147483648", "expand more than")),
+    "pt-quantized-tensor": (
+        lambda d: [d / "mlp.py", "--input",
+                   _pt(d, "q.pt", lambda t: t.quantize_per_tensor(t.zeros(2, 4), 0.1, 0, t.qint8))],
+        ("is a quantized tensor", "dequantize()")),
+    "pt-holds-objects": (
+        lambda d: [d / "mlp.py", "--input", _pt(d, "obj.pt", lambda t: {"x": __import__("argparse").Namespace()})],
+        ("holds Python objects other than tensors", "weights_only")),
     "npy-header-claims-more-than-file": (
         lambda d: [d / "mlp.py", "--input", _npy_claiming(d, (10 ** 6, 10 ** 6))],
         ("Could not read input file", "mmap length is greater than file size")),

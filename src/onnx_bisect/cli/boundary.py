@@ -14,8 +14,11 @@ overflow in a comparison, a deprecation in a dependency) stay off stderr unless
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import signal
 import sys
+import tempfile
 import warnings
 from typing import Callable
 
@@ -35,7 +38,7 @@ def guarded(job: Callable[[], int], debug: bool) -> int:
     """Run ``job`` (which returns an exit status) and turn whatever ends it into one line and a status."""
     previous = _install(signal.SIGTERM, _on_sigterm)
     try:
-        with _quiet_libraries(debug):
+        with _quiet_libraries(debug), _private_caches():
             return job()
     except BisectError as exc:
         if debug:
@@ -78,6 +81,28 @@ def _install(signum, handler):
         return None
 
 
+#: caches torch keeps under $TMPDIR (torch.export's inductor and triton caches): a run leaves none behind
+CACHE_VARIABLES = ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")
+
+
+@contextlib.contextmanager
+def _private_caches():
+    """Point torch's on-disk caches at a private folder removed at the end (a value the user set is kept)."""
+    unset = [name for name in CACHE_VARIABLES if name not in os.environ]
+    if not unset:
+        yield
+        return
+    folder = tempfile.mkdtemp(prefix="onnx-bisect-cache-")
+    for name in unset:
+        os.environ[name] = os.path.join(folder, name.split("_")[0].lower())
+    try:
+        yield
+    finally:
+        for name in unset:
+            os.environ.pop(name, None)
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def _quiet_libraries(debug: bool):
     """Keep library warnings and numpy's floating-point warnings off stderr (``--debug`` shows them)."""
@@ -85,7 +110,9 @@ def _quiet_libraries(debug: bool):
         yield
         return
     import numpy as np
+    import onnxruntime as ort
 
+    ort.set_default_logger_severity(4)  # its errors reach onnx-bisect as exceptions; the log lines are noise
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         yield

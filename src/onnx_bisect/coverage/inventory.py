@@ -95,7 +95,10 @@ def short_type(type_str: str | None) -> str | None:
 
 
 def _elem_name(elem: int) -> str:
-    return onnx.TensorProto.DataType.Name(elem).lower()
+    try:
+        return onnx.TensorProto.DataType.Name(elem).lower()
+    except ValueError:  # a number ONNX does not define (a corrupt file): shown as such, never raised
+        return f"unknown-type-{elem}"
 
 
 def _types(graph: onnx.GraphProto, outer: dict[str, str | None]) -> dict[str, str | None]:

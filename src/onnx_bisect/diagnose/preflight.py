@@ -42,8 +42,6 @@ def check_model(loaded: LoadedModel, inputs: ModelInputs, skeleton: onnx.ModelPr
         problem = runtime_support(skeleton, backend)
         if problem:
             raise OnnxLoadError(problem)
-    if exported.exporter is Exporter.GIVEN:
-        found += static_batch(skeleton)
     found += stale_weights(loaded, skeleton, weights, capture)
     return tuple(found)
 
@@ -156,7 +154,8 @@ def _highest(loads, above: int) -> int | None:
 # ---------------------------------------------------------------- dynamic batch axis
 
 def static_batch(skeleton: onnx.ModelProto) -> list[str]:
-    """Graph inputs whose first dimension is a fixed number."""
+    """Graph inputs whose first dimension is a fixed number: a note (many files are meant for one batch size;
+    the configuration matrix says whether another batch would run)."""
     inits = {i.name for i in skeleton.graph.initializer}
     fixed = []
     for inp in skeleton.graph.input:
@@ -244,7 +243,10 @@ def _float_initializers(skeleton: onnx.ModelProto, weights: Weights) -> dict[str
     for init in skeleton.graph.initializer:
         value = weights.arrays.get(init.name)
         if value is None and init.data_location != TensorProto.EXTERNAL:
-            value = onnx.numpy_helper.to_array(init)
+            try:
+                value = onnx.numpy_helper.to_array(init)
+            except (ValueError, TypeError, KeyError):  # an initializer numpy cannot read: nothing to compare
+                continue
         if value is not None and np.issubdtype(value.dtype, np.floating) and value.size >= 2:
             out[init.name] = value
     return out

@@ -24,7 +24,7 @@ from ..coverage.providers import resolve_providers
 from ..coverage.records import CoverageConfig, CoverageReport, ExportProblem, ProviderInfo, RegistryState
 from ..coverage.risks import assess_risks
 from ..coverage.validate import validate_model
-from ..errors import UsageError
+from ..errors import OnnxLoadError, UsageError
 from ..records import ModelInputs
 from ..source import export, onnx_file
 from ..source.weights import split_weights
@@ -72,7 +72,11 @@ def triage_onnx(skeleton: onnx.ModelProto, weights, providers: tuple[ProviderInf
     """The ONNX side: the report's fields from validation on."""
     tick = time.perf_counter()
     if skeleton.functions:
-        skeleton = onnx.inliner.inline_local_functions(skeleton)  # as ONNX Runtime does before placing nodes
+        try:  # as ONNX Runtime does before placing nodes
+            skeleton = onnx.inliner.inline_local_functions(skeleton)
+        except (onnx.checker.ValidationError, RecursionError, ValueError) as exc:  # a function that calls itself
+            raise OnnxLoadError(f"The model's local functions cannot be inlined ({str(exc).splitlines()[0][:200]}): "
+                                "a function calls itself or is malformed. Re-export the model.") from exc
     validation, inferred = validate_model(skeleton)
     tick = _lap(timings, "validate", tick)
     inventory = take_inventory(inferred, original=skeleton)

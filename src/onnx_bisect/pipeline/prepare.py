@@ -37,6 +37,7 @@ class Prepared:
     scopes: align.ScopeMap
     candidates: tuple[str, ...]  # the tensors the probe exposes
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # facts about the file that are no problem in themselves (a fixed batch size)
     reference_weights: dict[str, np.ndarray] | None = field(default=None, repr=False)  # --reference's initializers
 
 
@@ -125,8 +126,9 @@ def prepare(loaded: LoadedModel, inputs: ModelInputs, captured: Capture, exporte
         skeleton, weight_store = (
             (exported.proto, exported.weights) if exported.weights is not None else weights.split_given(exported.proto)
         )
-        model_feeds, _ = feeds.make_feeds(inputs, skeleton, loaded.forward_params)
         where = f"ONNX model '{exported.path}'" if exported.path else "The exported ONNX model"
+        onnx_file.check_types(skeleton, where)
+        model_feeds, _ = feeds.make_feeds(inputs, skeleton, loaded.forward_params)
         skeleton = onnx_file.validate_onnx(skeleton, where)
         index = graph.index_graph(onnx_file.pin_shapes(skeleton, {k: v.shape for k, v in model_feeds.items()}, where))
         modules, op_acts = ops.split(captured)
@@ -135,10 +137,12 @@ def prepare(loaded: LoadedModel, inputs: ModelInputs, captured: Capture, exporte
                                          + op_pairs.op_tensors(op_acts, index)))
     with progress.step("preflight", "checking the model before running it"):
         warnings = preflight.check_model(loaded, inputs, skeleton, weight_store, exported, backend, modules)
+        notes = preflight.static_batch(skeleton) if exported.exporter is Exporter.GIVEN else []
     if save_onnx:
         save_model(weights.join_weights(skeleton, weight_store) if exported.weights is not None else exported.proto,
                    save_onnx)
-    return Prepared(loaded, exported, skeleton, weight_store, index, scopes, candidates, tuple(warnings))
+    return Prepared(loaded, exported, skeleton, weight_store, index, scopes, candidates, tuple(warnings),
+                    tuple(notes))
 
 
 def save_model(proto: onnx.ModelProto, path: str) -> None:

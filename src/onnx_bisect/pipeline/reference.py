@@ -180,7 +180,7 @@ def _initializers(model: ExportedModel) -> dict[str, np.ndarray]:
     out = dict(model.weights.arrays) if model.weights is not None else {}
     for init in model.proto.graph.initializer:
         if init.name not in out and init.data_location != onnx.TensorProto.EXTERNAL:
-            out[init.name] = onnx.numpy_helper.to_array(init)
+            out[init.name] = weights.to_array(init)
     return out
 
 

@@ -11,12 +11,14 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from ..errors import OnnxLoadError
+
 REF_SUFFIX = "::reference"
 
 
 def expose_tensors(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
     """A copy of ``model`` whose outputs also include ``names`` (in the given order)."""
-    graph = gs.import_onnx(model)
+    graph = _import(model)
     tensors = graph.tensors()
     have = {t.name for t in graph.outputs}
     for name in names:
@@ -38,7 +40,7 @@ def cut_at_tensors(model: onnx.ModelProto, references: Mapping[str, np.ndarray])
     tensors' own declared shapes (symbolic where the graph leaves a dimension
     free, so one cut graph serves every input size), else the references' shapes.
     """
-    graph = gs.import_onnx(model)
+    graph = _import(model)
     tensors = graph.tensors()
     have = {t.name for t in graph.outputs}
     for name, value in references.items():
@@ -74,8 +76,24 @@ def _rename_outer(node: gs.Node, old: str, new: str) -> None:
                 _rename_outer(sub_node, old, new)
 
 
+def _import(model: onnx.ModelProto) -> gs.Graph:
+    try:
+        return gs.import_onnx(model)
+    except Exception as exc:  # graphsurgeon raises its own exception types (and KeyError) on malformed graphs
+        raise OnnxLoadError(_unreadable(exc)) from exc
+
+
+def _unreadable(exc: Exception) -> str:
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return (f"The ONNX graph cannot be rewritten to expose its tensors ({type(exc).__name__}: {first}): an "
+            "attribute, type or name in the file is malformed. Re-export the model, or run onnx.checker on it.")
+
+
 def _export(graph: gs.Graph, original: onnx.ModelProto) -> onnx.ModelProto:
-    out = gs.export_onnx(graph, do_type_check=False)
+    try:
+        out = gs.export_onnx(graph, do_type_check=False)
+    except Exception as exc:
+        raise OnnxLoadError(_unreadable(exc)) from exc
     out.ir_version = original.ir_version
     del out.opset_import[:]
     out.opset_import.extend(original.opset_import)

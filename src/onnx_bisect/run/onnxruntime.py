@@ -80,14 +80,13 @@ class OnnxRuntimeBackend:
                 so.add_session_config_entry(key, value)
             except Exception as exc:
                 raise UsageError(f"ONNX Runtime rejected session option {key}={value}: {exc}") from exc
-        so.log_severity_level = 3
+        # A failure comes back as an exception, which onnx-bisect reports (and some runs fail on purpose: a
+        # segment re-run one row at a time through a fixed Reshape): ONNX Runtime's own log lines are noise.
+        so.log_severity_level = 4
         if one_shot:
             # Pre-packing weights pays off over many runs; for one run it only costs
             # time and a second copy of every MatMul weight.
             so.add_session_config_entry("session.disable_prepacking", "1")
-            # Instrumented and diagnostic runs may fail on purpose (a segment re-run one row at a time
-            # through a fixed Reshape); the failure comes back as an exception, not as log lines.
-            so.log_severity_level = 4
         # Spinning worker threads keep the cores busy after a run and slow the
         # PyTorch forward that follows in the same process.
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")

@@ -69,7 +69,11 @@ def _dims(info: onnx.ValueInfoProto) -> list[int | None] | None:
 
 def _check(info: onnx.ValueInfoProto, value: np.ndarray, given: str) -> tuple[np.ndarray, str]:
     tt = info.type.tensor_type
-    want = helper.tensor_dtype_to_np_dtype(tt.elem_type) if tt.elem_type else value.dtype
+    try:
+        want = helper.tensor_dtype_to_np_dtype(tt.elem_type) if tt.elem_type else value.dtype
+    except (KeyError, ValueError) as exc:
+        raise OnnxLoadError(f"The ONNX input '{info.name}' has element type {tt.elem_type}, which has no numpy "
+                            "equivalent (or ONNX does not define it). Re-export the model.") from exc
     note = ""
     if value.dtype != want:
         if value.dtype.kind == "f" and np.dtype(want).kind == "f":

@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import math
+import pickle
 import sys
 import uuid
 import zipfile
@@ -223,9 +224,16 @@ def _read_file(path: Path, loaded: LoadedModel):
             return _as_tensor(obj, str(path))
     except InputError:
         raise
-    except Exception as exc:
+    except pickle.UnpicklingError as exc:
         raise InputError(
-            f"Could not read input file '{path}': {type(exc).__name__}: {exc}. "
+            f"Input file '{path}' holds Python objects other than tensors, which onnx-bisect does not unpickle "
+            "(torch.load with weights_only=True: a .pt file can run code). Save plain tensors, a tuple or a dict "
+            "of them with torch.save, or arrays with numpy.save."
+        ) from exc
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        raise InputError(
+            f"Could not read input file '{path}': {type(exc).__name__}: {first}. "
             "Save arrays with numpy.save / numpy.savez or tensors with torch.save."
         ) from exc
     raise InputError(f"Input file '{path}' has an unsupported extension; use .npy, .npz or .pt.")
@@ -242,6 +250,7 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
     """The arrays of an .npz, each member's header checked against its size before it is read."""
     with zipfile.ZipFile(path) as archive:
         for info in archive.infolist():
+            _refuse_bomb(path, info)
             with archive.open(info) as member:
                 version = np.lib.format.read_magic(member)
                 header = np.lib.format.read_array_header_1_0 if version == (1, 0) else \
@@ -254,6 +263,18 @@ def read_npz(path: Path) -> dict[str, np.ndarray]:
                                      "truncated or corrupt: save it again with numpy.savez.")
     with np.load(path, allow_pickle=False) as data:
         return {k: data[k] for k in data.files}
+
+
+#: an .npz member larger than this, compressed more than RATIO times, is refused as a decompression bomb
+BOMB_BYTES = 1 << 30
+BOMB_RATIO = 50
+
+
+def _refuse_bomb(path: Path, info: zipfile.ZipInfo) -> None:
+    if info.file_size > BOMB_BYTES and info.file_size > BOMB_RATIO * max(info.compress_size, 1):
+        raise InputError(f"'{path}' member '{info.filename}' decompresses {info.compress_size} bytes into "
+                         f"{info.file_size}: onnx-bisect refuses archives that expand more than {BOMB_RATIO} times "
+                         f"beyond {BOMB_BYTES >> 30} GiB. Save the inputs with numpy.savez (uncompressed).")
 
 
 def _match_npz(arrays: dict, path: Path, loaded: LoadedModel) -> dict:
@@ -270,6 +291,10 @@ def _match_npz(arrays: dict, path: Path, loaded: LoadedModel) -> dict:
 
 def _as_tensor(value, where: str):
     if isinstance(value, torch.Tensor):
+        if value.is_quantized or value.layout != torch.strided or value.is_meta:
+            kind = "quantized" if value.is_quantized else "meta" if value.is_meta else str(value.layout)
+            raise InputError(f"Input {where} is a {kind} tensor; onnx-bisect feeds dense tensors. Save the dense "
+                             "values (tensor.dequantize() / tensor.to_dense()).")
         return value
     if isinstance(value, np.ndarray):
         if value.dtype == object:

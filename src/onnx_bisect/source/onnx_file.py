@@ -39,6 +39,7 @@ def load_onnx(path: str, check: str = "the --onnx path") -> ExportedModel:
         ) from exc
     if not skeleton.graph.node:
         raise OnnxLoadError(f"'{p}' loads but its graph has no nodes. Pass the exported model file.")
+    check_types(skeleton, f"'{p}'")
     return ExportedModel(proto=skeleton, exporter=Exporter.GIVEN, opset=opset_of(skeleton), path=str(p),
                          weights=store)
 
@@ -51,9 +52,14 @@ def validate_onnx(proto: onnx.ModelProto, where: str) -> onnx.ModelProto:
     Pass a model whose large initializers were split off (see ``weights``): the
     checker and shape inference then run in milliseconds instead of seconds.
     """
+    check_types(proto, where)
+    refuse_endless_loops(proto.graph, where)
     view = checkable_view(proto)
     try:
         onnx.checker.check_model(view)
+    except (UnicodeError, RecursionError) as exc:  # names that are not text, nesting beyond protobuf's limits
+        raise OnnxLoadError(f"{where} cannot be checked ({type(exc).__name__}: {str(exc)[:200]}): the file is "
+                            "corrupt. Re-export the model.") from exc
     except onnx.checker.ValidationError as exc:
         # An op the onnx package has no schema for is the runtime's business: ONNX Runtime
         # writes its own fused ops (SimplifiedLayerNormalization, in the default domain) into
@@ -69,6 +75,88 @@ def validate_onnx(proto: onnx.ModelProto, where: str) -> onnx.ModelProto:
     out.graph.ClearField("value_info")
     out.graph.value_info.extend(_infer(view, where).graph.value_info)
     return out
+
+
+#: the element types ONNX defines
+KNOWN_TYPES = frozenset(onnx.TensorProto.DataType.values())
+
+
+def check_types(model: onnx.ModelProto, where: str) -> None:
+    """OnnxLoadError when a graph input, output, value or initializer has an element type ONNX does not define,
+    or an initializer is stored in a form onnx-bisect does not read (the ``segment`` field)."""
+    g = model.graph
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type not in KNOWN_TYPES:
+            raise OnnxLoadError(f"{where}: tensor '{vi.name}' has element type {vi.type.tensor_type.elem_type}, "
+                                "which ONNX does not define. The file is corrupt; re-export the model.")
+    for init in g.initializer:
+        if init.data_type not in KNOWN_TYPES or init.data_type == onnx.TensorProto.UNDEFINED:
+            raise OnnxLoadError(f"{where}: initializer '{init.name}' has element type {init.data_type}, which ONNX "
+                                "does not define. The file is corrupt; re-export the model.")
+        if init.HasField("segment"):
+            raise OnnxLoadError(f"{where}: initializer '{init.name}' is stored in segments, which onnx-bisect (like "
+                                "ONNX Runtime) does not read. Save the model with whole tensors.")
+
+
+#: a Loop asked for more iterations than this is refused: no exported model counts that far
+MAX_TRIPS = 2 ** 31 - 1
+
+
+def refuse_endless_loops(graph: onnx.GraphProto, where: str, outer: dict | None = None) -> None:
+    """OnnxLoadError for a Loop that provably never ends (no trip count and a condition the body passes through
+    unchanged from a true start, or neither) or whose constant trip count is absurd: ONNX Runtime would run it
+    for ever. A loop that depends on data is left to run."""
+    consts = dict(outer or {})
+    consts.update({i.name: i for i in graph.initializer})
+    consts.update({n.output[0]: a.t for n in graph.node if n.op_type == "Constant" and n.output
+                   for a in n.attribute if a.name == "value"})
+    for node in graph.node:
+        if node.op_type == "Loop" and node.domain in ("", "ai.onnx"):
+            _check_loop(node, consts, where)
+        for attr in node.attribute:
+            for sub in ([attr.g] if attr.HasField("g") else []) + list(attr.graphs):
+                refuse_endless_loops(sub, where, consts)
+
+
+def _check_loop(node: onnx.NodeProto, consts: dict, where: str) -> None:
+    trip = node.input[0] if node.input else ""
+    cond = node.input[1] if len(node.input) > 1 else ""
+    count = _scalar(consts.get(trip)) if trip else None
+    if count is not None and count > MAX_TRIPS:
+        raise OnnxLoadError(f"{where}: Loop '{node.name}' runs {count} times (its trip count is a constant), which "
+                            "no exported model does; ONNX Runtime would not finish. The file is corrupt; re-export it.")
+    if trip:
+        return
+    body = next((a.g for a in node.attribute if a.name == "body"), None)
+    start = _scalar(consts.get(cond)) if cond else True
+    if body is None or len(body.input) < 2 or not body.output or not start:
+        return
+    if not cond or _passes_through(body, body.input[1].name, body.output[0].name):
+        raise OnnxLoadError(f"{where}: Loop '{node.name}' has no trip count and a condition that stays true, so it "
+                            "never ends; ONNX Runtime would run it for ever. Re-export the model.")
+
+
+def _passes_through(body: onnx.GraphProto, start: str, end: str) -> bool:
+    """Whether ``end`` is ``start`` itself or ``start`` through Identity nodes only."""
+    producers = {o: n for n in body.node for o in n.output}
+    seen = set()
+    while end != start:
+        node = producers.get(end)
+        if node is None or node.op_type != "Identity" or end in seen:
+            return False
+        seen.add(end)
+        end = node.input[0]
+    return True
+
+
+def _scalar(tensor: onnx.TensorProto | None):
+    if tensor is None or tensor.data_location == onnx.TensorProto.EXTERNAL:
+        return None
+    try:
+        value = onnx.numpy_helper.to_array(tensor)
+    except Exception:  # noqa: BLE001 - unreadable: not a constant we can judge
+        return None
+    return value.item() if value.size == 1 else None
 
 
 def _unknown_op(exc: Exception) -> bool:
@@ -97,8 +185,9 @@ def pin_shapes(skeleton: onnx.ModelProto, input_shapes: dict, where: str) -> onn
 
 def refuse_absurd_sizes(model: onnx.ModelProto, where: str, limit: int | None = None) -> None:
     """OnnxLoadError when a tensor whose shape inference gave a concrete shape would hold more bytes than this
-    machine has memory (a corrupt or hostile file asking for 10^12 elements): said before anything runs."""
-    limit = limit or machine_memory()
+    machine can hold three times (ONNX Runtime's buffer, the exposed copy and the comparison's: a corrupt or
+    hostile file asking for 10^12 elements): said before anything runs."""
+    limit = limit or machine_memory() // 3
     for vi in list(model.graph.value_info) + list(model.graph.output):
         tt = vi.type.tensor_type
         if not tt.HasField("shape") or not all(d.HasField("dim_value") for d in tt.shape.dim):
@@ -111,7 +200,8 @@ def refuse_absurd_sizes(model: onnx.ModelProto, where: str, limit: int | None = 
         size = math.prod(dims) * itemsize
         if size > limit:
             raise OnnxLoadError(f"{where} computes tensor '{vi.name}' of shape {dims} ({size / 2**30:.3g} GiB), more "
-                                f"than this machine's memory ({limit / 2**30:.3g} GiB). The file is corrupt, or made "
+                                f"than a third of this machine's memory ({limit / 2**30:.3g} GiB; onnx-bisect holds an "
+                                "exposed tensor about three times). The file is corrupt, or made "
                                 "for other input sizes: check its shapes (onnx-bisect coverage shows them).")
 
 
