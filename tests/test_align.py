@@ -15,7 +15,7 @@ from torch import nn
 
 import onnx_bisect
 from onnx_bisect import align
-from onnx_bisect.source import export, graph, onnx_file
+from onnx_bisect.source import graph, onnx_file
 from onnx_bisect.records import Activation, Capture, MatchMethod, Status
 from onnx_bisect.report.text import leaf_coverage
 

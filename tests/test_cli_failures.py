@@ -71,25 +71,56 @@ def test_an_unexpected_exception_is_a_failure_in_one_line_and_a_traceback_with_d
     assert "Traceback" in debug.stderr and "ZeroDivisionError" in debug.stderr
 
 
-def _interrupt(sig: int, after: float, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+CNN_FAULT = [FIXTURES / "models" / "cnn.py", "--onnx", FIXTURES / "onnx" / "cnn.bn_eps.dynamo.onnx"]
+#: where the signal arrives: the function is patched to mark the moment, then to stall inside that step
+STAGES = {
+    "export": ("onnx_bisect.source.export", "export_model", BERT),
+    "onnx-runtime-session": ("onnx_bisect.pipeline.runner.Runner", "_session", CNN_FAULT),
+    "diagnosis": ("onnx_bisect.pipeline.explain", "diagnose", CNN_FAULT),
+}
+
+
+def _interrupt(sig: int, stage: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run the CLI, send ``sig`` while it is inside ``stage`` (after a temporary folder and the report's
+    directory exist), and return the finished process and its TMPDIR."""
     report = tmp_path / "out" / "report.json"
     report.parent.mkdir()
-    scratch = tmp_path / "tmp"
+    scratch, marker = tmp_path / "tmp", tmp_path / "inside"
     scratch.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "onnx_bisect", *map(str, BERT), "--json", str(report)],
+    owner, name, argv = STAGES[stage]
+    script = textwrap.dedent(f"""
+        import importlib, pathlib, sys, time
+        owner = "{owner}"
+        if owner.endswith(".Runner"):
+            holder = importlib.import_module(owner.rsplit(".", 1)[0]).Runner
+        else:
+            holder = importlib.import_module(owner)
+        real = getattr(holder, "{name}")
+        def stalled(*a, **k):
+            pathlib.Path({str(marker)!r}).write_text("in")
+            time.sleep(120)
+            return real(*a, **k)
+        setattr(holder, "{name}", stalled)
+        from onnx_bisect.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script, *map(str, argv), "--json", str(report)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "TMPDIR": str(scratch)},
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    time.sleep(after)
+    deadline = time.monotonic() + 240
+    while not marker.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert marker.exists(), f"the run never reached {stage} (exit {proc.poll()})"
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=120)
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), scratch
 
 
+@pytest.mark.parametrize("stage", sorted(STAGES))
 @pytest.mark.parametrize("sig, status, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
-def test_an_interrupted_run_leaves_nothing_behind(sig, status, word, tmp_path):
-    # 3 s in, the run is exporting or capturing (bert-tiny takes about 5 s in all)
-    result, scratch = _interrupt(sig, 3.0, tmp_path)
+def test_an_interrupted_run_leaves_nothing_behind(sig, status, word, stage, tmp_path):
+    result, scratch = _interrupt(sig, stage, tmp_path)
     assert result.returncode == status, result.stderr
     assert result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert word in result.stderr and "Traceback" not in result.stderr

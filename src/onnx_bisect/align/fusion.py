@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from ..records import Activation, MatchMethod, TensorPair
+from ..records import Activation, MatchMethod, ModuleKind, TensorPair
 from ..records.graph import GraphIndex, NodeInfo
 from .similarity import distance, fit_scale, fits
 from .state import AlignInputs, AlignmentState, Claim, pair_to
@@ -67,8 +67,14 @@ SCALED_FAMILIES = {"linear": -1, "embedding": -1, "conv": 1}
 
 
 
-def family(module_type: str) -> str | None:
-    """The :data:`HOST_OPS` family of a module class name, None when unknown."""
+#: the family of each module kind told by class ancestry (a subclass of Conv2d is a conv whatever its name)
+KIND_FAMILIES = {ModuleKind.CONV: "conv", ModuleKind.LINEAR: "linear", ModuleKind.BATCHNORM: "batchnorm"}
+
+
+def family(module_type: str, kind: ModuleKind = ModuleKind.OTHER) -> str | None:
+    """The :data:`HOST_OPS` family of a module (by its kind, else its class name), None when unknown."""
+    if kind in KIND_FAMILIES:
+        return KIND_FAMILIES[kind]
     t = module_type
     if t.startswith(("Conv", "LazyConv")) and t != "Conv1D":
         return "conv"
@@ -93,9 +99,9 @@ def family(module_type: str) -> str | None:
     return None
 
 
-def host_node(module_type: str, nodes: list[NodeInfo]) -> NodeInfo | None:
+def host_node(module_type: str, nodes: list[NodeInfo], kind: ModuleKind = ModuleKind.OTHER) -> NodeInfo | None:
     """The first of ``nodes`` that can compute a module of this type; any node for an unknown type."""
-    fam = family(module_type)
+    fam = family(module_type, kind)
     if fam is None:
         return nodes[0] if nodes else None
     return next((n for n in nodes if n.op_type in HOST_OPS[fam]), None)
@@ -151,7 +157,7 @@ def pair_into_consumers(state: AlignmentState, x: AlignInputs) -> list[Claim]:
             if pb is None or tensor is None:
                 continue
             seg = [graph.nodes[i] for i in graph.segment(tensor, frozenset(stops - {tensor}))]
-            node = host_node(a.module_type, seg)
+            node = host_node(a.module_type, seg, a.kind)
             if node is None:
                 continue
             rule = f" by {node.rewrite_rule}" if node.rewrite_rule else ""
@@ -194,7 +200,7 @@ def pair_scaled(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         if p.tensor and p.method in (MatchMethod.STRUCTURE, MatchMethod.FUSED, MatchMethod.IDENTITY):
             claimed[p.tensor].append(p)
     for a in acts:
-        axis = SCALED_FAMILIES.get(family(a.module_type) or "")
+        axis = SCALED_FAMILIES.get(family(a.module_type, a.kind) or "")
         if axis is None or not a.is_leaf or a.value.dtype.kind != "f":
             continue
         p = draft.get(a.index)
@@ -207,7 +213,7 @@ def pair_scaled(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         tensor, scale, later = found
         nodes = [graph.nodes[i] for i in graph.segment(tensor, frozenset(
             q.tensor for q in draft.values() if q.tensor and q.tensor != tensor and q.cuttable))]
-        node = host_node(a.module_type, nodes[::-1]) or graph.node_of(tensor)
+        node = host_node(a.module_type, nodes[::-1], a.kind) or graph.node_of(tensor)
         how = (f"one factor {float(scale.factors[0]):.4g}" if scale.axis is None
                else f"a factor per channel (axis {scale.axis})")
         whose = f", the value of {later}" if later else ""

@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch.utils._pytree import tree_map_only
 
-from ..records import Activation, Capture, ModelInputs
+from ..records import Activation, Capture, ModelInputs, ModuleKind, module_kind
 from ..records.nest import flatten_outputs, to_numpy
 
 
@@ -89,10 +89,10 @@ class _Recorder:
 
     def hook(self, name: str, module: torch.nn.Module):
         def _hook(mod, args, kwargs, output):
-            self.record(name, type(mod).__name__, args, kwargs, output)
+            self.record(name, type(mod).__name__, args, kwargs, output, module_kind(mod))
         return _hook
 
-    def record(self, name: str, type_name: str, args, kwargs, output) -> None:
+    def record(self, name: str, type_name: str, args, kwargs, output, kind: ModuleKind = ModuleKind.OTHER) -> None:
         call = self._calls[name]
         self._calls[name] += 1
         in_tensors = [t for _, t in flatten_outputs((args, kwargs))]
@@ -109,7 +109,7 @@ class _Recorder:
             self.activations.append(Activation(
                 index=index, module=name, module_type=type_name, call=call, path=path,
                 value=self._values[key], is_leaf=self._leaf.get(name, True),
-                inputs=consumed, passthrough=key in in_ids,
+                inputs=consumed, passthrough=key in in_ids, kind=kind,
             ))
             self._made_by[id(tensor)] = index
 

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ..records import (Capture, Cause, LayerResult, LoadedModel, ModelInputs, RuntimeSettings, TensorDiff,
+from ..records import (Activation, Capture, Cause, LayerResult, LoadedModel, ModelInputs, RuntimeSettings, TensorDiff,
                        Tolerance)
 from ..records.graph import GraphIndex, NodeInfo
 from ..records.weights import Weights
@@ -76,6 +76,7 @@ class DiagnosisContext:
     cut: CutRun
     tolerance: Tolerance
     compare: Callable[[np.ndarray, np.ndarray], TensorDiff]
+    ops: tuple[Activation, ...] = ()  # PyTorch's ATen ops around the divergence, when it was narrowed to one
 
     # ------------------------------------------------------------ the divergent tensor
 

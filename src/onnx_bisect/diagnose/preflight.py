@@ -14,22 +14,30 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import BackendError, OnnxLoadError
-from ..records import Capture, ExportedModel, Exporter, LoadedModel, ModelInputs
+from ..records import Capture, ExportedModel, LoadedModel, ModelInputs, ModuleKind, module_kind
 from .support.param_layouts import model_rnn_weights
 from ..records.graph import checkable_view
 from ..records.weights import Weights
 
-BN_TYPES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
-CONV_TYPES = ("Conv1d", "Conv2d", "Conv3d", "Linear")
 #: weights shown by name in the stale-checkpoint warning
 SHOWN = 5
 #: an IR version and an opset every supported ONNX Runtime reads: the probes vary one thing at a time
 SAFE_IR, SAFE_OPSET = 7, 13
 
 
+@dataclass(frozen=True)
+class Preflight:
+    """What the checks before any run found: warnings with their fixes, and the initializers that differ from
+    the parameters they pair with (a claim only once the layers reading them are measured: see
+    :func:`stale_weight_warnings`)."""
+
+    warnings: tuple[str, ...] = ()
+    weight_differences: tuple["WeightDifference", ...] = ()
+
+
 def check_model(loaded: LoadedModel, inputs: ModelInputs, skeleton: onnx.ModelProto, weights: Weights,
-                exported: ExportedModel, backend=None, capture: Capture | None = None) -> tuple[str, ...]:
-    """Every preflight check; returns the warnings (each with its fix).
+                exported: ExportedModel, backend=None, capture: Capture | None = None) -> Preflight:
+    """Every preflight check.
 
     Raises ``OnnxLoadError`` when the backend cannot load a model of this IR
     version and opset at all: nothing after this would run.
@@ -42,8 +50,7 @@ def check_model(loaded: LoadedModel, inputs: ModelInputs, skeleton: onnx.ModelPr
         problem = runtime_support(skeleton, backend)
         if problem:
             raise OnnxLoadError(problem)
-    found += stale_weights(loaded, skeleton, weights, capture)
-    return tuple(found)
+    return Preflight(tuple(found), tuple(compare_weights(loaded, skeleton, weights, capture)))
 
 
 # ---------------------------------------------------------------- training mode
@@ -183,10 +190,10 @@ class WeightDifference:
     refold: bool = False  # a per-channel rescale of the conv weight: a BatchNorm folded with other statistics
 
 
-def stale_weights(loaded: LoadedModel, skeleton: onnx.ModelProto, weights: Weights,
-                  capture: Capture | None = None) -> list[str]:
-    """Initializers that differ from the PyTorch parameters they come from (by name, else by value)."""
-    diffs = compare_weights(loaded, skeleton, weights, capture)
+def stale_weight_warnings(diffs) -> list[str]:
+    """The warnings for initializers that differ from the PyTorch parameters they come from (by name, else by
+    value) — pass only those whose difference shows in what the graph computes (a folded BatchNorm, a
+    standardised or re-parameterised weight is a transformed copy, not a stale one)."""
     found = []
     refolds = [d for d in diffs if d.refold]
     stale = [d for d in diffs if not d.refold]
@@ -262,12 +269,12 @@ def _fold_pairs(loaded: LoadedModel, capture: Capture | None) -> dict[str, np.nd
     pairs = []
     if capture is not None:
         acts = capture.activations
-        pairs = [(acts[i].module, act.module) for act in acts if act.module_type in BN_TYPES
-                 for i in act.inputs if acts[i].module_type in CONV_TYPES]
+        pairs = [(acts[i].module, act.module) for act in acts if act.kind is ModuleKind.BATCHNORM
+                 for i in act.inputs if acts[i].kind.folds_batchnorm]
     else:
         named = list(modules.items())
         pairs = [(a, b) for (a, m), (b, n) in zip(named, named[1:])
-                 if type(m).__name__ in CONV_TYPES and type(n).__name__ in BN_TYPES
+                 if module_kind(m).folds_batchnorm and module_kind(n) is ModuleKind.BATCHNORM
                  and getattr(n, "num_features", None) == m.weight.shape[0]]
     out = {}
     for conv_name, bn_name in pairs:

@@ -26,8 +26,9 @@ from ..run import expose
 from ..source import feeds
 from . import explain
 from .config import CasePolicy
-from .prepare import Prepared, capture_case
+from .prepare import Prepared, capture_case, weight_warnings
 from .runner import Runner
+from .verdict import compare_outputs, reproduction_of
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,7 @@ def measure_case(p: Prepared, runner: Runner, seen: Observation, aligned: Alignm
     with progress.step("report", "comparing"):
         layers = localize.localize(aligned.pairs, p.index, aligned.probed, local_values, aligned.cuts, cmp,
                                    accumulated_reliable=reproduction is not Reproduction.DIFFERENT)
-        warnings = (list(seen.feed_warnings) + list(p.warnings)
+        warnings = (list(seen.feed_warnings) + list(p.warnings) + weight_warnings(p, layers)
                     + _warnings(p.loaded, captured, p.index, reproduction, reproduction_max_abs))
     return Measurement(outputs, ok, reproduction, reproduction_max_abs, layers, cut, cmp, tuple(warnings))
 
@@ -213,33 +214,6 @@ def paired_tensors(template: tuple[TensorPair, ...], index: GraphIndex) -> list[
 
 def _compare(actual: np.ndarray, expected: np.ndarray, tol: Tolerance):
     return compare.compare_tensors(actual, expected, tol)
-
-
-def compare_outputs(captured, index, final, tol) -> tuple[OutputResult, ...]:
-    """The unmodified model's outputs against PyTorch's, by position."""
-    results = []
-    for name, ref in zip(index.graph_outputs, captured.outputs):
-        if name in final:
-            # np.asarray: the verdict judges the output as the dtype it declares (see Runner._computed)
-            results.append(OutputResult(name, compare.compare_tensors(np.asarray(final[name]), ref, tol)))
-    return tuple(results)
-
-
-def reproduction_of(index: GraphIndex, instrumented, final, tol: Tolerance) -> tuple[Reproduction, float]:
-    """Whether the instrumented run's graph outputs equal the unmodified run's: bit for bit, within
-    tolerance, or not; and the largest difference."""
-    verdict, worst = Reproduction.EXACT, 0.0
-    for name in index.graph_outputs:
-        a, b = instrumented.get(name), final.get(name)
-        if a is None or b is None or (a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f")):
-            continue
-        diff = compare.compare_tensors(a, b, tol)
-        worst = max(worst, diff.max_abs)
-        if not diff.ok:
-            verdict = Reproduction.DIFFERENT
-        elif verdict is Reproduction.EXACT:
-            verdict = Reproduction.WITHIN_TOLERANCE
-    return verdict, worst
 
 
 def _warnings(loaded, captured, index, reproduction: Reproduction, reproduction_max_abs: float) -> list[str]:

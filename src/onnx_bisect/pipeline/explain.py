@@ -15,8 +15,10 @@ from ..report.progress import Progress
 from ..run import expose
 from .config import CasePolicy
 from .prepare import Prepared
+from . import amplify
 from .refine import refine
 from .runner import Runner
+from .verdict import reproduction_of
 
 
 @dataclass(frozen=True)
@@ -31,8 +33,6 @@ class Explanation:
 def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measured, captured, inputs,
                  policy: CasePolicy, progress: Progress) -> Explanation:
     """Name the first divergence and its cause; when the outputs agree, warn about a hidden one."""
-    from .case import reproduction_of  # the case module calls this one
-
     if measured.ok:
         return Explanation(warnings=tuple(hidden_divergence(measured.layers)))
     layer, introduced = localize.first_divergence(measured.layers)
@@ -49,7 +49,13 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
         return Explanation(faithful=faithful, warnings=(
             "The final outputs diverge, but no aligned tensor does: the divergence lies after the "
             "last aligned tensor or in a part of the graph no activation maps to.",))
-    refined = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, measured.compare,
+    cmp, tolerance, amp = measured.compare, policy.tolerance, None
+    if not introduced and references is measured.cut.references:
+        traced = trace_amplification(p, runner, measured, captured, tolerance, progress)
+        if traced is not None:
+            amp, layer, cmp, tolerance = traced
+            introduced = True
+    refined = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp,
                      progress) if introduced else None
     if refined is not None:
         layer, references = refined.layer, refined.references
@@ -65,13 +71,33 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
             onnx=OnnxModel(p.index, p.skeleton, p.weights),
             baseline=Baseline(p.loaded, captured, inputs, p.reference_weights),
             cut=CutRun(references, model_feeds, runner.run_cut, runner.backend.settings),
-            tolerance=policy.tolerance, compare=measured.compare,
+            tolerance=tolerance, compare=cmp, ops=refined.ops if refined is not None else (),
         ))
-    if refined is not None:
-        first = dataclasses.replace(first, within=refined.within)
+    if refined is not None or amp is not None:
+        first = dataclasses.replace(first, within=refined.within if refined else None, amplification=amp)
     if policy.memo is not None:
         policy.memo.keep(first)
     return Explanation(first, faithful)
+
+
+def trace_amplification(p: Prepared, runner: Runner, measured, captured, tolerance, progress: Progress):
+    """When no segment exceeds the tolerance on its own: the segment whose error the layers after it amplify
+    (see ``amplify``), as ``(amplification, its layer, the comparison and tolerance it is judged by)``; None
+    when the error builds up over many segments."""
+    references = measured.cut.references
+    ordered = sorted(references, key=p.index.order_of)
+    local = {r.pair.tensor: r.local.tol_ratio for r in measured.layers if r.local is not None}
+    with progress.step("amplify", f"bisecting an amplified error over {len(ordered)} cut points"):
+        run = runner.switched(measured.cut.feeds, references)
+        amp = amplify.bisect_amplification(run, ordered, amplify.outputs_ratio(captured, p.index, tolerance),
+                                           lambda t: local.get(t, 0.0))
+    if amp is None or not amp.local_ratio > 0:
+        return None
+    layer = amplify.amplified_layer(measured.layers, amp)
+    if layer is None:
+        return None
+    scaled = amplify.amplified_tolerance(tolerance, amp)
+    return amp, layer, amplify.plain_compare(scaled), scaled
 
 
 def hidden_divergence(layers: tuple[LayerResult, ...]) -> list[str]:

@@ -38,6 +38,7 @@ class Prepared:
     candidates: tuple[str, ...]  # the tensors the probe exposes
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()  # facts about the file that are no problem in themselves (a fixed batch size)
+    weight_differences: tuple = ()  # preflight.WeightDifference: initializers unlike the parameters they pair with
     reference_weights: dict[str, np.ndarray] | None = field(default=None, repr=False)  # --reference's initializers
 
 
@@ -136,13 +137,30 @@ def prepare(loaded: LoadedModel, inputs: ModelInputs, captured: Capture, exporte
         candidates = tuple(dict.fromkeys(align.candidate_tensors(modules, index, scopes)
                                          + op_pairs.op_tensors(op_acts, index)))
     with progress.step("preflight", "checking the model before running it"):
-        warnings = preflight.check_model(loaded, inputs, skeleton, weight_store, exported, backend, modules)
+        checked = preflight.check_model(loaded, inputs, skeleton, weight_store, exported, backend, modules)
         notes = preflight.static_batch(skeleton) if exported.exporter is Exporter.GIVEN else []
     if save_onnx:
         save_model(weights.join_weights(skeleton, weight_store) if exported.weights is not None else exported.proto,
                    save_onnx)
-    return Prepared(loaded, exported, skeleton, weight_store, index, scopes, candidates, tuple(warnings),
-                    tuple(notes))
+    return Prepared(loaded, exported, skeleton, weight_store, index, scopes, candidates, checked.warnings,
+                    tuple(notes), weight_differences=checked.weight_differences)
+
+
+def weight_warnings(p: Prepared, layers) -> list[str]:
+    """The stale-weight warnings worth a claim: initializers unlike their parameters that a layer computing
+    differently from PyTorch reads (or that no measured layer reads). An initializer every reading layer
+    agrees with is a transformed copy — a folded BatchNorm, a standardised or re-parameterised weight."""
+    rows: dict[str, list] = {}
+    for r in layers:
+        for node in r.segment:
+            rows.setdefault(node, []).append(r)
+    kept = []
+    for d in p.weight_differences:
+        readers = [p.index.nodes[i].name for i in p.index.consumers.get(d.initializer, ())]
+        measured = [r for n in readers for r in rows.get(n, ()) if r.diff is not None]
+        if not measured or any(not r.diff.ok for r in measured):
+            kept.append(d)
+    return preflight.stale_weight_warnings(kept)
 
 
 def save_model(proto: onnx.ModelProto, path: str) -> None:

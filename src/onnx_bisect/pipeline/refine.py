@@ -49,6 +49,7 @@ class Refinement:
     layer: LayerResult
     references: dict[str, np.ndarray]  # the PyTorch values at the refined segment's inputs (and every cut)
     within: LayerResult
+    ops: tuple[Activation, ...] = ()  # PyTorch's ops in the window around the segment
 
 
 def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str, np.ndarray],
@@ -67,7 +68,7 @@ def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str
         matched = inside.consistent(inside.match_values(ops, values, produced), produced, ops, p.index)
         within = set(produced)
         bad = inside.bad_tensors(produced, matched, p.index, within, values)
-        found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched, p.index), compare)
+        found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched, p.index), compare, values)
         if found is None:
             return None
         return _refinement(p, layer, found, matched, values, references, compare, ops)
@@ -125,14 +126,14 @@ class _Segment:
         return self.references[t] if t in self.references else self.model_feeds[t]
 
 
-def _confirm(seg: _Segment, layer: LayerResult, candidates: list[inside.Candidate], compare):
+def _confirm(seg: _Segment, layer: LayerResult, candidates: list[inside.Candidate], compare, values):
     """The first candidate (graph order, nearest first) whose PyTorch value, fed in place of the ONNX tensor,
     makes the segment's output agree: ``(candidate, value fed)``; None when none does within the budget."""
     reference = layer.pair.reference()
     for trial, c in enumerate(candidates):
         if trial >= MAX_TRIALS:
             return None
-        fed = _in_layout(c, seg.p.index)
+        fed = _in_layout(c, seg.p.index, values[c.tensor].shape if c.tensor in values else None)
         try:
             out = seg.values([], {c.tensor: fed})[layer.pair.tensor]
         except Exception:  # noqa: BLE001 - a value ONNX Runtime will not take there is not the counterpart
@@ -168,14 +169,15 @@ def _region(p: Prepared, candidate: inside.Candidate, strong: dict[str, inside.M
     return nodes
 
 
-def _in_layout(c: inside.Candidate, index) -> np.ndarray:
-    """The op's value in the ONNX tensor's layout and dtype, ready to feed."""
+def _in_layout(c: inside.Candidate, index, shape: tuple[int, ...] | None) -> np.ndarray:
+    """The op's value in the ONNX tensor's layout (``shape``: as this run computes it) and dtype, ready to feed."""
     value = c.op.value if c.perm is None else c.op.value.transpose(c.perm)
-    shape = index.shapes.get(c.tensor)
+    shape = shape or index.shapes.get(c.tensor)
     dtype = _dtype(index, c.tensor, value)
     with np.errstate(over="ignore"):
         out = value.astype(dtype, copy=False)
-    return np.ascontiguousarray(out.reshape(shape) if shape and None not in shape else out)
+    fits = shape and None not in shape and int(np.prod(shape)) == out.size
+    return np.ascontiguousarray(out.reshape(shape) if fits else out)
 
 
 def _dtype(index, tensor: str, value: np.ndarray):
@@ -204,6 +206,10 @@ def _refinement(p: Prepared, layer: LayerResult, found, matched: dict[str, insid
                           segment_ops=tuple(p.index.nodes[i].op_type for i in nodes),
                           order=float(p.index.order_of(candidate.tensor)))
     cut = dict(references)
+    inside_region = {t for i in nodes for t in p.index.nodes[i].outputs}
     for t, m in strong.items():
-        cut[t] = np.ascontiguousarray(m.op.value.astype(values[t].dtype, copy=False).reshape(values[t].shape))
-    return Refinement(refined, cut, layer)
+        if t in inside_region:
+            continue  # a value the region computes (a Transpose it reaches back past) is not fed
+        value = m.op.value if m.perm is None else m.op.value.transpose(m.perm)  # in the tensor's layout
+        cut[t] = np.ascontiguousarray(value.astype(values[t].dtype, copy=False).reshape(values[t].shape))
+    return Refinement(refined, cut, layer, ops)

@@ -77,6 +77,21 @@ class Runner:
                 expose.cut_at_tensors(self.prepared.skeleton, references), unfed), True))
             return self._computed(session.run(ref_feeds, list(cut_at)))
 
+    def switched(self, ref_feeds, references: dict[str, np.ndarray]):
+        """A function running the graph with any subset of ``references`` cut (fed its PyTorch value) and the
+        rest computing freely: ``run(cut: set[str]) -> outputs``. One session serves every subset."""
+        p = self.prepared
+        with instrumented("with switchable cuts at the aligned tensors"):
+            session = self.backend.load(expose.switch_at_tensors(p.skeleton, references), p.weights, one_shot=True)
+        off, on = np.array(False), np.array(True)
+
+        def run(cut) -> dict[str, np.ndarray]:
+            flags = {expose.switch_input_name(t): on if t in cut else off for t in references}
+            with instrumented("with switchable cuts at the aligned tensors"):
+                return self._computed(session.run({**ref_feeds, **flags}, None))
+
+        return run
+
     def observe(self, model_feeds, tensors) -> dict[str, np.ndarray]:
         """A fresh session of the unmodified graph exposing only ``tensors`` (for faithful location)."""
         p = self.prepared

@@ -23,9 +23,10 @@ from ..report.progress import Progress
 from ..run.backend import available_providers, make_backend
 from ..source import feeds, load
 from . import configurations
-from .case import CaseRun, bisect_case, compare_outputs, paired_tensors
+from .case import CaseRun, bisect_case, paired_tensors
+from .verdict import compare_outputs
 from .config import CasePolicy, Config, DiagnosisMemo
-from .prepare import Prepared, capture_case, loaded_from_module, obtain_onnx, prepare
+from .prepare import Prepared, capture_case, loaded_from_module, obtain_onnx, prepare, weight_warnings
 from .runner import Runner
 from ..records import (OptLevel, CaseKind, ConfigResult, ConfigStatus, Exporter, InputCase, LayerAggregate, LayerError,
                       LoadedModel, MatrixReport, ModelInputs, ProviderAgreement, RuntimeSettings, Status, Tolerance)
@@ -129,8 +130,9 @@ def verify_loaded(loaded: LoadedModel, sample: ModelInputs, config: Config, *,
             captured = capture_case(loaded, template.inputs)
         prepared = prepare(loaded, template.inputs, captured, exported,
                                     backend=make_backend(runnable[0]), save_onnx=config.save_onnx, progress=progress)
-        warnings = prepared.warnings
-        results, agreements = _run_cases(prepared, plan, untestable, template, captured, config.tolerance, progress)
+        results, agreements, weights_stale = _run_cases(prepared, plan, untestable, template, captured,
+                                                        config.tolerance, progress)
+        warnings = prepared.warnings + tuple(weights_stale)
     else:
         results = [_skipped(case, rt, plan, untestable) for case in plan.cases for rt in plan.runtimes]
         agreements = []
@@ -223,8 +225,9 @@ def _shapes(inputs: ModelInputs) -> list[tuple[str, tuple[int, ...]]]:
 
 
 def _run_cases(prepared: Prepared, plan: Plan, untestable, template: InputCase, captured, tolerance: Tolerance,
-               progress: Progress) -> tuple[list[ConfigResult], list[ProviderAgreement]]:
-    """Every case under every runtime setting; the template case first (it makes the alignment)."""
+               progress: Progress) -> tuple[list[ConfigResult], list[ProviderAgreement], list[str]]:
+    """Every case under every runtime setting, the template case first (it makes the alignment); and the
+    stale-weight warnings its layers support."""
     cases = _CaseRunner(prepared, plan, untestable, tolerance, progress)
     results: list[ConfigResult] = []
     agreements: list[ProviderAgreement] = []
@@ -232,7 +235,7 @@ def _run_cases(prepared: Prepared, plan: Plan, untestable, template: InputCase, 
         case_results, case_agreements = cases.run(case, captured if case is template else None)
         results += case_results
         agreements += case_agreements
-    return results, agreements
+    return results, agreements, cases.weight_warnings
 
 
 class _CaseRunner:
@@ -250,6 +253,7 @@ class _CaseRunner:
                         if rt not in plan.unavailable}
         self.memos: dict[RuntimeSettings, DiagnosisMemo] = defaultdict(DiagnosisMemo)
         self.pairs: tuple | None = None  # the alignment, made on the first case that runs
+        self.weight_warnings: list[str] = []  # judged on the layers of that first case
 
     def run(self, case: InputCase, captured=None) -> tuple[list[ConfigResult], list[ProviderAgreement]]:
         """The case's matrix cells and the runtime settings' agreement on it."""
@@ -284,6 +288,7 @@ class _CaseRunner:
                 continue
             if self.pairs is None:
                 self.pairs = run.pairs
+                self.weight_warnings = weight_warnings(self.prepared, run.report.layers)
                 for runner in self.runners.values():
                     runner.narrow(paired_tensors(self.pairs, self.prepared.index))
             results.append(config_result(case, rt, run, time.perf_counter() - started))

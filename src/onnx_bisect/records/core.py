@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ['TextEnum', 'Cause', 'Absence', 'Layout', 'ExitStatus', 'Exporter', 'MatchMethod', 'Status', 'Reproduction', 'ErrorOrigin', 'Tolerance', 'Activation', 'Capture', 'LoadedModel', 'ModelInputs', 'ExportedModel', 'TensorPair', 'TensorDiff', 'LayerResult', 'OutputResult', 'Divergence', 'FaithfulLocation', 'Report']
+__all__ = ['TextEnum', 'Cause', 'ModuleKind', 'Absence', 'Layout', 'ExitStatus', 'Exporter', 'MatchMethod', 'Status', 'Reproduction', 'ErrorOrigin', 'Tolerance', 'Activation', 'Capture', 'LoadedModel', 'ModelInputs', 'ExportedModel', 'TensorPair', 'TensorDiff', 'LayerResult', 'OutputResult', 'Amplification', 'Divergence', 'FaithfulLocation', 'Report']
 
 
 class TextEnum(str, enum.Enum):
@@ -21,6 +21,21 @@ class TextEnum(str, enum.Enum):
         return self.value
 
     __format__ = str.__format__
+
+
+class ModuleKind(TextEnum):
+    """What a module computes, told by its class's ancestry (``isinstance``), not its name: timm's
+    ``BatchNormAct2d`` is a BatchNorm, ``StdConv2d`` and ``Conv2dSame`` are convolutions."""
+
+    CONV = "conv"  # torch.nn.Conv1d/2d/3d and their subclasses (not transposed convolutions)
+    LINEAR = "linear"  # torch.nn.Linear and its subclasses
+    BATCHNORM = "batchnorm"  # torch.nn.BatchNorm1d/2d/3d, SyncBatchNorm and their subclasses
+    OTHER = "other"
+
+    @property
+    def folds_batchnorm(self) -> bool:
+        """Whether a following BatchNorm can be folded into this module's weight."""
+        return self in (ModuleKind.CONV, ModuleKind.LINEAR)
 
 
 class Cause(TextEnum):
@@ -145,6 +160,7 @@ class Activation:
     passthrough: bool = False  # output is (value-)identical to one of its inputs
     op: str = ""  # an op (the exported program's FX node name, or a captured ATen op) rather than a module output
     args: tuple = field(default=(), compare=False)  # an op's non-tensor arguments: (position or name, value)
+    kind: ModuleKind = ModuleKind.OTHER  # the module's kind (isinstance), for module outputs
 
     @property
     def name(self) -> str:
@@ -265,6 +281,30 @@ class OutputResult:
 
 
 @dataclass(frozen=True)
+class Amplification:
+    """How an error below the tolerance was traced to the segment that introduces it: the outputs diverge,
+    no segment's own error exceeds the tolerance, and the layers after this segment amplify its error.
+
+    Bisection over the cut points in graph order: with every cut before this segment fed the PyTorch value
+    and everything from it on computing freely, the outputs still diverge (``output_ratio``); with this
+    segment cut too, they do not (``output_ratio_without``). Ratios are in units of the tolerance.
+    """
+
+    tensor: str  # the ONNX tensor the segment computes
+    local_ratio: float  # the segment's own error
+    output_ratio: float  # the outputs' worst error with this segment computing from exact inputs, the rest free
+    output_ratio_without: float  # ... with this segment cut as well
+    output_ratio_all: float  # nothing cut
+    runs: int  # ONNX Runtime runs the bisection took
+    cut_points: int  # the cut points it searched
+
+    @property
+    def gain(self) -> float:
+        """How much the layers after the segment amplify its own error."""
+        return self.output_ratio / self.local_ratio if self.local_ratio > 0 else float("inf")
+
+
+@dataclass(frozen=True)
 class Divergence:
     """The first segment whose error exceeds tolerance, and what we know about it."""
 
@@ -277,6 +317,7 @@ class Divergence:
     fix: str = ""
     confirmed: bool | None = None  # re-run with the fix applied: True/False; None = not attempted
     within: LayerResult | None = None  # the module-level layer whose segment this op-level one was narrowed from
+    amplification: Amplification | None = None  # set when the error is below tolerance locally, amplified later
 
 
 @dataclass(frozen=True)

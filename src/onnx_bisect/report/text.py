@@ -9,7 +9,7 @@ from typing import Any
 from tabulate import tabulate
 
 from .files import write_atomic
-from ..records import (Cause, Divergence, MatchMethod, ErrorOrigin, FaithfulLocation, LayerResult, Report, Reproduction, Status,
+from ..records import (Amplification, Cause, Divergence, MatchMethod, ErrorOrigin, FaithfulLocation, LayerResult, Report, Reproduction, Status,
                       TensorDiff)
 
 NEIGHBOURHOOD = 6
@@ -52,15 +52,18 @@ def _verdict(report: Report) -> str:
     fd = report.first_divergence
     if fd is not None:
         p = fd.layer.pair
-        nodes = ", ".join(fd.layer.segment[:6]) + (f" … (+{len(fd.layer.segment) - 6})" if len(fd.layer.segment) > 6 else "")
+        computing = computing_nodes(fd.layer)
+        nodes = ", ".join(computing[:6]) + (f" … (+{len(computing) - 6})" if len(computing) > 6 else "")
         who = (f"op {p.activation.module_type} in module {p.activation.module or '<model>'}"
                if p.method is MatchMethod.OP_VALUE else f"module {p.activation.name} ({p.activation.module_type})")
-        narrowed = (f" (narrowed from the {len(fd.within.segment)}-node segment computing "
+        narrowed = (f" (narrowed from the {len(computing_nodes(fd.within))}-node segment computing "
                     f"{fd.within.pair.activation.name})" if fd.within is not None else "")
         lines.append(
             f"First divergence: {who} → ONNX node {p.node} ({p.op_type}), tensor '{p.tensor}'. "
             f"Segment nodes: {nodes or p.node}{narrowed}."
         )
+        if fd.amplification is not None:
+            lines.append(amplification_text(fd.amplification))
         if fd.cause is Cause.UNKNOWN:
             lines.append(f"Cause: unknown. {fd.explanation}")
         else:
@@ -73,12 +76,27 @@ def _verdict(report: Report) -> str:
     return "\n".join(lines)
 
 
+def computing_nodes(layer: LayerResult) -> list[str]:
+    """The segment's nodes that compute (its Constant nodes hold data, like initializers, and are left out)."""
+    return [n for n, op in zip(layer.segment, layer.segment_ops) if op != "Constant"] if layer.segment_ops \
+        else list(layer.segment)
+
+
+def amplification_text(amp: Amplification) -> str:
+    """How an error below the tolerance was traced: its own size, the gain after it, the bisection's runs."""
+    return (f"Amplified: this segment's own error is {amp.local_ratio:.2g}× the tolerance, and the layers after "
+            f"it amplify it about {amp.gain:.3g}×: computing freely from here on, the outputs differ by "
+            f"{amp.output_ratio:.3g}× the tolerance; with this segment fed PyTorch's value too, by "
+            f"{amp.output_ratio_without:.2g}× (bisected over {amp.cut_points} cut points in {amp.runs} runs). "
+            f"The cause below is judged against the tolerance divided by {amp.gain:.3g}.")
+
+
 def _table(report: Report, show_all: bool) -> str:
     layers = list(report.layers)
     if not layers:
         return ""
     fd = report.first_divergence
-    first = (fd.within or fd.layer) if fd else None
+    first = _row_of(layers, (fd.within or fd.layer) if fd else None)
     if show_all or len(layers) <= SMALL_MODEL_ROWS:
         rows = layers
     elif first is not None:
@@ -93,6 +111,14 @@ def _table(report: Report, show_all: bool) -> str:
         + "; --all shows every layer)\n")
     return title + tabulate(body, headers=["", "module", "ONNX node", "op", "shape", "max abs", "max rel", "local", "status"],
                             tablefmt="simple", disable_numparse=True)
+
+
+def _row_of(layers: list[LayerResult], layer: LayerResult | None) -> LayerResult | None:
+    """The table's row of ``layer`` (the diagnosis may restate a row's numbers: an amplified error's local
+    error against the tolerance it leaves)."""
+    if layer is None:
+        return None
+    return next((r for r in layers if r is layer), None) or next((r for r in layers if r.pair == layer.pair), None)
 
 
 def _row(r: LayerResult, is_first: bool) -> list[str]:
@@ -202,7 +228,8 @@ def divergence_json(fd: Divergence | None) -> dict[str, Any] | None:
         "module_name": fd.layer.pair.activation.name,
         "module_type": fd.layer.pair.activation.module_type,
         "op": fd.layer.pair.activation.module_type if fd.layer.pair.activation.op else None,
-        "onnx_nodes": list(fd.layer.segment) or ([fd.layer.pair.node] if fd.layer.pair.node else []),
+        "onnx_nodes": computing_nodes(fd.layer) or ([fd.layer.pair.node] if fd.layer.pair.node else []),
+        "onnx_constants": [n for n, op in zip(fd.layer.segment, fd.layer.segment_ops) if op == "Constant"],
         "onnx_node": fd.layer.pair.node,
         "onnx_tensor": fd.layer.pair.tensor,
         "op_types": sorted(set(fd.layer.segment_ops)) or ([fd.layer.pair.op_type] if fd.layer.pair.op_type else []),
@@ -215,9 +242,15 @@ def divergence_json(fd: Divergence | None) -> dict[str, Any] | None:
         "fix": fd.fix,
         "confirmed": fd.confirmed,
         "explanation": fd.explanation,
+        "amplification": None if fd.amplification is None else {
+            "local_tolerance_ratio": json_float(fd.amplification.local_ratio),
+            "gain": json_float(fd.amplification.gain),
+            "outputs_tolerance_ratio": json_float(fd.amplification.output_ratio),
+            "outputs_tolerance_ratio_without": json_float(fd.amplification.output_ratio_without),
+            "runs": fd.amplification.runs, "cut_points": fd.amplification.cut_points},
         "narrowed_from": None if fd.within is None else {
             "module": fd.within.pair.activation.module, "onnx_tensor": fd.within.pair.tensor,
-            "onnx_nodes": list(fd.within.segment)},
+            "onnx_nodes": computing_nodes(fd.within)},
     }
 
 

@@ -59,6 +59,40 @@ def cut_at_tensors(model: onnx.ModelProto, references: Mapping[str, np.ndarray])
     return _export(graph, model)
 
 
+SWITCH_SUFFIX = "::cut"
+
+
+def switch_at_tensors(model: onnx.ModelProto, references: Mapping[str, np.ndarray]) -> onnx.ModelProto:
+    """A copy of ``model`` in which the consumers of each tensor named in ``references`` read
+    ``Where(<name>::cut, <name>::reference, <name>)``: fed ``True`` at ``<name>::cut``, the tensor is cut (its
+    consumers read the PyTorch value fed at ``<name>::reference``); fed ``False``, the graph computes on from
+    its own value. One session then runs any set of cuts (``Where`` selects, it computes nothing), which is
+    what bisecting an amplified error needs. The outputs are the model's own."""
+    graph = _import(model)
+    tensors = graph.tensors()
+    for name, value in references.items():
+        t = tensors.get(name)
+        if t is None or isinstance(t, gs.Constant) or t in graph.inputs or not t.outputs:
+            continue
+        declared = t.shape if t.shape is not None and len(t.shape) == value.ndim else None
+        ref = gs.Variable(name + REF_SUFFIX, dtype=value.dtype, shape=list(declared or value.shape))
+        flag = gs.Variable(name + SWITCH_SUFFIX, dtype=np.bool_, shape=[])
+        chosen = gs.Variable(name + "::switched", dtype=value.dtype, shape=list(declared or value.shape))
+        consumers = list(t.outputs)
+        graph.nodes.append(gs.Node("Where", name=name + "::switch", inputs=[flag, ref, t], outputs=[chosen]))
+        for node in consumers:
+            node.inputs = [chosen if x is t else x for x in node.inputs]
+            _rename_outer(node, t.name, chosen.name)
+        graph.inputs.extend([ref, flag])
+    graph.toposort()
+    return _export(graph, model)
+
+
+def switch_input_name(tensor: str) -> str:
+    """The boolean graph input that cuts ``tensor`` in a switched graph (see :func:`switch_at_tensors`)."""
+    return tensor + SWITCH_SUFFIX
+
+
 def reference_input_name(tensor: str) -> str:
     """The graph input that carries the PyTorch value of ``tensor`` in a cut graph."""
     return tensor + REF_SUFFIX

@@ -40,6 +40,7 @@ def load_onnx(path: str, check: str = "the --onnx path") -> ExportedModel:
     if not skeleton.graph.node:
         raise OnnxLoadError(f"'{p}' loads but its graph has no nodes. Pass the exported model file.")
     check_types(skeleton, f"'{p}'")
+    refuse_endless_loops(skeleton.graph, f"'{p}'")
     return ExportedModel(proto=skeleton, exporter=Exporter.GIVEN, opset=opset_of(skeleton), path=str(p),
                          weights=store)
 
@@ -98,8 +99,10 @@ def check_types(model: onnx.ModelProto, where: str) -> None:
                                 "ONNX Runtime) does not read. Save the model with whole tensors.")
 
 
-#: a Loop asked for more iterations than this is refused: no exported model counts that far
-MAX_TRIPS = 2 ** 31 - 1
+#: a Loop asked for more iterations than this is refused: ONNX Runtime spends microseconds per iteration and
+#: onnx-bisect runs the model several times, so 10^7 iterations already take minutes; exported models loop
+#: over sequence steps or detections, thousands of times
+MAX_TRIPS = 10 ** 6
 
 
 def refuse_endless_loops(graph: onnx.GraphProto, where: str, outer: dict | None = None) -> None:
@@ -123,8 +126,9 @@ def _check_loop(node: onnx.NodeProto, consts: dict, where: str) -> None:
     cond = node.input[1] if len(node.input) > 1 else ""
     count = _scalar(consts.get(trip)) if trip else None
     if count is not None and count > MAX_TRIPS:
-        raise OnnxLoadError(f"{where}: Loop '{node.name}' runs {count} times (its trip count is a constant), which "
-                            "no exported model does; ONNX Runtime would not finish. The file is corrupt; re-export it.")
+        raise OnnxLoadError(f"{where}: Loop '{node.name}' runs {count} times (its trip count is a constant), more than "
+                            f"onnx-bisect runs ({MAX_TRIPS}): each run of the model would take minutes or never "
+                            "finish. The file is corrupt or the trip count was set by hand; re-export the model.")
     if trip:
         return
     body = next((a.g for a in node.attribute if a.name == "body"), None)

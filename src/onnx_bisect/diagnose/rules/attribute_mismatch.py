@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..support import edits, layout
 from ..support.alternatives import Alternative, alternatives, attribute_change
-from ...records import Cause
+from ...records import Cause, ModuleKind, module_kind
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 PAD_MODES = {"ReflectionPad1d": "reflect", "ReflectionPad2d": "reflect", "ReflectionPad3d": "reflect",
@@ -50,8 +50,8 @@ def _expected(ctx: DiagnosisContext, proto):
     if module is None:
         return
     kind = type(module).__name__
-    if proto.op_type == "Conv" and kind in layout.BN_TYPES:  # dynamo scopes a folded Conv to its BatchNorm
-        pair = layout.conv_bn_pair(ctx)
+    if proto.op_type == "Conv" and module_kind(module) is ModuleKind.BATCHNORM:  # dynamo scopes a folded Conv
+        pair = layout.conv_bn_pair(ctx)                                          # to its BatchNorm
         qualname, module = (pair[0], pair[1]) if pair is not None else (qualname, module)
         kind = type(module).__name__
     source = f"{qualname} ({kind})"
@@ -59,11 +59,13 @@ def _expected(ctx: DiagnosisContext, proto):
     if proto.op_type in ("Softmax", "LogSoftmax") and kind in ("Softmax", "LogSoftmax") and module.dim is not None:
         default = -1 if _opset(ctx) >= 13 else 1
         yield proto.name, "axis", attribute(proto, "axis", default), module.dim, rank, f"{source} dim"
-    elif proto.op_type == "Conv" and kind in ("Conv1d", "Conv2d", "Conv3d"):
+    elif proto.op_type == "Conv" and module_kind(module) is ModuleKind.CONV:
         yield proto.name, "strides", list(attribute(proto, "strides", [1] * len(module.stride))), list(module.stride), 0, source
         yield proto.name, "dilations", list(attribute(proto, "dilations", [1] * len(module.dilation))), list(module.dilation), 0, source
         yield proto.name, "group", attribute(proto, "group", 1), module.groups, 0, source
-        if isinstance(module.padding, tuple) and module.padding_mode == "zeros" and attribute(proto, "auto_pad", "NOTSET") == "NOTSET":
+        # a subclass may pad on its own (timm's Conv2dSame pads in forward): only the plain classes' padding is known
+        if (kind in ("Conv1d", "Conv2d", "Conv3d") and isinstance(module.padding, tuple)
+                and module.padding_mode == "zeros" and attribute(proto, "auto_pad", "NOTSET") == "NOTSET"):
             yield proto.name, "pads", list(attribute(proto, "pads", [0] * 2 * len(module.padding))), list(module.padding) * 2, 0, source
     elif proto.op_type == "Pad" and kind in PAD_MODES:
         yield proto.name, "mode", attribute(proto, "mode", "constant"), PAD_MODES[kind], 0, source

@@ -166,9 +166,13 @@ def _fit_scalar(ctx, proto, position: int) -> float | None:
     values = ctx.run_segment(outputs=[other])
     if other not in values:
         return None
+    reference = ctx.reference
+    try:
+        x = np.broadcast_to(values[other].astype(np.float64), reference.shape).ravel()
+    except ValueError:  # the reference is in PyTorch's layout (a view ONNX computes in another shape)
+        return None
     with np.errstate(all="ignore"):
-        x = np.broadcast_to(values[other].astype(np.float64), ctx.reference.shape).ravel()
-        y = ctx.reference.astype(np.float64).ravel()
+        y = reference.astype(np.float64).ravel()
         keep = np.isfinite(x) & np.isfinite(y) & (np.abs(y) < 1e30)
         x, y = x[keep], y[keep]
         if not x.size:
@@ -194,14 +198,39 @@ def _shapes(ctx, proto) -> Iterator[Alternative]:
     if have is None or have.dtype.kind not in "iu":
         return
     activation = ctx.layer.pair.activation
-    wanted = [tuple(activation.value.shape)] if proto.output[0] == ctx.tensor else []
-    wanted += [tuple(a) for _, a in activation.args if isinstance(a, tuple) and all(isinstance(x, int) for x in a)]
-    for want in dict.fromkeys(wanted):
+    own = f"{activation.module_type}'s shape"
+    wanted = [(tuple(activation.value.shape), own)] if proto.output[0] == ctx.tensor else []
+    wanted += [(tuple(a), own) for _, a in activation.args
+               if isinstance(a, tuple) and all(isinstance(x, int) for x in a)]
+    wanted += _view_shapes(ctx, proto, activation)
+    first: dict[tuple[int, ...], str] = {}
+    for want, source in wanted:
+        first.setdefault(want, source)
+    for want, source in first.items():
         if len(want) == have.size or proto.output[0] == ctx.tensor:
             value = np.array(want, dtype=have.dtype)
             if value.shape != have.shape or not np.array_equal(value, have):
                 yield Alternative(proto.name, f"shape input '{proto.input[1]}'", have.tolist(), list(want),
-                                  f"{activation.module_type}'s shape", _replacement_shape(proto.input[1], value))
+                                  source, _replacement_shape(proto.input[1], value))
+
+
+#: ATen ops that only give their input another shape
+VIEW_OPS = ("aten.view", "aten._unsafe_view", "aten.reshape", "aten._reshape_alias", "aten.unflatten", "aten.flatten")
+#: view shapes tried per Reshape, nearest the divergent op first
+MAX_VIEW_SHAPES = 6
+
+
+def _view_shapes(ctx, proto, activation) -> list[tuple[tuple[int, ...], str]]:
+    """The shapes PyTorch's view-like ops gave values of the Reshape's input size, in the window around the
+    divergence (nearest the divergent op first): the shape the Reshape should have had is among them."""
+    size = ctx.shape_of(proto.input[0])
+    if size is None:
+        return []
+    numel = int(np.prod(size))
+    views = [a for a in ctx.ops if a.module_type.startswith(VIEW_OPS) and a.value.size == numel]
+    views.sort(key=lambda a: abs(a.index - activation.index))
+    shapes = list(dict.fromkeys(tuple(a.value.shape) for a in views))[:MAX_VIEW_SHAPES]
+    return [(shape, "PyTorch's view") for shape in shapes]
 
 
 def _replacement_shape(tensor: str, value: np.ndarray) -> Edit:

@@ -9,11 +9,9 @@ from onnx import helper
 
 from .param_layouts import model_rnn_weights, rnn_weights
 from . import edits
-from ...records import Layout
+from ...records import Layout, ModuleKind
 from ..context import DiagnosisContext, attribute
 
-CONV_TYPES = ("Conv1d", "Conv2d", "Conv3d", "Linear")
-BN_TYPES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm")
 
 
 @dataclass(frozen=True)
@@ -96,15 +94,14 @@ def conv_bn_pair(ctx: DiagnosisContext):
         if act is not None:
             candidates.append(act)
     for act in candidates:
-        kind = act.module_type
-        if kind in BN_TYPES:
+        if act.kind is ModuleKind.BATCHNORM:
             for i in act.inputs:
                 src = acts[i]
-                if src.module_type in CONV_TYPES:
+                if src.kind.folds_batchnorm:
                     return src.module, ctx.torch_module(src.module), act.module, ctx.torch_module(act.module)
-        elif kind in CONV_TYPES:
+        elif act.kind.folds_batchnorm:
             for later in acts[act.index + 1:]:
-                if act.index in later.inputs and later.module_type in BN_TYPES:
+                if act.index in later.inputs and later.kind is ModuleKind.BATCHNORM:
                     return act.module, ctx.torch_module(act.module), later.module, ctx.torch_module(later.module)
     return None
 
@@ -163,7 +160,7 @@ def relate(onnx_value: np.ndarray, torch_value: np.ndarray) -> Relation | None:
         for name, ref in layouts:
             rounded = ref.astype(onnx_value.dtype).astype(np.float64) if onnx_value.dtype != np.float64 else ref
             d = np.abs(o - rounded)
-            d[np.isnan(d)] = np.inf  # NaN where PyTorch has a number differs
+            d = np.where(np.isnan(d), np.inf, d)  # NaN where PyTorch has a number differs (0-d safe)
             rel = _rel_l2(o, ref)
             if best is None or rel < best[2]:
                 best = (name, ref, rel, d)
@@ -238,9 +235,9 @@ def all_torch_tensors(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
     out.update(model_rnn_weights(model))
     acts = ctx.baseline.capture.activations
     for act in acts:
-        if act.module_type in BN_TYPES:
+        if act.kind is ModuleKind.BATCHNORM:
             for i in act.inputs:
-                if acts[i].module_type in CONV_TYPES:
+                if acts[i].kind.folds_batchnorm:
                     out.update(folds(acts[i].module, ctx.torch_module(acts[i].module), act.module,
                                      ctx.torch_module(act.module)))
     return out

@@ -1,0 +1,176 @@
+"""Tiny architectures of the fault sweep (scripts/fault_sweep.py), seeded random weights.
+
+``build(name)`` returns ``(model, inputs)``: an eval-mode module taking
+positional tensors and returning one tensor, and a tuple of those tensors.
+``calibration(name, n)`` gives ``n`` further random inputs of the same kind (for
+static quantization).  Everything is deterministic, so a model file that calls
+``build`` in another process gets the very same weights.
+
+Most architectures come from the existing corpora (read-only imports):
+``scripts/corpus_models.py`` (BERT, GPT-2, ViT, Swin and T5 with eager
+attention, Whisper encoder, ConvNeXt, the LSTM/GRU model) and
+``scripts/holdout_faults.py`` (LLaMA with grouped-query attention, DistilBERT: their configs are
+repeated here, since importing that script puts the working tree's ``src`` first on ``sys.path``).
+Two are new here: a MobileNet-like CNN whose ReLU6 exports as ``Clip`` and a
+small UNet whose bilinear / nearest upsampling exports as ``Resize`` with skip
+``Concat``s.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+import corpus_models
+
+SEED = 0
+
+
+class ReLU6Net(nn.Module):
+    """Conv-BN-ReLU6 stem, a depthwise-separable block with a residual, pooling and a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1, self.act1 = nn.Conv2d(3, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16), nn.ReLU6()
+        self.dw, self.bn2, self.act2 = nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False), nn.BatchNorm2d(16), nn.ReLU6()
+        self.pw, self.bn3 = nn.Conv2d(16, 16, 1, bias=False), nn.BatchNorm2d(16)
+        self.conv4, self.bn4, self.act4 = nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32), nn.ReLU6()
+        self.pool, self.fc = nn.AdaptiveAvgPool2d(1), nn.Linear(32, 10)
+
+    def forward(self, x):
+        x = self.act1(self.bn1(self.conv1(x)))
+        x = x + self.bn3(self.pw(self.act2(self.bn2(self.dw(x)))))
+        x = self.act4(self.bn4(self.conv4(x)))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+class ConvBlock(nn.Module):
+    """Two Conv-BN-ReLU layers."""
+
+    def __init__(self, cin: int, cout: int):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(cin, cout, 3, padding=1), nn.BatchNorm2d(cout)
+        self.conv2, self.bn2 = nn.Conv2d(cout, cout, 3, padding=1), nn.BatchNorm2d(cout)
+
+    def forward(self, x):
+        return F.relu(self.bn2(self.conv2(F.relu(self.bn1(self.conv1(x))))))
+
+
+class Up(nn.Module):
+    """Upsample ×2 (``F.interpolate``), concatenate the skip, a ConvBlock."""
+
+    def __init__(self, cin: int, cskip: int, cout: int, mode: str):
+        super().__init__()
+        self.mode = mode
+        self.block = ConvBlock(cin + cskip, cout)
+
+    def forward(self, x, skip):
+        kwargs = {"align_corners": False} if self.mode == "bilinear" else {}
+        x = F.interpolate(x, scale_factor=2.0, mode=self.mode, **kwargs)
+        return self.block(torch.cat([x, skip], dim=1))
+
+
+class UNet(nn.Module):
+    """A two-level UNet: bilinear upsampling at the top level, nearest at the lower one, 1×1 head."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc1, self.enc2, self.mid = ConvBlock(3, 8), ConvBlock(8, 16), ConvBlock(16, 16)
+        self.up2, self.up1 = Up(16, 16, 16, "nearest"), Up(16, 8, 8, "bilinear")
+        self.head = nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        e1 = self.enc1(x)
+        e2 = self.enc2(F.max_pool2d(e1, 2))
+        m = self.mid(F.max_pool2d(e2, 2))
+        return self.head(self.up1(self.up2(m, e2), e1))
+
+
+class LastHidden(corpus_models.LastHidden):
+    """``last_hidden_state`` of a transformers model called with one named input."""
+
+
+def _llama():
+    from transformers import LlamaConfig, LlamaModel
+
+    cfg = LlamaConfig(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, intermediate_size=128, max_position_embeddings=64)
+    return LastHidden(LlamaModel(cfg), "input_ids")
+
+
+def _distilbert():
+    from transformers import DistilBertConfig, DistilBertModel
+
+    cfg = DistilBertConfig(vocab_size=200, dim=64, n_layers=2, n_heads=4, hidden_dim=128, max_position_embeddings=64)
+    return LastHidden(DistilBertModel(cfg), "input_ids")
+
+
+#: arch -> (builder of the module, input maker(generator), source note)
+ARCHS = {
+    "bert": (corpus_models._bert, "text16", "corpus_models"),
+    "gpt2": (corpus_models._gpt2, "text16", "corpus_models"),
+    "llama": (_llama, "text12x2", "holdout_faults config (GQA: 4 query heads, 2 key/value heads)"),
+    "distilbert": (_distilbert, "text12x2", "holdout_faults config"),
+    "vit": (corpus_models._vit, "image16", "corpus_models"),
+    "swin": (corpus_models._swin, "image32", "corpus_models, eager attention (window attention)"),
+    "t5enc": (corpus_models._t5enc, "text16", "corpus_models, eager attention"),
+    "whisper": (corpus_models._whisper, "mel", "corpus_models (encoder)"),
+    "convnext": (corpus_models._convnext, "image32", "corpus_models"),
+    "cnn": (ReLU6Net, "image16x2", "Conv+BN+ReLU6 (Clip), depthwise"),
+    "rnn": (corpus_models.RecurrentNet, "tokens50", "corpus_models (LSTM ×2, LayerNorm, GRU)"),
+    "unet": (UNet, "image32", "bilinear and nearest Resize, skip Concats"),
+}
+#: transformers models run with eager attention: the dynamo exporter fails on Swin's and T5's SDPA
+#: (scripts/corpus_models.py), the TorchScript exporter on LLaMA's grouped-query SDPA
+EAGER = {"swin", "t5enc", "llama"}
+
+INPUTS = {
+    "text16": lambda g: (torch.randint(0, 128, (1, 16), generator=g),),
+    "text12x2": lambda g: (torch.randint(3, 200, (2, 12), generator=g),),
+    "tokens50": lambda g: (torch.randint(0, 50, (2, 12), generator=g),),
+    "image16": lambda g: (torch.randn(1, 3, 16, 16, generator=g),),
+    "image16x2": lambda g: (torch.randn(2, 3, 16, 16, generator=g),),
+    "image32": lambda g: (torch.randn(1, 3, 32, 32, generator=g),),
+    "mel": lambda g: (torch.randn(1, 16, 32, generator=g),),
+}
+
+
+def build(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """``(model, inputs)`` for an architecture name, deterministic across processes."""
+    builder, kind, _ = ARCHS[name]
+    torch.manual_seed(SEED)
+    model = builder()
+    if name in EAGER:
+        model.model.set_attn_implementation("eager")
+    corpus_models.randomize(model)
+    model.eval()
+    return model, INPUTS[kind](torch.Generator().manual_seed(SEED + 1))
+
+
+def calibration(name: str, n: int = 4) -> list[tuple[torch.Tensor, ...]]:
+    """``n`` random inputs for static quantization, different from ``build``'s."""
+    g = torch.Generator().manual_seed(SEED + 100)
+    return [INPUTS[ARCHS[name][1]](g) for _ in range(n)]
+
+
+MODEL_FILE = '''"""Model file for onnx-bisect, written by scripts/fault_sweep.py: {arch} from scripts/sweep_models.py."""
+import sys
+
+sys.path.insert(0, {scripts!r})
+import sweep_models  # noqa: E402
+
+_MODEL, _INPUTS = sweep_models.build({arch!r})
+
+
+def get_model():
+    return _MODEL
+
+
+def get_inputs():
+    return _INPUTS
+'''
+
+
+def model_file_text(arch: str, scripts_dir: str) -> str:
+    """Source of a model file defining ``get_model()`` / ``get_inputs()`` for ``arch``."""
+    return MODEL_FILE.format(arch=arch, scripts=scripts_dir)

@@ -1,0 +1,136 @@
+"""An error below the tolerance that the layers after it amplify: traced to the segment that introduces it.
+
+The model's first Linear has small weights, so its outputs have a small spread that the LayerNorm after it
+divides by: an error well inside the tolerance at ``fc1`` is many times the tolerance after ``norm``. No
+segment's own error exceeds the tolerance, so comparing tensors one by one blames nothing (or the first
+layer whose accumulated error crosses it); the bisection over cut points finds ``fc1``.
+"""
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+
+from conftest import run_cli, write_source
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import plant  # noqa: E402
+
+SOURCE = """
+    import torch
+
+    class Amplifier(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.fc1 = torch.nn.Linear(16, 32)
+            self.norm = torch.nn.LayerNorm(32)
+            self.act = torch.nn.GELU()
+            self.fc2 = torch.nn.Linear(32, 32)
+            self.head = torch.nn.Linear(32, 8)
+            with torch.no_grad():
+                self.fc1.weight.mul_(0.01)
+                self.fc1.bias.mul_(0.01)
+                self.fc2.weight.mul_(3.0)
+
+        def forward(self, x):
+            return self.head(self.act(self.fc2(self.act(self.norm(self.fc1(x))))))
+
+    def get_model():
+        return Amplifier().eval()
+
+    def get_inputs():
+        return (torch.randn(4, 16, generator=torch.Generator().manual_seed(1)),)
+"""
+
+
+def _export(folder: Path):
+    """The model file and its TorchScript export (node names ``/fc1/Gemm`` ...)."""
+    source = write_source(folder / "amp.py", SOURCE)
+    namespace: dict = {}
+    exec(compile(source.read_text(), str(source), "exec"), namespace)
+    model, inputs = namespace["get_model"](), namespace["get_inputs"]()
+    buffer = io.BytesIO()
+    torch.onnx.export(model, inputs, buffer, dynamo=False, opset_version=17, input_names=["x"])
+    return source, onnx.load_from_string(buffer.getvalue())
+
+
+def _plant_noise(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """fc1's weight off by 3e-3 of its spread: its own error is half the tolerance, the outputs' 27x."""
+    gemm = plant.find_node(proto, "Gemm", "fc1")
+    return plant.perturb_initializer(proto, plant.weight_of(proto, gemm.name), rel=3e-3)
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("amplified")
+    source, proto = _export(folder)
+    return folder, source, proto
+
+
+def test_weight_noise_below_tolerance_is_traced_to_its_layer(exported):
+    folder, source, proto = exported
+    faulty = folder / "noisy.onnx"
+    onnx.save(_plant_noise(proto), faulty)
+    result = run_cli(source, "--onnx", faulty, "--json", folder / "noisy.json")
+    assert result.exit_status == 1, result.stderr
+    fd = result.json["first_divergence"]
+    assert fd["module"] == "fc1" and fd["onnx_nodes"] == ["/fc1/Gemm"]
+    amp = fd["amplification"]
+    assert amp["local_tolerance_ratio"] < 1 < amp["outputs_tolerance_ratio"]
+    assert amp["outputs_tolerance_ratio_without"] < 1 and amp["gain"] > 2
+    assert amp["runs"] <= 2 + int(np.ceil(np.log2(amp["cut_points"]))) + 1
+    assert fd["cause"] == "weight-mismatch" and fd["confirmed"] is True
+    assert "Amplified: this segment's own error is" in result.stdout
+
+
+def _half_norm(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The LayerNormalization computed in float16: Casts down before it, a Cast up after it (what a
+    converter's op list or a hand edit leaves)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    nodes = []
+    for node in out.graph.node:
+        if node.op_type != "LayerNormalization":
+            nodes.append(node)
+            continue
+        for i, name in enumerate(node.input):
+            nodes.append(onnx.helper.make_node("Cast", [name], [f"{name}_half"], to=onnx.TensorProto.FLOAT16,
+                                               name=f"{node.name}_in{i}"))
+            node.input[i] = f"{name}_half"
+        result = node.output[0]
+        node.output[0] = f"{result}_half"
+        nodes += [node, onnx.helper.make_node("Cast", [node.output[0]], [result], to=onnx.TensorProto.FLOAT,
+                                              name=f"{node.name}_out")]
+    out.graph.ClearField("node")
+    out.graph.node.extend(nodes)
+    out.graph.ClearField("value_info")
+    return out
+
+
+def test_one_float16_node_in_a_float32_file_is_blamed(exported):
+    """A LayerNorm computed in float16 stays within float16's rounding, so judged at float16 resolution it
+    passes; its error is what the layers after it amplify."""
+    folder, source, proto = exported
+    faulty = folder / "half_norm.onnx"
+    onnx.save(_half_norm(proto), faulty)
+    result = run_cli(source, "--onnx", faulty, "--json", folder / "half.json")
+    assert result.exit_status == 1, result.stderr
+    fd = result.json["first_divergence"]
+    assert fd["module"] == "norm" and "LayerNormalization" in fd["op_types"]
+    assert fd["amplification"]["outputs_tolerance_ratio_without"] < 1
+    assert fd["cause"] == "precision" and fd["confirmed"] is True
+
+
+def test_clean_export_is_not_bisected(exported):
+    folder, source, proto = exported
+    clean = folder / "clean.onnx"
+    onnx.save(proto, clean)
+    result = run_cli(source, "--onnx", clean, "--json", folder / "clean.json")
+    assert result.exit_status == 0, result.stdout + result.stderr
+    assert result.json["first_divergence"] is None and "amplify" not in result.json["timings"]
