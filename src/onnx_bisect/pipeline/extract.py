@@ -64,9 +64,11 @@ def extract(report: Report, folder: str, external_bytes: int = files.EXTERNAL_BY
     segment = repro.segment
     return Extraction(
         folder=str(target), files=tuple(written), stated=repro.error, measured=measured,
-        reproduces=reproduces(repro.error, measured, segment.expected),
+        reproduces=_diverges(measured) == _diverges(repro.error) and (bool(repro.random_ops) or reproduces(
+            repro.error, measured, segment.expected, repro.low_precision)),
         nodes=tuple(n.name or n.op_type for n in segment.model.graph.node), inputs=tuple(segment.inputs),
         output=segment.output, fixed=fixed, external_data=any(f.endswith(".data") for f in written),
+        random_ops=repro.random_ops,
     )
 
 
@@ -92,15 +94,23 @@ def _run(repro: Repro, segment: StandaloneSegment, path: Path) -> TensorDiff:
     return compare.compare_tensors(marked[segment.output], segment.expected, repro.tolerance)
 
 
-def reproduces(stated: TensorDiff, measured: TensorDiff, expected: np.ndarray) -> bool:
-    """Whether two errors are the same figure: equal within ``SAME_ERROR`` relative, or within what float32
-    re-ordering explains at the scale of ``expected`` (both infinite counts as the same)."""
+def reproduces(stated: TensorDiff, measured: TensorDiff, expected: np.ndarray, low_precision: bool = False) -> bool:
+    """Whether two errors are the same figure: equal within ``SAME_ERROR`` relative, or within what re-ordering the
+    arithmetic explains at the scale of ``expected`` (float32's rounding, or float16's when the tensor is computed
+    at half precision, as the comparison allows it); both infinite counts as the same."""
     a, b = stated.max_abs, measured.max_abs
     if not (math.isfinite(a) and math.isfinite(b)):
         return a == b or (math.isnan(a) and math.isnan(b))
     finite = np.abs(expected[np.isfinite(expected)]) if expected.size else np.zeros(0)
-    noise = NOISE_ULPS * float(np.finfo(np.float32).eps) * (1.0 + (float(finite.max()) if finite.size else 0.0))
+    ulps, eps = (compare.LOW_PRECISION_ULPS, np.finfo(np.float16).eps) if low_precision else \
+        (NOISE_ULPS, np.finfo(np.float32).eps)
+    noise = ulps * float(eps) * (1.0 + (float(finite.max()) if finite.size else 0.0))
     return abs(a - b) <= max(SAME_ERROR * abs(a), noise)
+
+
+def _diverges(diff: TensorDiff) -> bool:
+    """Beyond the tolerance by allclose (what ``repro.py`` prints), float16's rounding allowance aside."""
+    return not diff.tol_ratio <= 1.0
 
 
 def _publish(staging: Path, target: Path, folder: str) -> None:

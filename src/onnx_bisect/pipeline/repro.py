@@ -19,9 +19,9 @@ def build_repro(ctx: DiagnosisContext, first: Divergence, runtime: RuntimeSettin
     error = ctx.error
     if error is None or ctx.tensor not in ctx.onnx.graph.producer:
         return None
-    index = ctx.onnx.graph
     sub, values, store = ctx.segment_model(from_inputs=not first.introduced)
-    segment = StandaloneSegment(_typed_output(sub, index, ctx.tensor), store, _plain(values), ctx.tensor,
+    random = _seed_random_ops(sub)
+    segment = StandaloneSegment(_typed_output(sub, ctx.tensor, ctx.onnx.graph), store, _plain(values), ctx.tensor,
                                 np.asarray(ctx.reference))
     fixed = None
     found = confirmed_fix(ctx, first)
@@ -29,24 +29,62 @@ def build_repro(ctx: DiagnosisContext, first: Divergence, runtime: RuntimeSettin
         finding, fix = found
         sub, values, store = ctx.segment_model(fix.model, fix.weights, feeds=fix.feeds,
                                                from_inputs=finding.from_inputs or not first.introduced)
-        fixed = StandaloneSegment(_typed_output(sub, index, ctx.tensor), store, _plain(values), ctx.tensor,
+        _seed_random_ops(sub)
+        fixed = StandaloneSegment(_typed_output(sub, ctx.tensor), store, _plain(values), ctx.tensor,
                                   np.asarray(fix_reference(ctx, finding)), optimize=finding.optimize)
     return Repro(segment, error, first.introduced, runtime, ctx.tolerance, fixed,
                  fix=f"{first.cause.value}: {first.fix}" if found is not None else "",
-                 half_resolution=ctx.tensor in index.half_resolution)
+                 half_resolution=ctx.tensor in ctx.onnx.graph.half_resolution,
+                 low_precision=_low_precision(ctx.onnx.graph, ctx.tensor), random_ops=random)
 
 
-def _typed_output(sub: onnx.ModelProto, index: GraphIndex, tensor: str) -> onnx.ModelProto:
-    """``sub`` with its output typed as the graph types it (element type, and shape where every dimension is
-    known), so that the file stands on its own; an output of an op shape inference does not know stays untyped."""
-    elem = index.elem_types.get(tensor)
+#: ops that draw random numbers (Dropout only when its training_mode input is given)
+RANDOM_OPS = {"Dropout": onnx.AttributeProto.INT, "RandomNormal": onnx.AttributeProto.FLOAT,
+              "RandomNormalLike": onnx.AttributeProto.FLOAT, "RandomUniform": onnx.AttributeProto.FLOAT,
+              "RandomUniformLike": onnx.AttributeProto.FLOAT, "Multinomial": onnx.AttributeProto.FLOAT,
+              "Bernoulli": onnx.AttributeProto.FLOAT}
+
+
+def _seed_random_ops(sub: onnx.ModelProto) -> tuple[str, ...]:
+    """Give every random op of ``sub`` without a seed the seed 0 (so that the repro draws the same numbers at each
+    run); return their names.  Their error still differs from the report's run, which drew its own."""
+    found = []
+    for node in sub.graph.node:
+        kind = RANDOM_OPS.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if kind is None or (node.op_type == "Dropout" and len([i for i in node.input if i]) < 3):
+            continue
+        found.append(node.name or node.op_type)
+        if not any(a.name == "seed" for a in node.attribute):
+            node.attribute.append(helper.make_attribute("seed", 0 if kind == onnx.AttributeProto.INT else 0.0))
+    return tuple(found)
+
+
+def _typed_output(sub: onnx.ModelProto, tensor: str, index: GraphIndex | None = None) -> onnx.ModelProto:
+    """``sub`` with its output typed, so that the file stands on its own: as the graph types it (``index``: the
+    unmodified segment), else as shape inference on ``sub`` finds it (a fix may change the dtype); an output of an
+    op neither knows stays untyped."""
+    elem, shape = (index.elem_types.get(tensor), index.shapes.get(tensor)) if index is not None else (None, None)
     if not elem:
-        return sub
-    shape = index.shapes.get(tensor)
-    known = shape is not None and all(isinstance(d, int) for d in shape)
+        try:
+            inferred = onnx.shape_inference.infer_shapes(sub)
+        except Exception:  # noqa: BLE001 - an op shape inference does not know: leave the output untyped
+            return sub
+        info = next((v for v in [*inferred.graph.value_info, *inferred.graph.output] if v.name == tensor), None)
+        if info is None or not info.type.tensor_type.elem_type:
+            return sub
+        elem = info.type.tensor_type.elem_type
+        dims = info.type.tensor_type.shape.dim if info.type.tensor_type.HasField("shape") else None
+        shape = None if dims is None else tuple(d.dim_value if d.HasField("dim_value") else None for d in dims)
+    known = shape is not None and all(isinstance(d, int) and d > 0 for d in shape)
     del sub.graph.output[:]
     sub.graph.output.append(helper.make_tensor_value_info(tensor, elem, list(shape) if known else None))
     return sub
+
+
+def _low_precision(index: GraphIndex, tensor: str) -> bool:
+    """Whether ``tensor`` is computed at half precision (a float16/bfloat16 tensor, or float32 holding float16 data)."""
+    return tensor in index.half_resolution or index.elem_types.get(tensor) in (onnx.TensorProto.FLOAT16,
+                                                                                onnx.TensorProto.BFLOAT16)
 
 
 def _plain(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -40,6 +40,8 @@ class Repro:
     fixed: StandaloneSegment | None = None
     fix: str = ""  # the cause's slug and fix, for the repro script's header
     half_resolution: bool = False  # the output holds float16 data in float32 (judged at float16 resolution)
+    low_precision: bool = False  # the output is computed at half precision: its float noise is float16's
+    random_ops: tuple[str, ...] = ()  # nodes drawing random numbers (seeded in the repro; the report's run was not)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,7 @@ class Extraction:
     output: str
     fixed: TensorDiff | None = None  # fixed.onnx, loaded from the folder and run
     external_data: bool = False
+    random_ops: tuple[str, ...] = ()  # random nodes: the error differs from run to run; reproduced is the verdict
 
     @property
     def fixed_passes(self) -> bool | None:

@@ -189,16 +189,16 @@ def _plot_section(report: Report) -> str:
     if not measured:
         return ""
     series = [Series("accumulated", ACCUMULATED, tuple(r.diff.tol_ratio if r.diff else None for _, r in measured)),
-              Series("local (segment fed PyTorch's values)", LOCAL,
-                     tuple(r.local.tol_ratio if r.local else None for _, r in measured), dashed=True)]
+              Series("local: what its segment adds (0 not drawn)", LOCAL,
+                     tuple(r.local.tol_ratio if r.local else None for _, r in measured), line=False, zeros=False)]
     first = _first_index(report)
     marks = [Mark(k, f"first divergence: {_layer_label(r)}") for k, (i, r) in enumerate(measured) if i == first]
     svg = svg_plot(series, [_tooltip(r) for _, r in measured], marks,
                    "Error along graph order, in units of the tolerance", targets=[i for i, _ in measured])
     return ("<h2>Error along the graph</h2>" + svg + '<p class="muted">Each column is a layer in graph order: '
             "<em>accumulated</em> is the plain ONNX run against the reference, <em>local</em> the error its segment "
-            "adds when fed the reference's values. Log scale, 1× is the tolerance; an error of 0 (or below the "
-            "axis) is drawn on its floor, an infinite one as a triangle on its top. Hover a column for its numbers; "
+            "adds when fed the reference's values (a dot per segment; none where it adds exactly 0). Log scale, 1× is "
+            "the tolerance; an error below the axis is drawn on its floor, an infinite one as a triangle on its top. Hover a column for its numbers; "
             "click it to find it in the table.</p>")
 
 

@@ -24,6 +24,8 @@ class Series:
     colour: str
     values: tuple[float | None, ...]
     dashed: bool = False
+    line: bool = True  # False: dots only (a value per layer that does not flow from one to the next)
+    zeros: bool = True  # False: an exact 0 is not drawn (the tooltip still says it)
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,7 @@ def svg_plot(series: list[Series], tooltips: list[str], marks: list[Mark], title
     lo, hi = _range([v for s in series for v in s.values])
     x = _xscale(count)
     y = _yscale(lo, hi)
-    parts = [f'<svg id="plot" class="plot" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
-             f'xmlns="http://www.w3.org/2000/svg"><title>{escape(title)}</title>',
+    parts = [f'<svg id="plot" class="plot" viewBox="0 0 {WIDTH} {HEIGHT}" role="img"><title>{escape(title)}</title>',
              _axes(lo, hi, y, count)]
     parts += [_mark(m, x, y) for m in marks if 0 <= m.index < count]
     for s in series:
@@ -99,7 +100,7 @@ def _line(s: Series, x, y, lo: float, hi: float) -> str:
     or NaN value is a triangle on the top edge."""
     runs, current, dots = [], [], []
     for i, v in enumerate(s.values):
-        if v is None:
+        if v is None or (v == 0 and not s.zeros):
             if current:
                 runs.append(current)
             current = []
@@ -111,7 +112,7 @@ def _line(s: Series, x, y, lo: float, hi: float) -> str:
     runs += [current] if current else []
     dash = ' stroke-dasharray="5 3"' if s.dashed else ""
     lines = "".join(f'<polyline points="{" ".join(r)}" fill="none" stroke="{s.colour}" stroke-width="1.6"{dash}/>'
-                    for r in runs if len(r) > 1)
+                    for r in runs if len(r) > 1 and s.line)
     return f'<g class="series" data-name="{escape(s.name)}">{lines}<g fill="{s.colour}">{"".join(dots)}</g></g>'
 
 
@@ -139,7 +140,8 @@ def _legend(series: list[Series]) -> str:
     out, px = [], LEFT + 8
     for s in series:
         dash = ' stroke-dasharray="5 3"' if s.dashed else ""
-        out.append(f'<line x1="{px}" x2="{px + 18}" y1="{TOP - 10}" y2="{TOP - 10}" stroke="{s.colour}" '
-                   f'stroke-width="2"{dash}/><text x="{px + 22}" y="{TOP - 6}" class="legend">{escape(s.name)}</text>')
+        key = (f'<line x1="{px}" x2="{px + 18}" y1="{TOP - 10}" y2="{TOP - 10}" stroke="{s.colour}" stroke-width="2"'
+               f'{dash}/>' if s.line else f'<circle cx="{px + 9}" cy="{TOP - 10}" r="3" fill="{s.colour}"/>')
+        out.append(f'{key}<text x="{px + 22}" y="{TOP - 6}" class="legend">{escape(s.name)}</text>')
         px += 30 + 7 * len(s.name)
     return "".join(out)

@@ -95,10 +95,15 @@ def _same_arrays(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
                                         and np.array_equal(a[k], b[k], equal_nan=a[k].dtype.kind in "fc") for k in a)
 
 
+#: session entries onnx-bisect measures every segment with: weights are not pre-packed for one run (pre-packed
+#: int8 kernels may round differently, so the repro keeps the setting its figure was measured with)
+MEASURED_WITH = {"session.disable_prepacking": "1"}
+
+
 def _run(repro: Repro, segment: StandaloneSegment, inputs: str, expected: str) -> tuple:
     """``(inputs file, expected file, optimization level, session entries)`` of one model in the script."""
     level = ORT_LEVELS[repro.runtime.opt_level.value] if segment.optimize else "ORT_DISABLE_ALL"
-    return inputs, expected, level, dict(repro.runtime.session_config)
+    return inputs, expected, level, {**dict(repro.runtime.session_config), **MEASURED_WITH}
 
 
 SCRIPT_BODY = '''
@@ -143,7 +148,10 @@ def repro_script(repro: Repro, runs: dict[str, tuple], header: list[str]) -> str
         "import sys\n\nimport numpy as np\nimport onnxruntime as ort\n\n"
         f"ATOL, RTOL = {repro.tolerance.atol!r}, {repro.tolerance.rtol!r}\n"
         f"PROVIDER = {provider!r}\n"
-        "RUNS = {  # model: (inputs, PyTorch's output, graph optimization level, session config entries)\n"
+        "# model: (inputs, PyTorch's output, graph optimization level, session config entries); onnx-bisect\n"
+        "# measures with session.disable_prepacking=1 (without it ONNX Runtime pre-packs weights, and int8\n"
+        "# kernels may then round differently)\n"
+        "RUNS = {\n"
         f"{table},\n}}\n" + SCRIPT_BODY
     )
 
@@ -167,6 +175,9 @@ def script_header(report: Report) -> list[str]:
              "tolerance."]
     if fd.within is not None:
         lines.append(f"Narrowed from the {len(fd.within.segment)}-node segment computing {fd.within.pair.activation.name}.")
+    if repro.random_ops:
+        lines.append(f"Random ops ({', '.join(repro.random_ops)}) are seeded here (seed 0): the error differs from the "
+                     "report's run, which drew its own numbers, but it diverges the same way.")
     lines.append(f"Cause: {fd.cause.value} ({fd.confidence:.0%})." + (f" Fix ({FIXED}): {fd.fix}" if repro.fixed else ""))
     return lines
 
@@ -174,8 +185,12 @@ def script_header(report: Report) -> list[str]:
 def render_extraction(x: Extraction) -> str:
     """What the command line says once the repro folder is written."""
     nodes = ", ".join(x.nodes[:6]) + (f" … (+{len(x.nodes) - 6})" if len(x.nodes) > 6 else "")
-    same = ("reproduces the report's error" if x.reproduces else
-            "does NOT reproduce the report's error (ONNX Runtime optimises the segment alone differently)")
+    if x.random_ops:
+        same = (f"diverges again ({', '.join(x.random_ops)} draw random numbers, so the figure differs from run to "
+                "run; seeded in the repro)" if x.reproduces else "does NOT diverge again")
+    else:
+        same = ("reproduces the report's error" if x.reproduces else
+                "does NOT reproduce the report's error (ONNX Runtime optimises the segment alone differently)")
     text = (f"Extracted the divergent segment ({len(x.nodes)} node(s): {nodes}; inputs "
             f"{', '.join(x.inputs)}; output {x.output}) to {x.folder}: run alone from its files it {same}: max abs "
             f"{fmt_num(x.measured.max_abs)} against {fmt_num(x.stated.max_abs)} in the report, "
