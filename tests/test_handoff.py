@@ -27,7 +27,8 @@ FIGURE = re.compile(r"max abs error (\S+), (\S+)x the tolerance")
 def hostile_copy(folder: Path) -> Path:
     """The bundled example's ONNX file with the faulty Conv and its output renamed to hostile strings."""
     model = onnx.load(FIXTURES / "onnx" / "cnn.bn_eps.dynamo.onnx")
-    (conv,) = [n for n in model.graph.node if n.name == "node_Conv_39"]
+    planted = next(e for e in json.loads((FIXTURES / "registry.json").read_text()) if e["name"] == "cnn.bn_eps.dynamo")
+    (conv,) = [n for n in model.graph.node if n.name == planted["fault"]["onnx_node"]]
     old = conv.output[0]
     conv.name = NODE
     for node in model.graph.node:

@@ -70,7 +70,7 @@ PROOF = {True: "confirmed: re-running with the fix removes the divergence",
 
 
 def divergence_where(fd: Divergence) -> str:
-    """``module bn1 (BatchNorm2d) → ONNX node node_Conv_39 (Conv), tensor 'getitem'`` (or the op, when narrowed)."""
+    """``module bn1 (BatchNorm2d) → ONNX node node_Conv_40 (Conv), tensor 'getitem'`` (or the op, when narrowed)."""
     p = fd.layer.pair
     who = (f"op {p.activation.module_type} in module {p.activation.module or '<model>'}"
            if p.method is MatchMethod.OP_VALUE else f"module {p.activation.name} ({p.activation.module_type})")
