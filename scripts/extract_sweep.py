@@ -92,7 +92,8 @@ def check(name: str, cause: str, thunk) -> dict:
         figure, bad, out = run_script(folder, None)
         row.update(extracted=True, stated=x.stated.max_abs, measured=x.measured.max_abs, reproduces=x.reproduces,
                    script_figure=figure, script_same=_same(figure, x.measured.max_abs), script_imports=sorted(bad),
-                   script_output=out, external=x.external_data, fixed=x.fixed is not None)
+                   script_output=out, external=x.external_data, fixed=x.fixed is not None,
+                   random=list(x.random_ops))
         if x.fixed is not None:
             figure, bad, out = run_script(folder, "fixed.onnx")
             row.update(fixed_passes=x.fixed_passes, fixed_max_abs=x.fixed.max_abs, fixed_script_figure=figure,
@@ -100,6 +101,11 @@ def check(name: str, cause: str, thunk) -> dict:
                        fixed_script_output=out)
     row["seconds"] = round(time.perf_counter() - started, 1)
     return row
+
+
+def _within(row: dict, rel: float) -> bool:
+    a, b = row["stated"], row["measured"]
+    return a == b or abs(a - b) <= rel * abs(a)
 
 
 def _same(printed: float | None, value: float) -> bool:
@@ -118,7 +124,9 @@ def summary(rows: list[dict]) -> str:
                  and (not r["fixed"] or (r["fixed_script_same"] and not r["fixed_script_imports"]))]
     lines = [f"faults: {len(rows)}; extracted: {len(extracted)} (nothing to extract: {len(rows) - len(extracted)})",
              f"reproduce the report's error (1 % or float noise): {sum(r['reproduces'] for r in extracted)}"
-             f"/{len(extracted)}",
+             f"/{len(extracted)} (within 1 %: {sum(_within(r, 0.01) for r in extracted)}; only within float noise: "
+             f"{sum(r['reproduces'] and not _within(r, 0.01) and not r['random'] for r in extracted)}; random ops, "
+             f"the verdict reproduced: {sum(bool(r['random']) for r in extracted)})",
              f"with a confirmed fix: {len(fixed)}; fixed.onnx passes: {sum(r['fixed_passes'] for r in fixed)}"
              f"/{len(fixed)}",
              f"repro.py in a fresh isolated process, onnxruntime+numpy only, same figure: {len(script_ok)}"

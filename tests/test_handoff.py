@@ -151,3 +151,38 @@ def _script(folder: Path, *args: str) -> subprocess.CompletedProcess:
 def _imported(importtime: str) -> set[str]:
     return {line.split("|")[-1].strip().split(".")[0] for line in importtime.splitlines()
             if line.startswith("import time:")}
+
+
+def test_a_verification_page_shows_the_matrix(tmp_path):
+    """A batch size baked into a Reshape by the tracer: the page lists the configurations, the cause of the ones
+    that diverge, and every configuration's error along the graph."""
+    configurations = FIXTURES / "configurations"
+    page = tmp_path / "matrix.html"
+    result = run_cli(configurations / "baked_batch.py", "--onnx", configurations / "baked_batch.onnx",
+                     "--batch-sizes", "1,4", "--html", page)
+    assert result.exit_status == 1, result.stderr
+    html = page.read_text()
+    rows = re.findall(r"<tr><td>CPU/all</td><td>(batch=\d)</td><td>(\w+)</td>", html)
+    assert rows == [("batch=1", "ok"), ("batch=4", "DIVERGED")]
+    assert "baked-shape (90%)" in html and "First divergence in CPU/all batch=4" in html
+    seen = render(page, tmp_path)
+    assert seen.console == []
+    svg = re.search(r'<svg id="plot".*?</svg>', seen.dom, re.S).group(0)
+    assert svg.count("<polyline") >= 2 and "tolerance (1×)" in svg  # one line per configuration
+
+
+def test_node_data_keys_by_graph_when_a_node_is_called_results():
+    """Model Explorer reads a file whose ``results`` holds a ``results`` key as data keyed by graph: then it is."""
+    from onnx_bisect.records import (Activation, ErrorOrigin, Exporter, LayerResult, MatchMethod, Report, Status,
+                                     TensorDiff, TensorPair, Tolerance)
+    from onnx_bisect.report.node_data import node_data
+
+    diff = TensorDiff(0.5, 0.1, 0.1, 0.99, float("inf"), False, (2,))
+    layer = LayerResult(TensorPair(Activation(0, "fc", "Linear", 0, "", np.zeros(2)), "y", "results", "Gemm",
+                                   MatchMethod.METADATA), diff, diff, Status.DIVERGED, ErrorOrigin.INTRODUCED)
+    report = Report(False, Tolerance(), Exporter.GIVEN, 17, "cpu", (), None, (layer,), graph_name="main_graph")
+    accumulated, _, status = node_data(report)
+    assert list(accumulated) == ["main_graph"] and list(status) == ["main_graph"]
+    value = accumulated["main_graph"]["results"]["results"]["value"]
+    assert value == sys.float_info.max  # JSON has no infinity
+    assert json.loads(json.dumps(accumulated, allow_nan=False)) == accumulated

@@ -35,7 +35,8 @@ def build_repro(ctx: DiagnosisContext, first: Divergence, runtime: RuntimeSettin
     return Repro(segment, error, first.introduced, runtime, ctx.tolerance, fixed,
                  fix=f"{first.cause.value}: {first.fix}" if found is not None else "",
                  half_resolution=ctx.tensor in ctx.onnx.graph.half_resolution,
-                 low_precision=_low_precision(ctx.onnx.graph, ctx.tensor), random_ops=random)
+                 low_precision=_low_precision(ctx.onnx.graph, ctx.tensor, None if first.introduced else segment.model),
+                 random_ops=random)
 
 
 #: ops that draw random numbers (Dropout only when its training_mode input is given)
@@ -81,10 +82,16 @@ def _typed_output(sub: onnx.ModelProto, tensor: str, index: GraphIndex | None = 
     return sub
 
 
-def _low_precision(index: GraphIndex, tensor: str) -> bool:
-    """Whether ``tensor`` is computed at half precision (a float16/bfloat16 tensor, or float32 holding float16 data)."""
-    return tensor in index.half_resolution or index.elem_types.get(tensor) in (onnx.TensorProto.FLOAT16,
-                                                                                onnx.TensorProto.BFLOAT16)
+def _low_precision(index: GraphIndex, tensor: str, path: onnx.ModelProto | None = None) -> bool:
+    """Whether ``tensor`` carries half-precision rounding: a float16/bfloat16 tensor, float32 holding float16 data,
+    a Cast up from a half-precision tensor, or (``path``: an error built up from the graph inputs) a value computed
+    through half-precision tensors."""
+    half = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    node = index.node_of(tensor)
+    cast_up = node is not None and node.op_type == "Cast" and bool(node.inputs) and \
+        index.elem_types.get(node.inputs[0]) in half
+    through = path is not None and any(index.elem_types.get(t) in half for n in path.graph.node for t in n.output)
+    return tensor in index.half_resolution or index.elem_types.get(tensor) in half or cast_up or through
 
 
 def _plain(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
