@@ -49,6 +49,7 @@ class Fault:
     op_type: str
     plant: Callable[[onnx.ModelProto, onnx.NodeProto, torch.nn.Module], onnx.ModelProto]
     also_ok_modules: tuple[str, ...] = ()
+    dynamic_batch: bool = False  # planted into an export whose batch axis is dynamic (the README's example)
 
 
 FAULTS = (
@@ -65,7 +66,7 @@ FAULTS = (
           lambda proto, node, model: plant.perturb_initializer(proto, plant.weight_of(proto, node.name))),
     Fault("cnn.bn_eps", "cnn", "dynamo", "batchnorm-fold", "bn1", "Conv",
           lambda proto, node, model: plant.refold_batchnorm(proto, node.name, model.conv1, model.bn1, eps=1e-1),
-          also_ok_modules=("conv1",)),
+          also_ok_modules=("conv1",), dynamic_batch=True),
 )
 
 
@@ -132,14 +133,16 @@ def quiet():
                 lg.setLevel(level)
 
 
-def export(model: torch.nn.Module, args: tuple, exporter: str) -> onnx.ModelProto:
-    """Clean export; dynamo stack traces (absolute paths of this checkout) are dropped."""
+def export(model: torch.nn.Module, args: tuple, exporter: str, dynamic_batch: bool = False) -> onnx.ModelProto:
+    """Clean export (``dynamic_batch``: the first input's axis 0 dynamic, dynamo only); dynamo stack traces
+    (absolute paths of this checkout) are dropped."""
     with quiet():
         if exporter == "torchscript":
             buffer = io.BytesIO()
             torch.onnx.export(model, args, buffer, dynamo=False, opset_version=17)
             return onnx.load_from_string(buffer.getvalue())
-        proto = torch.onnx.export(model, args, dynamo=True, verbose=False).model_proto
+        shapes = ({0: torch.export.Dim("batch")},) if dynamic_batch else None
+        proto = torch.onnx.export(model, args, dynamo=True, verbose=False, dynamic_shapes=shapes).model_proto
     for node in proto.graph.node:
         keep = [p for p in node.metadata_props if p.key != STACK_TRACE_KEY]
         node.ClearField("metadata_props")
@@ -196,12 +199,14 @@ def main() -> None:
         with torch.no_grad():
             ref = model(*args).double().numpy()
         clean = {ex: export(model, args, ex) for ex in EXPORTERS}
-        files = [(f"{name}.{ex}", ex, proto, None, None) for ex, proto in clean.items()]
+        files = [(f"{name}.{ex}", ex, proto, None, None, proto) for ex, proto in clean.items()]
         for fault in (f for f in FAULTS if f.model == name):
-            node = plant.find_node(clean[fault.exporter], fault.op_type, (fault.module, *fault.also_ok_modules))
-            proto = fault.plant(clean[fault.exporter], node, model)
-            files.append((f"{fault.stem}.{fault.exporter}", fault.exporter, proto, fault, node))
-        for stem, exporter, proto, fault, node in files:
+            base = export(model, args, fault.exporter, dynamic_batch=True) if fault.dynamic_batch else \
+                clean[fault.exporter]
+            node = plant.find_node(base, fault.op_type, (fault.module, *fault.also_ok_modules))
+            proto = fault.plant(base, node, model)
+            files.append((f"{fault.stem}.{fault.exporter}", fault.exporter, proto, fault, node, base))
+        for stem, exporter, proto, fault, node, base in files:
             onnx.checker.check_model(proto)
             onnx.save(proto, FIXTURES / "onnx" / f"{stem}.onnx")
             max_abs, ratio = excess(run(proto, inputs)[0], ref)
@@ -211,7 +216,7 @@ def main() -> None:
             elif fault is not None:
                 tensor = node.output[0]
                 node_max_abs, node_ratio = excess(run(proto, inputs, tensor)[-1],
-                                                  run(clean[exporter], inputs, tensor)[-1].astype(np.float64))
+                                                  run(base, inputs, tensor)[-1].astype(np.float64))
                 if min(ratio, node_ratio) <= 1:
                     failures.append(f"{stem}: the planted fault is within tolerance")
             rows.append(f"{stem:<26} {max_abs:>10.3g} {ratio:>9.3g} {node_max_abs:>14.3g} {node_ratio:>9.3g}")

@@ -57,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     p.add_argument("--json", metavar="FILE", help="write the machine-readable report here")
+    p.add_argument("--html", metavar="FILE", help="write the report as one self-contained HTML page (error plot, "
+                                                   "cause and fix, sortable layer table; opens offline)")
+    p.add_argument("--node-data", metavar="FILE.json",
+                   help="write Model Explorer node data: FILE.json (accumulated error per ONNX node, in units of "
+                        "the tolerance), FILE.local.json (local error), FILE.status.json (status)")
+    p.add_argument("--extract", metavar="DIR",
+                   help="write the first divergent segment as a standalone repro into DIR (a new or empty folder): "
+                        "segment.onnx, inputs.npz, expected.npz, repro.py and, with a confirmed fix, fixed.onnx")
     p.add_argument("--all", action="store_true", help="list every layer, not just the neighbourhood")
     p.add_argument("--debug", action="store_true", help="show tracebacks")
     p.add_argument("--version", action="version", version=f"onnx-bisect {__version__}")
@@ -69,12 +77,7 @@ def config_from_args(args: argparse.Namespace):
         raise UsageError(f"--atol and --rtol must be non-negative (got --atol {args.atol:g} --rtol {args.rtol:g}).")
     if args.opset is not None and not 7 <= args.opset <= 30:
         raise UsageError(f"--opset {args.opset} is not a valid ONNX opset; use a value such as 17 or 18.")
-    protected = {Path(x).resolve() for x in [args.model.split(":")[0], *args.input, args.onnx, args.dataset] if x}
-    for out in (args.json, args.save_onnx):
-        if out and Path(out).resolve() in protected:
-            raise UsageError(f"Refusing to overwrite input file '{out}'; choose another output path.")
-        if out and Path(out).is_dir():
-            raise UsageError(f"Output path '{out}' is a directory; name a file in it instead.")
+    _check_outputs(args)
     if args.reference:
         if not args.model.lower().endswith(".onnx"):
             raise UsageError(f"With --reference, MODEL is the ONNX file to check against it (got '{args.model}'): "
@@ -104,16 +107,36 @@ def config_from_args(args: argparse.Namespace):
         ort_config=parse_config_entries(args.ort_config, "--ort-config"),
         ort_variants=tuple(parse_config_entries([v], "--ort-variant") for v in args.ort_variant),
         axes=tuple(axes), dataset=args.dataset or (folders[0] if folders else None), edge_cases=args.edge_cases,
-        reference=args.reference,
+        reference=args.reference, keep_repro=bool(args.extract),
     )
 
 
-def _write_report(report, path: str, writer) -> None:
+def _check_outputs(args: argparse.Namespace) -> None:
+    """Refuse, before any work, outputs that would overwrite an input or cannot be written where named."""
+    from ..report.node_data import node_data_paths
+
+    protected = {Path(x).resolve() for x in [args.model.split(":")[0], *args.input, args.onnx, args.dataset,
+                                             args.reference] if x}
+    files = [args.json, args.save_onnx, args.html, *(node_data_paths(args.node_data) if args.node_data else [])]
+    for out in filter(None, files):
+        if Path(out).resolve() in protected:
+            raise UsageError(f"Refusing to overwrite input file '{out}'; choose another output path.")
+        if Path(out).is_dir():
+            raise UsageError(f"Output path '{out}' is a directory; name a file in it instead.")
+    if args.extract:
+        from ..pipeline.extract import check_folder
+
+        if Path(args.extract).resolve() in protected:
+            raise UsageError(f"--extract {args.extract}: that is an input file; name a new or empty folder.")
+        check_folder(args.extract)
+
+
+def _write_report(report, path: str, writer, what: str = "the JSON report") -> None:
     try:
         writer(report, path)
     except OSError as exc:
         raise UsageError(
-            f"Could not write the JSON report to '{path}': {exc.strerror or exc}. Choose a writable path."
+            f"Could not write {what} to '{path}': {exc.strerror or exc}. Choose a writable path."
         ) from exc
 
 
@@ -131,11 +154,27 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _bisect(args: argparse.Namespace) -> int:
     config = config_from_args(args)
+    if config.is_matrix and (args.extract or args.node_data):
+        raise UsageError(f"{'--extract' if args.extract else '--node-data'} works on a single bisection, not on a "
+                         "verification of several configurations: rerun with the one configuration that diverges.")
     run, render, write = _job(config)
     report = run(config, Progress())
     if args.json:
         _write_report(report, args.json, write)
+    if args.html:
+        from ..report.files import write_atomic
+
+        _write_report(report, args.html, lambda r, path: write_atomic(path, r.to_html()), "the HTML report")
+    if args.node_data:
+        from ..report.node_data import write_node_data
+
+        _write_report(report, args.node_data, write_node_data, "the Model Explorer node data")
     sys.stdout.write(render(report, show_all=args.all))
+    if args.extract:
+        from ..report.repro import render_extraction
+
+        sys.stdout.flush()
+        sys.stdout.write("\n" + render_extraction(report.extract(args.extract)) + "\n")
     return report.exit_status
 
 

@@ -1,6 +1,6 @@
 """Diagnose stage: name the cause of the first divergence, show the evidence, prove the fix; preflight checks."""
 from .context import Baseline, CutRun, DiagnosisContext, Finding, FixedSegment, OnnxModel, Rule
-from .runner import CONFIDENT, RULES, diagnose
+from .runner import CONFIDENT, RULES, confirmed_fix, diagnose, fix_reference
 
-__all__ = ["diagnose", "Baseline", "CutRun", "DiagnosisContext", "Finding", "FixedSegment", "OnnxModel", "Rule", "RULES",
+__all__ = ["diagnose", "confirmed_fix", "fix_reference", "Baseline", "CutRun", "DiagnosisContext", "Finding", "FixedSegment", "OnnxModel", "Rule", "RULES",
            "CONFIDENT"]

@@ -271,20 +271,35 @@ class DiagnosisContext:
         key = (tuple(outputs), optimize, from_inputs)
         if model is None and weights is None and feeds is None and key in self._runs:
             return self._runs[key]
+        wanted = list(dict.fromkeys([self.tensor, *outputs]))
+        sub, values, store = self.segment_model(model, weights, wanted, feeds, from_inputs)
+        run_outputs = [t for t in wanted if t not in values]
+        result = dict(self.cut.execute(sub, values, run_outputs, store, optimize=optimize))
+        result.update({t: values[t] for t in wanted if t in values})
+        if (model is None or model is self.onnx.skeleton) and (weights is None or weights is self.onnx.weights) \
+                and feeds is None:
+            self._runs[key] = result
+        return result
+
+    def segment_model(
+        self,
+        model: onnx.ModelProto | None = None,
+        weights: Weights | None = None,
+        outputs: Iterable[str] = (),
+        feeds: Mapping[str, np.ndarray] | None = None,
+        from_inputs: bool = False,
+    ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], Weights]:
+        """``(submodel, input values, large weights)``: the nodes computing ``outputs`` (the divergent tensor
+        by default) from the cut tensors (or, ``from_inputs``, from the graph inputs) as a model of their own,
+        its inputs typed by the values fed there (``feeds`` overriding the PyTorch references)."""
         model = self.onnx.skeleton if model is None else model
         weights = self.onnx.weights if weights is None else weights
-        wanted = list(dict.fromkeys([self.tensor, *outputs]))
+        wanted = list(dict.fromkeys(outputs or [self.tensor]))
         sub, boundary, inits = _segment.extract(model, wanted, set() if from_inputs else set(self.cut.references))
         values = {t: (feeds or {}).get(t) if (feeds or {}).get(t) is not None else self._boundary_value(t)
                   for t in boundary}
         store = Weights({n: weights.arrays[n] for n in inits if n in weights.arrays})
-        sub = _segment.with_inputs(sub, values)
-        run_outputs = [t for t in wanted if t not in values]
-        result = dict(self.cut.execute(sub, values, run_outputs, store, optimize=optimize))
-        result.update({t: values[t] for t in wanted if t in values})
-        if model is self.onnx.skeleton and weights is self.onnx.weights and feeds is None:
-            self._runs[key] = result
-        return result
+        return _segment.with_inputs(sub, values), values, store
 
     @cached_property
     def _runs(self) -> dict:

@@ -5,7 +5,7 @@ from ..records import Cause, Divergence
 from .rules.attribute_mismatch import AttributeMismatch
 from .rules.baked_shape import BakedShape
 from .rules.batch_mixing import BatchMixing
-from .context import DiagnosisContext, Finding, Rule
+from .context import DiagnosisContext, Finding, FixedSegment, Rule
 from .rules.batchnorm_fold import BatchNormFold
 from .rules.dtype import Float64Cast
 from .rules.epsilon import EpsilonMismatch
@@ -83,23 +83,46 @@ def _findings(ctx: DiagnosisContext, rules: list[type[Rule]]) -> tuple[list[Find
     return found, failed
 
 
-def _confirm(ctx: DiagnosisContext, finding: Finding):
+def _confirm(ctx: DiagnosisContext, finding: Finding, fixed: FixedSegment | None = None):
     """Re-run the divergent segment with the fix applied: ``(does its local error disappear?, its diff)``.
 
     Only the segment's nodes run (fed the same PyTorch values as the local
     run), so confirming costs a few-node session even on a large model.
     """
     try:
-        fixed = finding.counterfactual(ctx)
+        fixed = finding.counterfactual(ctx) if fixed is None else fixed
         values = ctx.run_segment(fixed.model, fixed.weights, feeds=fixed.feeds, optimize=finding.optimize,
                                  from_inputs=finding.from_inputs)
     except Exception:  # noqa: BLE001 - a fix that cannot be re-run leaves the finding a hypothesis
         return None, None
     if ctx.tensor not in values:
         return None, None
-    reference = ctx.reference if finding.reference is None else finding.reference(ctx)
-    diff = ctx.compare(values[ctx.tensor], reference)
+    diff = ctx.compare(values[ctx.tensor], fix_reference(ctx, finding))
     return diff.ok, diff
+
+
+def fix_reference(ctx: DiagnosisContext, finding: Finding):
+    """The PyTorch value the fixed segment must compute (the divergent tensor's, unless the finding says)."""
+    return ctx.reference if finding.reference is None else finding.reference(ctx)
+
+
+def confirmed_fix(ctx: DiagnosisContext, divergence: Divergence) -> tuple[Finding, FixedSegment] | None:
+    """The fix that confirmed ``divergence`` (made by ``diagnose`` on ``ctx``), applied again: the first rule of
+    its cause whose counterfactual removes the divergence, with that counterfactual.  Only asked for by a repro
+    (``--extract``): the diagnosis itself keeps no fixed model."""
+    if divergence.confirmed is not True:
+        return None
+    for rule in RULES:
+        if rule.cause is not divergence.cause:
+            continue
+        try:
+            finding = rule().match(ctx)
+            fixed = finding.counterfactual(ctx) if finding is not None and finding.counterfactual else None
+        except Exception:  # noqa: BLE001 - as in diagnose: a rule that fails here confirms nothing
+            continue
+        if fixed is not None and _confirm(ctx, finding, fixed)[0]:
+            return finding, fixed
+    return None
 
 
 def _unknown(ctx: DiagnosisContext, failures: dict[str, str], lead=None) -> Divergence:

@@ -27,6 +27,7 @@ def run(config: Config, progress: Progress | None = None) -> Report:
     return bisect_loaded(
         loaded, inputs, onnx_path=config.onnx, exporter=config.exporter, opset=config.opset,
         runtime=config.runtime, tolerance=config.tolerance, save_onnx=config.save_onnx, progress=progress,
+        keep_repro=config.keep_repro,
     )
 
 
@@ -43,12 +44,16 @@ def bisect(
     save_onnx: str | None = None,
     ort_config: dict[str, str] | None = None,
     ort_opt_level: str | OptLevel = OptLevel.ALL,
+    extractable: bool = True,
 ) -> Report:
     """Bisect a PyTorch ``model`` against its ONNX export (or the given ONNX model).
 
     ``inputs`` is a tensor, an array, a tuple of them (positional arguments) or
     a dict (keyword arguments).  Returns a :class:`Report`; ``report.ok`` tells
-    whether the final outputs agree within ``atol``/``rtol``.
+    whether the final outputs agree within ``atol``/``rtol``.  ``report.to_html()``
+    renders it; with ``extractable`` (the default) a diverging report keeps its
+    first divergent segment, so that ``report.extract(folder)`` writes the repro
+    (one segment's inputs and weights; ``extractable=False`` keeps nothing).
     """
     loaded = loaded_from_module(model)
     model_inputs = load.to_model_inputs(inputs, loaded)
@@ -58,7 +63,7 @@ def bisect(
     return bisect_loaded(
         loaded, model_inputs, onnx_path=onnx, exporter=Exporter(exporter) if exporter else None, opset=opset,
         runtime=RuntimeSettings(name, options, ort_opt_level, tuple((ort_config or {}).items())),
-        tolerance=Tolerance(atol, rtol), save_onnx=save_onnx,
+        tolerance=Tolerance(atol, rtol), save_onnx=save_onnx, keep_repro=extractable,
     )
 
 
@@ -73,8 +78,10 @@ def bisect_loaded(
     tolerance: Tolerance,
     save_onnx: str | None = None,
     progress: Progress | None = None,
+    keep_repro: bool = False,
 ) -> Report:
-    """Run every stage on an already loaded model and inputs."""
+    """Run every stage on an already loaded model and inputs (``keep_repro``: keep the divergent segment
+    standalone in ``Report.repro``)."""
     progress = progress or Progress(enabled=False)
     backend = make_backend(runtime)
     with progress.step("capture", "running PyTorch with forward hooks"):
@@ -82,8 +89,8 @@ def bisect_loaded(
     exported = obtain_onnx(loaded, inputs, onnx_path, exporter, opset, progress)
     captured = with_program_ops(captured, exported, inputs, progress)
     prepared = prepare(loaded, inputs, captured, exported, backend=backend, save_onnx=save_onnx, progress=progress)
-    return bisect_case(prepared, Runner(prepared, backend), inputs, captured, policy=CasePolicy(tolerance),
-                       progress=progress).report
+    return bisect_case(prepared, Runner(prepared, backend), inputs, captured,
+                       policy=CasePolicy(tolerance, keep_repro=keep_repro), progress=progress).report
 
 
 __all__ = ["Config", "bisect", "bisect_loaded", "loaded_from_module", "run"]

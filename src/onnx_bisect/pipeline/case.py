@@ -103,7 +103,8 @@ def bisect_case(prepared: Prepared, runner: Runner, inputs: ModelInputs, capture
         provider=runner.backend.name, outputs=measured.outputs, first_divergence=found.first, layers=measured.layers,
         warnings=measured.warnings + found.warnings, notes=p.exported.notes + p.notes,
         timings=dict(progress.timings), model_name=p.loaded.name, reproduction=measured.reproduction,
-        reproduction_max_abs=measured.reproduction_max_abs, faithful=found.faithful,
+        reproduction_max_abs=measured.reproduction_max_abs, faithful=found.faithful, repro=found.repro,
+        graph_name=p.skeleton.graph.name,
     )
     return CaseRun(report, aligned.pairs, seen.final, aligned.probed)
 

@@ -31,6 +31,7 @@ class Config:
     dataset: str | None = None
     edge_cases: bool = False
     reference: str | None = None  # another ONNX model as the reference (``model`` is then an ONNX file)
+    keep_repro: bool = False  # keep the first divergence's segment standalone (``--extract``)
 
     @property
     def is_matrix(self) -> bool:
@@ -73,9 +74,12 @@ class CasePolicy:
     agree and keeps only each layer's verdict, max abs and tolerance ratio (a
     verification of many cases needs the rest only where something diverges).
     ``memo`` shares diagnoses across the cases of one runtime setting.
+    ``keep_repro`` builds the first divergence's standalone repro (only when asked: it costs a re-match of the
+    confirmed rule and holds one segment's inputs and weights).
     """
 
     tolerance: Tolerance = field(default_factory=Tolerance)
     template: tuple[TensorPair, ...] | None = None
     thorough: bool = True
     memo: DiagnosisMemo | None = field(default=None, compare=False)
+    keep_repro: bool = False  # cut the first divergence's segment out as a standalone repro (``Report.repro``)

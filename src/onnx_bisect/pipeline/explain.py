@@ -10,13 +10,15 @@ import onnx
 
 from ..diagnose import Baseline, CutRun, DiagnosisContext, OnnxModel, diagnose
 from ..measure import localize, observe
-from ..records import (Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Reproduction, Status, TensorPair)
+from ..records import (Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Repro, Reproduction, Status,
+                       TensorPair)
 from ..report.progress import Progress
 from ..run import expose
 from .config import CasePolicy
 from .prepare import Prepared
 from . import amplify
 from .refine import refine
+from .repro import build_repro
 from .runner import Runner
 from .verdict import reproduction_of
 
@@ -28,6 +30,7 @@ class Explanation:
     first: Divergence | None = None
     faithful: FaithfulLocation | None = None
     warnings: tuple[str, ...] = ()
+    repro: Repro | None = None  # only when the policy asks for it
 
 
 def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measured, captured, inputs,
@@ -65,19 +68,23 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
             earlier, layer=layer, evidence={**earlier.evidence, "diagnosed_on_an_earlier_sample": True},
             explanation="(Diagnosed on an earlier sample that diverges at the same tensor.) " + earlier.explanation)
         return Explanation(first, faithful)
+    ctx = DiagnosisContext(
+        layer=layer, introduced=introduced, layers=measured.layers, onnx=OnnxModel(p.index, p.skeleton, p.weights),
+        baseline=Baseline(p.loaded, captured, inputs, p.reference_weights),
+        cut=CutRun(references, model_feeds, runner.run_cut, runner.backend.settings),
+        tolerance=tolerance, compare=cmp, ops=refined.ops if refined is not None else (),
+    )
     with progress.step("diagnose", "diagnosing the first divergence"):
-        first = diagnose(DiagnosisContext(
-            layer=layer, introduced=introduced, layers=measured.layers,
-            onnx=OnnxModel(p.index, p.skeleton, p.weights),
-            baseline=Baseline(p.loaded, captured, inputs, p.reference_weights),
-            cut=CutRun(references, model_feeds, runner.run_cut, runner.backend.settings),
-            tolerance=tolerance, compare=cmp, ops=refined.ops if refined is not None else (),
-        ))
+        first = diagnose(ctx)
+    repro = None
+    if policy.keep_repro:
+        with progress.step("repro", "cutting the divergent segment out as a model of its own"):
+            repro = build_repro(ctx, first, runner.backend.settings)
     if refined is not None or amp is not None:
         first = dataclasses.replace(first, within=refined.within if refined else None, amplification=amp)
     if policy.memo is not None:
         policy.memo.keep(first)
-    return Explanation(first, faithful)
+    return Explanation(first, faithful, repro=repro)
 
 
 def trace_amplification(p: Prepared, runner: Runner, measured, captured, tolerance, progress: Progress):

@@ -45,7 +45,7 @@ VALUE_CANDIDATES = 8  # same-sized tensors after the inputs' pairs that a value 
 def run(config: Config, progress: Progress | None = None) -> Report:
     """Bisect ``config.model`` (an ONNX file) against ``config.reference``."""
     return bisect_onnx(config.reference, config.model, config.inputs, tolerance=config.tolerance,
-                       runtime=config.runtime, progress=progress)
+                       runtime=config.runtime, progress=progress, extractable=config.keep_repro)
 
 
 def bisect_onnx(
@@ -56,12 +56,14 @@ def bisect_onnx(
     tolerance: Tolerance = Tolerance(),
     runtime: RuntimeSettings | None = None,
     progress: Progress | None = None,
+    extractable: bool = True,
 ) -> Report:
     """Bisect ONNX model ``candidate`` against ONNX model ``reference`` on ``inputs``.
 
     ``inputs`` are ``--input`` paths (one per graph input, or an ``.npz`` by input
     name), arrays/tensors (a tuple in graph-input order, or a dict by name), or
     empty: seeded random inputs are then made from the reference's input types.
+    ``extractable`` keeps the divergent segment for ``report.extract(folder)``.
     """
     progress = progress or Progress(enabled=False)
     backend = make_backend(runtime)
@@ -83,8 +85,8 @@ def bisect_onnx(
     with progress.step("align", "pairing the two models' tensors"):
         pairs = pair_tensors(captured, prepared.index, probed)
         runner.narrow(paired_tensors(pairs, prepared.index))
-    report = bisect_case(prepared, runner, model_inputs, captured, policy=CasePolicy(tolerance, template=pairs),
-                         progress=progress).report
+    policy = CasePolicy(tolerance, template=pairs, keep_repro=extractable)
+    report = bisect_case(prepared, runner, model_inputs, captured, policy=policy, progress=progress).report
     return dataclasses.replace(report, reference=f"the reference {_name(ref)}")
 
 

@@ -356,8 +356,25 @@ class Report:
     reproduction_max_abs: float = 0.0  # largest |instrumented - unmodified| over the outputs
     faithful: FaithfulLocation | None = None
     reference: str = "PyTorch"  # what the ONNX model was compared with ("PyTorch", or the reference ONNX file)
+    graph_name: str = ""  # the ONNX graph's name (Model Explorer's graph id)
+    #: the first divergence's segment, standalone (a ``Repro``): kept only when asked (``--extract``, or the
+    #: Python API's ``extractable``), so that nothing more is computed or held otherwise
+    repro: Any = field(default=None, repr=False, compare=False)
 
     @property
     def exit_status(self) -> ExitStatus:
         """0 when the final outputs agree, 1 otherwise."""
         return ExitStatus.OK if self.ok else ExitStatus.DIVERGED
+
+    def to_html(self) -> str:
+        """The report as one self-contained HTML page (see ``onnx_bisect.report.html``)."""
+        from ..report.html import render_html
+
+        return render_html(self)
+
+    def extract(self, folder: str):
+        """Write the first divergent segment as a standalone repro into ``folder`` (created; an existing one must
+        be empty) and run it: returns the ``Extraction`` (see ``onnx_bisect.pipeline.extract``)."""
+        from ..pipeline.extract import extract
+
+        return extract(self, folder)

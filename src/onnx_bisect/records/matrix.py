@@ -177,3 +177,9 @@ class MatrixReport:
         if not self.tested:
             return ExitStatus.USAGE
         return ExitStatus.OK if self.ok else ExitStatus.DIVERGED
+
+    def to_html(self) -> str:
+        """The verification as one self-contained HTML page (see ``onnx_bisect.report.html``)."""
+        from ..report.html import render_html
+
+        return render_html(self)

@@ -23,7 +23,7 @@ _REPRODUCTION = {Reproduction.EXACT: "exact", Reproduction.WITHIN_TOLERANCE: "wi
 
 def render_matrix(report: MatrixReport, show_all: bool = False) -> str:
     """Verdict, the configurations × outcome table, dataset per-layer worst cases, runtime agreement, notes."""
-    parts = [_headline(report), _matrix_table(report, show_all)]
+    parts = [headline(report), _matrix_table(report, show_all)]
     details = _divergence_details(report)
     if details:
         parts.append(details)
@@ -39,7 +39,8 @@ def render_matrix(report: MatrixReport, show_all: bool = False) -> str:
     return "\n\n".join(p for p in parts if p) + "\n"
 
 
-def _headline(report: MatrixReport) -> str:
+def headline(report: MatrixReport) -> str:
+    """The verdict: what was verified, how many configurations agree, the dynamic dimensions."""
     tol = report.tolerance
     counts = Counter(r.status for r in report.results)
     cases = len({r.case for r in report.results})
@@ -60,7 +61,16 @@ def _headline(report: MatrixReport) -> str:
             f"configurations. {verdict}\nDynamic input dimensions in the graph: {free}.")
 
 
+MATRIX_HEADERS = ["runtime", "inputs", "status", "max abs (outputs)", "instrumented", "first divergence", "cause"]
+
+
 def _matrix_table(report: MatrixReport, show_all: bool) -> str:
+    return tabulate(matrix_rows(report, show_all), headers=MATRIX_HEADERS, tablefmt="simple", disable_numparse=True)
+
+
+def matrix_rows(report: MatrixReport, show_all: bool) -> list[list[str]]:
+    """One row per configuration (a dataset of many samples folded into one row per runtime unless
+    ``show_all``), in the columns of ``MATRIX_HEADERS``."""
     rows = []
     for runtime, results in _by_runtime(report).items():
         dataset = [r for r in results if r.case.kind is CaseKind.DATASET]
@@ -72,8 +82,7 @@ def _matrix_table(report: MatrixReport, show_all: bool) -> str:
                 continue
             rows.append([runtime.label, r.case.label, _status(r), _max_abs(r), _REPRODUCTION[r.reproduction],
                          _where(r.first_divergence, r), _cause(r.first_divergence)])
-    return tabulate(rows, headers=["runtime", "inputs", "status", "max abs (outputs)", "instrumented",
-                                   "first divergence", "cause"], tablefmt="simple", disable_numparse=True)
+    return rows
 
 
 def _by_runtime(report: MatrixReport) -> dict[RuntimeSettings, list[ConfigResult]]:
@@ -122,8 +131,8 @@ def _cause(fd: Divergence | None) -> str:
     return fd.cause.value + ("" if fd.cause is Cause.UNKNOWN else f" ({fd.confidence:.0%})")
 
 
-def _divergence_details(report: MatrixReport) -> str:
-    """The explanation and fix of each distinct first divergence, once."""
+def distinct_divergences(report: MatrixReport) -> list[tuple[Divergence, list[str]]]:
+    """Each distinct first divergence (by tensor and cause) once, with the configurations it occurs in."""
     seen: dict[tuple[str | None, str], list[str]] = {}
     texts: dict[tuple[str | None, str], Divergence] = {}
     for r in report.results:
@@ -133,16 +142,31 @@ def _divergence_details(report: MatrixReport) -> str:
         key = (fd.layer.pair.tensor, fd.cause)
         seen.setdefault(key, []).append(f"{r.runtime.label} {r.case.label}")
         texts.setdefault(key, fd)
+    return [(texts[key], where) for key, where in seen.items()]
+
+
+def _divergence_details(report: MatrixReport) -> str:
+    """The explanation and fix of each distinct first divergence, once."""
     lines = []
-    for key, where in seen.items():
-        fd = texts[key]
+    for fd, where in distinct_divergences(report):
         shown = ", ".join(where[:4]) + (f" … (+{len(where) - 4})" if len(where) > 4 else "")
         lines.append(f"* {fd.layer.pair.activation.name} → {fd.layer.pair.node} in {shown}: {fd.cause.value}. "
                      f"{fd.explanation}" + (f"\n  Fix: {fd.fix}" if fd.fix else ""))
     return "First divergences:\n" + "\n".join(lines) if lines else ""
 
 
+DATASET_HEADERS = ["runtime", "module", "ONNX node", "worst max abs", "sample", "p99 max abs", "diverged"]
+
+
 def _dataset_table(report: MatrixReport, show_all: bool) -> str:
+    title = "Dataset, per layer over the samples" + ("" if show_all else
+                                                    f" (the {DATASET_LAYERS} worst layers per runtime; --all: every layer)")
+    return title + ":\n" + tabulate(dataset_rows(report, show_all), headers=DATASET_HEADERS, tablefmt="simple",
+                                    disable_numparse=True)
+
+
+def dataset_rows(report: MatrixReport, show_all: bool) -> list[list[str]]:
+    """Per runtime, the dataset's worst layers (every layer with ``show_all``), in ``DATASET_HEADERS``."""
     rows = []
     by_runtime: dict[str, list[LayerAggregate]] = defaultdict(list)
     for a in report.dataset:
@@ -154,23 +178,27 @@ def _dataset_table(report: MatrixReport, show_all: bool) -> str:
         for a in shown:
             rows.append([runtime, a.name, a.node or "-", fmt_num(a.worst_max_abs), str(a.worst_sample),
                          fmt_num(a.p99_max_abs), f"{a.diverged_samples}/{a.samples}"])
-    title = "Dataset, per layer over the samples" + ("" if show_all else
-                                                    f" (the {DATASET_LAYERS} worst layers per runtime; --all: every layer)")
-    return title + ":\n" + tabulate(rows, headers=["runtime", "module", "ONNX node", "worst max abs", "sample",
-                                                   "p99 max abs", "diverged"], tablefmt="simple",
-                                    disable_numparse=True)
+    return rows
+
+
+AGREEMENT_HEADERS = ["runtimes", "inputs", "outputs", "max abs", "first difference"]
 
 
 def _agreement_table(report: MatrixReport, show_all: bool) -> str:
+    rows = agreement_rows(report, show_all)
     agreements = list(report.agreements)
-    shown = agreements if show_all else [a for a in agreements if not a.ok] or agreements[:DATASET_ROWS]
-    rows = [[f"{a.a} vs {a.b}", a.case, "agree" if a.ok else "DIFFER", fmt_num(a.max_abs),
-             "-" if a.first_tensor is None else f"{a.first_module} → {a.first_node}"] for a in shown]
     differ = sum(1 for a in agreements if not a.ok)
     title = (f"Runtime settings against each other: {differ} of {len(agreements)} comparisons differ"
-             + ("" if show_all or len(shown) == len(agreements) else " (differences shown; --all: every one)"))
-    return title + ":\n" + tabulate(rows, headers=["runtimes", "inputs", "outputs", "max abs", "first difference"],
-                                    tablefmt="simple", disable_numparse=True)
+             + ("" if show_all or len(rows) == len(agreements) else " (differences shown; --all: every one)"))
+    return title + ":\n" + tabulate(rows, headers=AGREEMENT_HEADERS, tablefmt="simple", disable_numparse=True)
+
+
+def agreement_rows(report: MatrixReport, show_all: bool) -> list[list[str]]:
+    """The runtime settings compared with each other (the differing pairs unless ``show_all``)."""
+    agreements = list(report.agreements)
+    shown = agreements if show_all else [a for a in agreements if not a.ok] or agreements[:DATASET_ROWS]
+    return [[f"{a.a} vs {a.b}", a.case, "agree" if a.ok else "DIFFER", fmt_num(a.max_abs),
+             "-" if a.first_tensor is None else f"{a.first_module} → {a.first_node}"] for a in shown]
 
 
 # ---------------------------------------------------------------- JSON

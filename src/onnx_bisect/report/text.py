@@ -54,23 +54,13 @@ def _verdict(report: Report) -> str:
         p = fd.layer.pair
         computing = computing_nodes(fd.layer)
         nodes = ", ".join(computing[:6]) + (f" … (+{len(computing) - 6})" if len(computing) > 6 else "")
-        who = (f"op {p.activation.module_type} in module {p.activation.module or '<model>'}"
-               if p.method is MatchMethod.OP_VALUE else f"module {p.activation.name} ({p.activation.module_type})")
-        narrowed = (f" (narrowed from the {len(computing_nodes(fd.within))}-node segment computing "
-                    f"{fd.within.pair.activation.name})" if fd.within is not None else "")
-        lines.append(
-            f"First divergence: {who} → ONNX node {p.node} ({p.op_type}), tensor '{p.tensor}'. "
-            f"Segment nodes: {nodes or p.node}{narrowed}."
-        )
+        lines.append(f"First divergence: {divergence_where(fd)}. Segment nodes: {nodes or p.node}{narrowed_text(fd)}.")
         if fd.amplification is not None:
             lines.append(amplification_text(fd.amplification))
         if fd.cause is Cause.UNKNOWN:
             lines.append(f"Cause: unknown. {fd.explanation}")
         else:
-            proof = {True: "confirmed: re-running with the fix removes the divergence",
-                     False: "not confirmed: re-running with the fix did not remove the divergence",
-                     None: "a hypothesis: the fix could not be re-run automatically"}[fd.confirmed]
-            lines.append(f"Cause: {fd.cause} (confidence {fd.confidence:.0%}; {proof}). {fd.explanation}")
+            lines.append(f"Cause: {fd.cause} (confidence {fd.confidence:.0%}; {PROOF[fd.confirmed]}). {fd.explanation}")
             if fd.fix:
                 lines.append(f"Fix: {fd.fix}")
     return "\n".join(lines)
@@ -89,6 +79,27 @@ def amplification_text(amp: Amplification) -> str:
             f"{amp.output_ratio:.3g}× the tolerance; with this segment fed PyTorch's value too, by "
             f"{amp.output_ratio_without:.2g}× (bisected over {amp.cut_points} cut points in {amp.runs} runs). "
             f"The cause below is judged against the tolerance divided by {amp.gain:.3g}.")
+
+
+#: what re-running the segment with the fix applied showed
+PROOF = {True: "confirmed: re-running with the fix removes the divergence",
+         False: "not confirmed: re-running with the fix did not remove the divergence",
+         None: "a hypothesis: the fix could not be re-run automatically"}
+
+
+def divergence_where(fd: Divergence) -> str:
+    """``module bn1 (BatchNorm2d) → ONNX node node_Conv_40 (Conv), tensor 'getitem'`` (or the op, when narrowed)."""
+    p = fd.layer.pair
+    who = (f"op {p.activation.module_type} in module {p.activation.module or '<model>'}"
+           if p.method is MatchMethod.OP_VALUE else f"module {p.activation.name} ({p.activation.module_type})")
+    return f"{who} → ONNX node {p.node} ({p.op_type}), tensor '{p.tensor}'"
+
+
+def narrowed_text(fd: Divergence) -> str:
+    """`` (narrowed from the N-node segment computing X)`` when the divergence was narrowed to an op, else ``""``."""
+    return (f" (narrowed from the {len(computing_nodes(fd.within))}-node segment computing "
+            f"{fd.within.pair.activation.name})"
+            if fd.within is not None else "")
 
 
 def _table(report: Report, show_all: bool) -> str:
@@ -123,9 +134,6 @@ def _row_of(layers: list[LayerResult], layer: LayerResult | None) -> LayerResult
 
 def _row(r: LayerResult, is_first: bool) -> list[str]:
     p = r.pair
-    status = r.status.value
-    if r.status is Status.DIVERGED:
-        status += " (introduced)" if r.origin is ErrorOrigin.INTRODUCED else " (inherited)"
     return [
         ">>" if is_first else "",
         _clip(p.activation.name, 48),
@@ -135,8 +143,15 @@ def _row(r: LayerResult, is_first: bool) -> list[str]:
         fmt_num(r.diff.max_abs) if r.diff else "-",
         fmt_num(r.diff.max_rel) if r.diff else "-",
         fmt_num(r.local.max_abs) if r.local else "-",
-        status,
+        status_text(r),
     ]
+
+
+def status_text(r: LayerResult) -> str:
+    """``matched``, ``fused``, ``unmatched``, ``diverged (introduced)`` or ``diverged (inherited)``."""
+    if r.status is Status.DIVERGED:
+        return r.status.value + (" (introduced)" if r.origin is ErrorOrigin.INTRODUCED else " (inherited)")
+    return r.status.value
 
 
 def leaf_rows(layers) -> list[LayerResult]:
@@ -211,7 +226,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "first_divergence": divergence_json(fd),
         "reproduction": {"verdict": report.reproduction.value, "max_abs": json_float(report.reproduction_max_abs)},
         "faithful_location": faithful_json(report.faithful),
-        "coverage": _coverage_json(report),
+        "coverage": coverage_json(report),
         "layers": [_layer_json(r) for r in report.layers],
         "warnings": list(report.warnings),
         "notes": list(report.notes),
@@ -238,7 +253,7 @@ def divergence_json(fd: Divergence | None) -> dict[str, Any] | None:
         "introduced": fd.introduced,
         "cause": fd.cause.value,
         "confidence": fd.confidence,
-        "evidence": _jsonable(fd.evidence),
+        "evidence": jsonable(fd.evidence),
         "fix": fd.fix,
         "confirmed": fd.confirmed,
         "explanation": fd.explanation,
@@ -262,7 +277,8 @@ def faithful_json(location: FaithfulLocation | None) -> dict[str, Any] | None:
             "unobservable": list(location.unobservable), "boundaries_faithful": location.boundaries_faithful}
 
 
-def _coverage_json(report: Report) -> dict[str, Any]:
+def coverage_json(report: Report) -> dict[str, Any]:
+    """The leaf-module alignment summary: counts, methods, and each unaligned leaf with its reason."""
     aligned, total, absent = leaf_coverage(report.layers)
     leaves = leaf_rows(report.layers)
     return {
@@ -296,14 +312,14 @@ def _diff(d: TensorDiff | None, key: str):
     return None if d is None else json_float(getattr(d, key))
 
 
-def _jsonable(value):
-    """Evidence values may be numpy scalars/arrays or nested containers."""
+def jsonable(value):
+    """Evidence values (numpy scalars/arrays, nested containers) as JSON values."""
     if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     if hasattr(value, "tolist"):
-        return _jsonable(value.tolist())
+        return jsonable(value.tolist())
     if isinstance(value, float):
         return json_float(value)
     return value
