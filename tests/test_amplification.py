@@ -49,13 +49,15 @@ SOURCE = """
 """
 
 
-def _export(folder: Path):
-    """The model file and its TorchScript export (node names ``/fc1/Gemm`` ...)."""
-    source = write_source(folder / "amp.py", SOURCE)
+def _export(folder: Path, dynamo: bool = False, text: str = SOURCE):
+    """The model file and its TorchScript export (node names ``/fc1/Gemm`` ...), or its dynamo export."""
+    source = write_source(folder / "amp.py", text)
     namespace: dict = {}
     exec(compile(source.read_text(), str(source), "exec"), namespace)
     model, inputs = namespace["get_model"](), namespace["get_inputs"]()
     buffer = io.BytesIO()
+    if dynamo:
+        return source, torch.onnx.export(model, inputs, dynamo=True, input_names=["x"]).model_proto
     torch.onnx.export(model, inputs, buffer, dynamo=False, opset_version=17, input_names=["x"])
     return source, onnx.load_from_string(buffer.getvalue())
 
@@ -124,6 +126,24 @@ def test_one_float16_node_in_a_float32_file_is_blamed(exported):
     fd = result.json["first_divergence"]
     assert fd["module"] == "norm" and "LayerNormalization" in fd["op_types"]
     assert fd["amplification"]["outputs_tolerance_ratio_without"] < 1
+    assert fd["cause"] == "precision" and fd["confirmed"] is True
+
+
+def test_one_float16_node_paired_at_its_float16_output_is_blamed_not_its_reader(tmp_path):
+    """In a dynamo export the LayerNorm's activation pairs with the node's own (now float16) output, and the
+    Cast up belongs to the next segment: fed the rounded value, that Linear would seem to introduce the error.
+    The Cast's float32 output is fed the exact value too, so the rounding stays with the float16 node."""
+    # fc2 (weights tripled) reads the norm directly
+    text = SOURCE.replace("self.fc2(self.act(self.norm(", "self.fc2((self.norm(")
+    source, proto = _export(tmp_path, dynamo=True, text=text)
+    faulty = tmp_path / "half_norm.onnx"
+    onnx.save(_half_norm(proto), faulty)
+    result = run_cli(source, "--onnx", faulty, "--json", tmp_path / "half.json")
+    assert result.exit_status == 1, result.stderr
+    fd = result.json["first_divergence"]
+    norm = [n.name for n in proto.graph.node if n.op_type == "LayerNormalization"]
+    assert fd["module"] == "norm" and set(norm) <= set(fd["onnx_nodes"]), fd["onnx_nodes"]
+    assert not {"Gemm", "MatMul"} & set(fd["op_types"]), fd["op_types"]
     assert fd["cause"] == "precision" and fd["confirmed"] is True
 
 

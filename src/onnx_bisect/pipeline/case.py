@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
+import onnx
 
 from .. import align
 from ..align import ops as op_pairs
@@ -57,6 +58,7 @@ class CutFeeds:
     references: dict[str, np.ndarray] = field(repr=False)
     feeds: dict[str, np.ndarray] = field(repr=False)  # the model's feeds plus one ``<tensor>::reference`` per cut
     unfed: tuple[str, ...] = ()  # ONNX computes another size there: observed, not cut
+    upcasts: dict[str, str] = field(default_factory=dict)  # a Cast up from a float16 cut -> that cut (fed alike)
 
 
 @dataclass(frozen=True)
@@ -151,7 +153,7 @@ def measure_case(p: Prepared, runner: Runner, seen: Observation, aligned: Alignm
         reproduction, reproduction_max_abs = reproduction_of(p.index, aligned.probed, seen.final, tolerance)
         # A verification case that agrees keeps three numbers per layer: measure only those.
         cmp = functools.partial(_compare if policy.thorough or not ok else compare.check_tensors, tol=tolerance)
-    cut = cut_feeds(aligned, seen.feeds)
+    cut = cut_feeds(aligned, seen.feeds, p.index)
     local_values: dict[str, np.ndarray] = {}
     if policy.thorough or not ok:
         with progress.step("local", f"measuring local error at {len(aligned.cuts)} cut points"):
@@ -164,14 +166,39 @@ def measure_case(p: Prepared, runner: Runner, seen: Observation, aligned: Alignm
     return Measurement(outputs, ok, reproduction, reproduction_max_abs, layers, cut, cmp, tuple(warnings))
 
 
-def cut_feeds(aligned: Alignment, model_feeds: dict[str, np.ndarray]) -> CutFeeds:
+def cut_feeds(aligned: Alignment, model_feeds: dict[str, np.ndarray], index: GraphIndex | None = None) -> CutFeeds:
     """The reference values to feed at the cut points; a tensor whose ONNX size differs from PyTorch's (a
-    shape baked into the graph) cannot be fed its reference and is only observed."""
+    shape baked into the graph) cannot be fed its reference and is only observed.
+
+    A float16 cut whose readers cast it straight back up to float32 (a node converted to float16 in a float32
+    model) is fed at both tensors: the float16 one rounded, as the graph holds it, and each Cast's float32
+    output the exact PyTorch value. The rounding to float16 then belongs to the segment that computes in
+    float16 (judged at float16's resolution, and traced as an amplified error when the layers after it
+    magnify it), not to the float32 segment that reads it."""
     probed = aligned.probed
     references = {t: in_onnx_layout(q.reference(), probed[t]) for t, q in aligned.cuts.items()
                   if t in probed and probed[t].size == q.activation.value.size}
     unfed = tuple(t for t in aligned.cuts if t in probed and t not in references)
-    return CutFeeds(references, with_references(model_feeds, references), unfed)
+    upcasts = _upcasts(index, references, aligned) if index is not None else {}
+    for up, t in upcasts.items():
+        q = aligned.cuts[t]
+        references[up] = np.ascontiguousarray(q.reference().astype(np.float32).reshape(references[t].shape))
+    return CutFeeds(references, with_references(model_feeds, references), unfed, upcasts)
+
+
+def _upcasts(index: GraphIndex, references: dict[str, np.ndarray], aligned: Alignment) -> dict[str, str]:
+    """``{cast output: float16 cut}`` for float16 cuts (of float32 PyTorch values) cast up to float32."""
+    out = {}
+    for t, value in references.items():
+        if value.dtype != np.float16 or aligned.cuts[t].reference().dtype != np.float32:
+            continue
+        for i in index.consumers.get(t, ()):
+            node = index.nodes[i]
+            if (node.op_type == "Cast" and node.outputs and node.outputs[0] not in references
+                    and node.outputs[0] not in aligned.cuts
+                    and index.elem_types.get(node.outputs[0]) == onnx.TensorProto.FLOAT):
+                out[node.outputs[0]] = t
+    return out
 
 
 def with_references(model_feeds: dict[str, np.ndarray], references: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

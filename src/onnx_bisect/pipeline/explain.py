@@ -91,11 +91,14 @@ def trace_amplification(p: Prepared, runner: Runner, measured, captured, toleran
     """When no segment exceeds the tolerance on its own: the segment whose error the layers after it amplify
     (see ``amplify``), as ``(amplification, its layer, the comparison and tolerance it is judged by)``; None
     when the error builds up over many segments."""
-    references = measured.cut.references
-    ordered = sorted(references, key=p.index.order_of)
+    references, upcasts = measured.cut.references, measured.cut.upcasts
+    ordered = sorted((t for t in references if t not in upcasts), key=p.index.order_of)
     local = {r.pair.tensor: r.local.tol_ratio for r in measured.layers if r.local is not None}
     with progress.step("amplify", f"bisecting an amplified error over {len(ordered)} cut points"):
-        run = runner.switched(measured.cut.feeds, references)
+        switched = runner.switched(measured.cut.feeds, references)
+
+        def run(cut):  # a float16 cut's float32 Cast is fed with it
+            return switched(set(cut) | {up for up, t in upcasts.items() if t in cut})
         amp = amplify.bisect_amplification(run, ordered, amplify.outputs_ratio(captured, p.index, tolerance),
                                            lambda t: local.get(t, 0.0))
     if amp is None or not amp.local_ratio > 0:
