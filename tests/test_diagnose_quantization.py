@@ -4,6 +4,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import onnx_bisect
+from onnx_bisect.records import ErrorOrigin, Status
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 from diagnosis_suite import bisect_case  # noqa: E402
@@ -25,3 +28,19 @@ def test_per_tensor_weight_quantization():
     [w] = fd.evidence["weights"]
     assert w["parameter"] == "conv3.weight" and not w["per_channel"]
     assert w["sqnr_db_per_channel"] > w["sqnr_db"]
+
+
+def test_a_clean_quantized_model_whose_outputs_agree_is_not_said_to_hide_a_fault():
+    """A QDQ int8 model at a tolerance its outputs meet: layers whose own error is their quantization (re-run
+    without their Q/DQ and with PyTorch's float weights they agree) are marked ``quantized``, not diverged, and
+    no hidden-fault warning is given."""
+    case = dc.quantization_static("transformer", "torchscript")
+    strict = onnx_bisect.bisect(case.model, case.inputs, onnx=case.proto)
+    worst = max(o.diff.max_abs for o in strict.outputs)
+    loose = onnx_bisect.bisect(case.model, case.inputs, onnx=case.proto, atol=1.5 * worst, rtol=0.0)
+    assert loose.ok
+    beyond = [r for r in loose.layers if r.diff is not None and not r.diff.ok]
+    assert beyond, "the tolerance leaves some layer beyond it: the case tests nothing otherwise"
+    assert all(r.status is Status.QUANTIZED and r.origin is ErrorOrigin.NONE for r in beyond), \
+        [(r.pair.activation.name, r.status) for r in beyond]
+    assert not [w for w in loose.warnings if "inside the model introduce error" in w]

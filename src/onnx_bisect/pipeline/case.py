@@ -102,7 +102,7 @@ def bisect_case(prepared: Prepared, runner: Runner, inputs: ModelInputs, capture
                                  progress)
     report = Report(
         ok=measured.ok, tolerance=policy.tolerance, exporter=p.exported.exporter, opset=p.exported.opset,
-        provider=runner.backend.name, outputs=measured.outputs, first_divergence=found.first, layers=measured.layers,
+        provider=runner.backend.name, outputs=measured.outputs, first_divergence=found.first, layers=found.layers or measured.layers,
         warnings=measured.warnings + found.warnings, notes=p.exported.notes + p.notes,
         timings=dict(progress.timings), model_name=p.loaded.name, reproduction=measured.reproduction,
         reproduction_max_abs=measured.reproduction_max_abs, faithful=found.faithful, repro=found.repro,

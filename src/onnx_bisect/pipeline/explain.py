@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from ..diagnose import Baseline, CutRun, DiagnosisContext, OnnxModel, diagnose
+from ..diagnose import Baseline, CutRun, DiagnosisContext, OnnxModel, diagnose, explained_by_quantization
 from ..measure import localize, observe
 from ..records import (Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Repro, Reproduction, Status,
                        TensorPair)
@@ -31,13 +31,17 @@ class Explanation:
     faithful: FaithfulLocation | None = None
     warnings: tuple[str, ...] = ()
     repro: Repro | None = None  # only when the policy asks for it
+    layers: tuple[LayerResult, ...] | None = None  # the measured layers restated (quantization noise), if any
 
 
 def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measured, captured, inputs,
                  policy: CasePolicy, progress: Progress) -> Explanation:
     """Name the first divergence and its cause; when the outputs agree, warn about a hidden one."""
     if measured.ok:
-        return Explanation(warnings=tuple(hidden_divergence(measured.layers)))
+        layers = None
+        if _quantized(p):
+            layers = _without_quantization_noise(p, runner, model_feeds, measured, captured, inputs, policy)
+        return Explanation(warnings=tuple(hidden_divergence(layers or measured.layers)), layers=layers)
     layer, introduced = localize.first_divergence(measured.layers)
     references, faithful = measured.cut.references, None
     if measured.reproduction is Reproduction.DIFFERENT:
@@ -68,12 +72,8 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
             earlier, layer=layer, evidence={**earlier.evidence, "diagnosed_on_an_earlier_sample": True},
             explanation="(Diagnosed on an earlier sample that diverges at the same tensor.) " + earlier.explanation)
         return Explanation(first, faithful)
-    ctx = DiagnosisContext(
-        layer=layer, introduced=introduced, layers=measured.layers, onnx=OnnxModel(p.index, p.skeleton, p.weights),
-        baseline=Baseline(p.loaded, captured, inputs, p.reference_weights),
-        cut=CutRun(references, model_feeds, runner.run_cut, runner.backend.settings),
-        tolerance=tolerance, compare=cmp, ops=refined.ops if refined is not None else (),
-    )
+    ctx = _context(p, runner, layer, introduced, measured.layers, references, model_feeds, captured, inputs,
+                   tolerance, cmp, refined.ops if refined is not None else ())
     with progress.step("diagnose", "diagnosing the first divergence"):
         first = diagnose(ctx)
     repro = None
@@ -108,6 +108,46 @@ def trace_amplification(p: Prepared, runner: Runner, measured, captured, toleran
         return None
     scaled = amplify.amplified_tolerance(tolerance, amp)
     return amp, layer, amplify.plain_compare(scaled), scaled
+
+
+def _context(p: Prepared, runner: Runner, layer, introduced, layers, references, model_feeds, captured, inputs,
+             tolerance, cmp, ops=()) -> DiagnosisContext:
+    return DiagnosisContext(
+        layer=layer, introduced=introduced, layers=layers, onnx=OnnxModel(p.index, p.skeleton, p.weights),
+        baseline=Baseline(p.loaded, captured, inputs, p.reference_weights),
+        cut=CutRun(references, model_feeds, runner.run_cut, runner.backend.settings),
+        tolerance=tolerance, compare=cmp, ops=ops,
+    )
+
+
+#: at most this many layers of a quantized model whose outputs agree are re-run without their quantization
+MAX_QUANTIZED_RERUNS = 8
+
+
+def _quantized(p: Prepared) -> bool:
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in p.index.nodes)
+
+
+def _without_quantization_noise(p: Prepared, runner: Runner, model_feeds, measured, captured, inputs,
+                                policy: CasePolicy) -> tuple[LayerResult, ...] | None:
+    """The layers, with those whose own error their quantization explains (re-run without it, they agree)
+    marked ``quantized`` (and, when that is every introduced error, the error they hand on): a quantized model
+    whose outputs agree is not said to hide a fault in its layers. None when nothing changes."""
+    introduced = [r for r in measured.layers if r.origin is ErrorOrigin.INTRODUCED][:MAX_QUANTIZED_RERUNS]
+    noise = set()
+    for r in introduced:
+        ctx = _context(p, runner, r, True, measured.layers, measured.cut.references, model_feeds, captured, inputs,
+                       policy.tolerance, measured.compare)
+        if explained_by_quantization(ctx):
+            noise.add(id(r))
+    if len(noise) == sum(r.origin is ErrorOrigin.INTRODUCED for r in measured.layers):
+        # every error introduced beyond the tolerance is quantization (or none is): what the layers after
+        # them inherit is quantization noise adding up
+        noise |= {id(r) for r in measured.layers if r.origin is ErrorOrigin.INHERITED}
+    if not noise:
+        return None
+    return tuple(dataclasses.replace(r, status=Status.QUANTIZED, origin=ErrorOrigin.NONE) if id(r) in noise else r
+                 for r in measured.layers)
 
 
 def hidden_divergence(layers: tuple[LayerResult, ...]) -> list[str]:

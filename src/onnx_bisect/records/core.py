@@ -119,6 +119,7 @@ class Status(enum.Enum):
     DIVERGED = "diverged"
     FUSED = "fused"
     UNMATCHED = "unmatched"
+    QUANTIZED = "quantized"  # beyond tolerance by its quantization alone: re-run without its Q/DQ it agrees
 
 
 class Reproduction(enum.Enum):

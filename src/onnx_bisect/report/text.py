@@ -176,7 +176,8 @@ def _summary(report: Report) -> str:
     methods = Counter(r.pair.method.value for r in report.layers if r.pair.tensor is not None)
     aligned, total, absent = leaf_coverage(report.layers)
     how = ", ".join(f"{k} {v}" for k, v in methods.most_common())
-    return (f"{len(report.layers)} activations: " + ", ".join(f"{counts.get(s, 0)} {s.value}" for s in Status)
+    return (f"{len(report.layers)} activations: " + ", ".join(f"{counts.get(s, 0)} {s.value}" for s in Status
+                                                        if s is not Status.QUANTIZED or counts.get(s))
             + f". Leaf modules aligned: {aligned}/{total}"
             + (f" ({absent} absent from the graph)" if absent else "") + (f"; by {how}." if how else ".")
             + "\n" + reproduction_line(report.reproduction, report.reproduction_max_abs, report.faithful))

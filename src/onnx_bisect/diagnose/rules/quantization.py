@@ -23,9 +23,7 @@ class Quantization(Rule):
         if not protos or not ctx.significant(ctx.layer.local):
             return None
         quantizers = [p for p in protos if p.op_type == "QuantizeLinear"]
-        values = ctx.run_segment(outputs=[q.input[0] for q in quantizers])
-        acts = [_activation(ctx, q, values[q.input[0]]) for q in quantizers if q.input[0] in values]
-        acts = [a for a in acts if a is not None]
+        acts = _activations(ctx, quantizers)
         weights = [w for w in (_weight(ctx, p) for p in protos if p.op_type == "DequantizeLinear") if w is not None]
         inside = set(ctx.layer.segment)
         compute = sorted({ctx.onnx.graph.nodes[i].name for p in protos if p.op_type == "DequantizeLinear"
@@ -44,6 +42,19 @@ class Quantization(Rule):
         relu = {a["node"] for a in acts if a["acts_as_relu"]}
         return Finding(self.cause, 0.9, summary, advice, evidence,
                        counterfactual=lambda c: _dequantized(c, protos, relu))
+
+
+def _activations(ctx: DiagnosisContext, quantizers) -> list[dict]:
+    """Each activation quantizer measured on the value it quantizes in the segment's run."""
+    values = ctx.run_segment(outputs=[q.input[0] for q in quantizers])
+    acts = [_activation(ctx, q, values[q.input[0]]) for q in quantizers if q.input[0] in values]
+    return [a for a in acts if a is not None]
+
+
+def _absorbing_relu(ctx: DiagnosisContext, protos) -> set[str]:
+    """The quantizers whose zero point at the bottom of the range clips like a Relu the graph folded into them."""
+    return {a["node"] for a in _activations(ctx, [p for p in protos if p.op_type == "QuantizeLinear"])
+            if a["acts_as_relu"]}
 
 
 def _activation(ctx: DiagnosisContext, q, x: np.ndarray) -> dict | None:
@@ -158,7 +169,13 @@ def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset()) ->
         for i in ctx.onnx.graph.consumers.get(q.output[0], ()):
             if ctx.onnx.graph.nodes[i].op_type == "DequantizeLinear":
                 _identity(model, ctx.onnx.graph.nodes[i].name, q.input[0], "Relu" if q.name in relu else "Identity")
+    inside = {p.name for p in protos}
     for dq in (p for p in protos if p.op_type == "DequantizeLinear"):
+        q = ctx.onnx.graph.node_of(dq.input[0])
+        if q is not None and q.op_type == "QuantizeLinear" and q.name not in inside and q.inputs:
+            # the segment reads a value quantized upstream: it reads the float value instead
+            _identity(model, dq.name, q.inputs[0], "Relu" if q.name in relu else "Identity")
+            continue
         w = _dequantized_weight(ctx, dq)
         match = _torch_weight(ctx, w) if w is not None else None
         if match is not None:
@@ -174,3 +191,18 @@ def _identity(model, node_name: str, source: str, op_type: str = "Identity") -> 
     del node.input[:]
     node.input.append(source)
     del node.attribute[:]
+
+
+def explained_by_quantization(ctx: DiagnosisContext) -> bool:
+    """Whether the segment's own error is its quantization: with its activation Q/DQ pairs made identities and
+    its quantized weights replaced by PyTorch's, re-run from the same PyTorch inputs, it agrees (a clean
+    quantized model's layers differ from PyTorch by that much, and that is no fault)."""
+    protos = [p for p in ctx.segment_protos if p.op_type in QUANT_OPS]
+    if not protos:
+        return False
+    try:
+        fixed = _dequantized(ctx, protos, _absorbing_relu(ctx, protos))
+        values = ctx.run_segment(fixed.model, fixed.weights, feeds=fixed.feeds)
+    except Exception:  # noqa: BLE001 - a segment that cannot be re-run is not explained
+        return False
+    return ctx.tensor in values and ctx.compare(values[ctx.tensor], ctx.reference).ok
