@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import sys
+
+import pytest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
@@ -28,18 +30,21 @@ def test_groupnorm_exported_as_instancenorm():
     assert fd.evidence["mismatches"][0]["module"] == "gn"
 
 
-def test_constant_of_a_decomposed_norm():
-    """TorchScript at opset 16 decomposes LayerNorm; its eps is the constant added before Sqrt."""
+@pytest.mark.parametrize("eps", [0.05, 0.9])
+def test_constant_of_a_decomposed_norm(eps):
+    """TorchScript at opset 16 decomposes LayerNorm; its eps is the constant added before Sqrt, however far
+    off it was rewritten (0.9 is no plausible epsilon, but it is the one the graph uses)."""
     model, inputs = dc.dm.build("mlp")
     proto = dc.export_opset(model, inputs, 16)
     add = next(n for n in plant.find_nodes(proto, "Add", "norm")
                if any(plant._constant(proto, i) is not None and plant._constant(proto, i).size == 1 for i in n.input))
     const = next(i for i in add.input if plant._constant(proto, i) is not None)
-    bad = plant.set_constant(proto, const, 0.05)
+    bad = plant.set_constant(proto, const, eps)
     report, _ = bisect_case(dc.Case("decomposed", "epsilon-mismatch", "mlp", "torchscript", model, inputs, bad))
     fd = report.first_divergence
     assert fd.cause == "epsilon-mismatch" and fd.confirmed is True
     assert "constant" in fd.evidence["mismatches"][0]["where"]
+    assert fd.evidence["mismatches"][0]["onnx_epsilon"] == pytest.approx(eps)
 
 
 def test_silent_when_epsilons_agree():

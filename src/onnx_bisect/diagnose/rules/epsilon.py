@@ -53,7 +53,9 @@ def _sites(ctx: DiagnosisContext):
         elif proto.op_type == "Add" and _feeds_root(ctx, proto):
             for tensor in proto.input:
                 value = ctx.constant(tensor)
-                if value is not None and value.size == 1 and 0 < abs(float(value.reshape(-1)[0])) < 0.5:
+                # any finite scalar added right before the square root inside a module that has an eps is its
+                # epsilon, however far off (a rewritten 0.9 as much as 1e-6)
+                if value is not None and value.size == 1 and np.isfinite(float(value.reshape(-1)[0])):
                     yield proto.name, f"constant '{tensor}' added before the square root", \
                         float(value.reshape(-1)[0]), torch_eps, module, tensor
 
