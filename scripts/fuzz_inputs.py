@@ -2243,7 +2243,8 @@ def run_case(case: Case, cfg: RunConfig) -> dict:
             if path == canary_real or path.startswith(canary_real + "."):
                 canary_hits.add(path)
             elif (in_case and not any(path == d or path.startswith(d + os.sep) for d in inside.values())) \
-                    or (any(r.search(path) for r in outside_res) and path not in AMBIENT_READS):
+                    or (any(r.search(path) for r in outside_res)
+                        and re.sub(r"^/proc/\d+/", "/proc/self/", path) not in AMBIENT_READS):
                 outside_hits.add(path)
         elif in_case:
             beside = os.path.dirname(path) == case_real  # the canary, or anything new beside the model folder

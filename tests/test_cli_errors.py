@@ -190,6 +190,21 @@ def _unknown_input_type(d: Path) -> Path:
     return d / "odd.onnx"
 
 
+def _softmax_axis_99(d: Path) -> Path:
+    """A file ONNX Runtime refuses to load (Softmax axis out of range) though the protobuf is well formed."""
+    model = tiny_onnx(helper.make_node("Softmax", ["x"], ["y"], name="soft", axis=99))
+    model.ir_version = 10  # one ONNX Runtime reads: only the axis is wrong
+    onnx.save(model, d / "soft99.onnx")
+    return d / "soft99.onnx"
+
+
+def _relu_runnable(d: Path) -> Path:
+    model = tiny_onnx()
+    model.ir_version = 10
+    onnx.save(model, d / "relu10.onnx")
+    return d / "relu10.onnx"
+
+
 # case id: (argv builder given a tiny_model_dir folder, phrases the error line must contain)
 CASES = {
     "missing-model-file": (lambda d: [d / "nope.py"], ("nope.py' does not exist", "get_model()")),
@@ -272,6 +287,15 @@ CASES = {
     "pt-holds-objects": (
         lambda d: [d / "mlp.py", "--input", _pt(d, "obj.pt", lambda t: {"x": __import__("argparse").Namespace()})],
         ("holds Python objects other than tensors", "weights_only")),
+    "reference-candidate-does-not-run": (
+        lambda d: [_softmax_axis_99(d), "--reference", _relu_runnable(d), "--input", d / "x.npy"],
+        ("ONNX Runtime", "axis")),
+    "reference-file-does-not-run": (
+        lambda d: [_relu_runnable(d), "--reference", _softmax_axis_99(d), "--input", d / "x.npy"],
+        ("The --reference model", "axis")),
+    "empty-sample-for-batch-sizes": (
+        lambda d: [d / "mlp.py", "--input", _npy(d, "empty.npy", np.zeros((0, 4), np.float32)), "--batch-sizes", "1,3"],
+        ("is empty along axis 0", "at least one entry")),
     "npy-header-claims-more-than-file": (
         lambda d: [d / "mlp.py", "--input", _npy_claiming(d, (10 ** 6, 10 ** 6))],
         ("Could not read input file", "mmap length is greater than file size")),

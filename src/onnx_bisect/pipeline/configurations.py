@@ -70,6 +70,11 @@ def resize(inputs: ModelInputs, spec: AxisSpec, size: int) -> ModelInputs:
     new = {}
     for name in axis_members(inputs, spec):
         value = dict(named_tensors(inputs))[name]
+        if value.shape[spec.axis % value.dim()] == 0 and size > 0:
+            raise InputError(
+                f"Input '{name}' is empty along axis {spec.axis % value.dim()} (shape {list(value.shape)}), so "
+                f"onnx-bisect has no values to make the {spec.name} sizes {list(spec.sizes)} from. Pass a sample "
+                "with at least one entry along that axis.")
         new[name] = _resized(value, spec.axis % value.dim(), size)
     return _replace(inputs, new)
 

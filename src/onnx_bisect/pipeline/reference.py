@@ -21,7 +21,7 @@ import onnx.numpy_helper
 import torch
 
 from .. import align
-from ..errors import InputError, UsageError
+from ..errors import BackendError, InputError, RuntimeFailure, UsageError
 from ..records.graph import GraphIndex
 from ..report.progress import Progress
 from ..run import expose
@@ -79,8 +79,10 @@ def bisect_onnx(
         prepared = dataclasses.replace(_prepare(loaded, cand, model_inputs, generated),
                                        reference_weights=_initializers(ref))
     runner = Runner(prepared, backend)
+    model_feeds, _ = feeds.make_feeds(model_inputs, prepared.skeleton, loaded.forward_params)
+    with progress.step("final", "running the candidate as it is"):
+        runner.final(model_feeds)  # a file ONNX Runtime cannot run is the input's problem, said before exposing
     with progress.step("probe", "running the candidate with every tensor exposed"):
-        model_feeds, _ = feeds.make_feeds(model_inputs, prepared.skeleton, loaded.forward_params)
         probed = runner.probe(model_feeds)
     with progress.step("align", "pairing the two models' tensors"):
         pairs = pair_tensors(captured, prepared.index, probed)
@@ -158,7 +160,18 @@ def capture_reference(ref: ExportedModel, inputs: ModelInputs, loaded: LoadedMod
     model_feeds, _ = feeds.make_feeds(inputs, skeleton, loaded.forward_params)
     index = graph.index_graph(skeleton)
     wanted = [t for n in index.nodes if n.op_type not in SKIPPED_OPS for t in n.outputs if t]
-    values = backend.run(expose.expose_tensors(skeleton, wanted), model_feeds, None, store, one_shot=True, optimize=False)
+    try:
+        values = backend.run(expose.expose_tensors(skeleton, wanted), model_feeds, None, store, one_shot=True,
+                             optimize=False)
+    except BackendError as exc:
+        try:
+            backend.run(skeleton, model_feeds, None, store, one_shot=True, optimize=False)
+        except BackendError as plain:  # the file itself does not run: the input's problem
+            raise BackendError(f"The --reference model: {plain}") from plain
+        raise RuntimeFailure(
+            f"The --reference model runs in ONNX Runtime, but the copy onnx-bisect made of it with every tensor "
+            f"exposed does not ({exc}). This is a failure of onnx-bisect or ONNX Runtime, not of your model: "
+            "please report it with the output of --debug.") from exc
     activations: list[Activation] = []
     made_by: dict[str, int] = {}
     for node in index.nodes:
