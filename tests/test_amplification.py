@@ -75,13 +75,18 @@ def exported(tmp_path_factory):
     return folder, source, proto
 
 
+def _diverging(folder: Path, source: Path, proto: onnx.ModelProto, name: str):
+    """The CLI on ``proto`` saved as ``name``.onnx: it must diverge; its result and first divergence (JSON)."""
+    faulty = folder / f"{name}.onnx"
+    onnx.save(proto, faulty)
+    result = run_cli(source, "--onnx", faulty, "--json", folder / f"{name}.json")
+    assert result.exit_status == 1, result.stderr
+    return result, result.json["first_divergence"]
+
+
 def test_weight_noise_below_tolerance_is_traced_to_its_layer(exported):
     folder, source, proto = exported
-    faulty = folder / "noisy.onnx"
-    onnx.save(_plant_noise(proto), faulty)
-    result = run_cli(source, "--onnx", faulty, "--json", folder / "noisy.json")
-    assert result.exit_status == 1, result.stderr
-    fd = result.json["first_divergence"]
+    result, fd = _diverging(folder, source, _plant_noise(proto), "noisy")
     assert fd["module"] == "fc1" and fd["onnx_nodes"] == ["/fc1/Gemm"]
     amp = fd["amplification"]
     assert amp["local_tolerance_ratio"] < 1 < amp["outputs_tolerance_ratio"]
@@ -119,11 +124,7 @@ def test_one_float16_node_in_a_float32_file_is_blamed(exported):
     """A LayerNorm computed in float16 stays within float16's rounding, so judged at float16 resolution it
     passes; its error is what the layers after it amplify."""
     folder, source, proto = exported
-    faulty = folder / "half_norm.onnx"
-    onnx.save(_half_norm(proto), faulty)
-    result = run_cli(source, "--onnx", faulty, "--json", folder / "half.json")
-    assert result.exit_status == 1, result.stderr
-    fd = result.json["first_divergence"]
+    _, fd = _diverging(folder, source, _half_norm(proto), "half_norm")
     assert fd["module"] == "norm" and "LayerNormalization" in fd["op_types"]
     assert fd["amplification"]["outputs_tolerance_ratio_without"] < 1
     assert fd["cause"] == "precision" and fd["confirmed"] is True
@@ -136,11 +137,7 @@ def test_one_float16_node_paired_at_its_float16_output_is_blamed_not_its_reader(
     # fc2 (weights tripled) reads the norm directly
     text = SOURCE.replace("self.fc2(self.act(self.norm(", "self.fc2((self.norm(")
     source, proto = _export(tmp_path, dynamo=True, text=text)
-    faulty = tmp_path / "half_norm.onnx"
-    onnx.save(_half_norm(proto), faulty)
-    result = run_cli(source, "--onnx", faulty, "--json", tmp_path / "half.json")
-    assert result.exit_status == 1, result.stderr
-    fd = result.json["first_divergence"]
+    _, fd = _diverging(tmp_path, source, _half_norm(proto), "half_norm")
     norm = [n.name for n in proto.graph.node if n.op_type == "LayerNormalization"]
     assert fd["module"] == "norm" and set(norm) <= set(fd["onnx_nodes"]), fd["onnx_nodes"]
     assert not {"Gemm", "MatMul"} & set(fd["op_types"]), fd["op_types"]
