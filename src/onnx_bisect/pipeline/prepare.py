@@ -22,7 +22,7 @@ from ..records.weights import Weights
 from ..report.files import write_atomic
 from ..report.progress import Progress
 from ..run.backend import Backend
-from ..source import export, feeds, graph, load, onnx_file, weights
+from ..source import caches, export, feeds, graph, load, onnx_file, weights
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,7 @@ class Prepared:
 
 def loaded_from_module(model: Any) -> LoadedModel:
     """A :class:`LoadedModel` for an ``nn.Module`` handed over from Python."""
+    caches.register_caches(model)
     return LoadedModel(module=model, name=type(model).__name__, source="<python>", was_training=bool(model.training),
                        forward_params=load.forward_params(model))
 
@@ -138,6 +139,7 @@ def prepare(loaded: LoadedModel, inputs: ModelInputs, captured: Capture, exporte
     with progress.step("preflight", "checking the model before running it"):
         warnings = preflight.check_model(loaded, inputs, skeleton, weight_store, exported, backend, modules)
         notes = preflight.static_batch(skeleton) if exported.exporter is Exporter.GIVEN else []
+        notes += feeds.nested_inputs(inputs, skeleton, loaded.forward_params)
     if save_onnx:
         save_model(weights.join_weights(skeleton, weight_store) if exported.weights is not None else exported.proto,
                    save_onnx)

@@ -16,6 +16,7 @@ from torch.utils._pytree import tree_map_only
 
 from ..errors import ExportError
 from ..records import Exporter, ExportedModel, LoadedModel, ModelInputs
+from .caches import register_caches
 from .onnx_file import opset_of
 
 #: the opset of a TorchScript export when none is asked for
@@ -37,6 +38,7 @@ def export_model(
     """
     model = loaded.module
     model.eval()
+    registered = register_caches(model)
     # The TorchScript tracer runs the model on the inputs it is given; a forward
     # that modifies its arguments in place would change the tensors that later
     # become the ONNX feeds.
@@ -53,9 +55,39 @@ def export_model(
         notes = tuple(
             f"The {w.value} exporter failed ({summarise(e)}); fell back to the {which.value} exporter."
             for w, e in failures
-        )
+        ) + cache_notes(program, registered)
         return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), notes=notes, program=program)
     raise ExportError(failure_message(failures), failures) from failures[-1][1]
+
+
+def cache_notes(program, registered: str | None) -> tuple[str, ...]:
+    """Say how a key/value cache in the model's outputs or inputs was exported."""
+    if program is None or registered is None:
+        return ()
+    spec = program.call_spec
+    sides = {side: sorted({t.__name__ for t in _spec_types(tree) if t.__name__.endswith("Cache")})
+             for side, tree in (("returns", spec.out_spec), ("takes", spec.in_spec))}
+    said = [f"{side} a key/value cache ({' and '.join(names)})" for side, names in sides.items() if names]
+    if not said:
+        return ()
+    two_part = any("EncoderDecoder" in n for names in sides.values() for n in names)
+    return (f"The model {' and '.join(said)} (use_cache=True). It was exported with its cache, as decoders ship "
+            f"(optimum, onnxruntime-genai): transformers' cache classes registered as pytree nodes for torch.export "
+            f"({registered}), so the cache's key/value tensors are graph "
+            + ("inputs (past key/values) and " if sides["takes"] else "") + "outputs (present key/values), layer "
+            "by layer, key before value"
+            + (" (the self-attention layers, then the cross-attention layers)" if two_part else "") + ".",)
+
+
+def _spec_types(spec) -> list[type]:
+    """Every container type in a pytree spec."""
+    found, stack = [], [spec]
+    while stack:
+        s = stack.pop()
+        if getattr(s, "type", None) is not None:
+            found.append(s.type)
+        stack.extend(getattr(s, "children_specs", ()) or ())
+    return found
 
 
 def export_dynamo(model, inputs: ModelInputs, opset: int | None = None, dynamic_axes=None):
@@ -69,10 +101,17 @@ def export_dynamo(model, inputs: ModelInputs, opset: int | None = None, dynamic_
                          else None) for name in given}
     with quiet():
         program = torch.onnx.export(
-            model, tuple(inputs.args), kwargs=dict(inputs.kwargs) or None, dynamo=True,
+            model, positional(inputs.args, inputs.kwargs), kwargs=dict(inputs.kwargs) or None, dynamo=True,
             opset_version=opset, verbose=False, report=False, dynamic_shapes=shapes,
         )
     return program.model_proto, program.exported_program
+
+
+def positional(args, kwargs) -> tuple:
+    """Positional arguments as ``torch.onnx.export`` reads them: it takes a trailing dict for the keyword
+    arguments when none are given apart, so a dict argument in last position is followed by an empty one."""
+    args = tuple(args)
+    return args + ({},) if args and isinstance(args[-1], dict) and not kwargs else args
 
 
 def capture_program(model, inputs: ModelInputs):
@@ -117,7 +156,7 @@ def export_torchscript(model, inputs: ModelInputs, opset: int | None = None, dyn
     """The TorchScript exporter's ONNX model (through :class:`KeywordAdapter` when the forward refuses
     positional arguments).  ``silence_warnings=False`` lets the tracer's warnings reach the caller."""
     args, kwargs = cloned(inputs)
-    args = tuple(args) + ((kwargs,) if kwargs else ())
+    args = positional(args, kwargs) + ((kwargs,) if kwargs else ())
     naming = {}
     if dynamic_axes:
         if inputs.kwargs or not all(isinstance(a, torch.Tensor) for a in inputs.args):
@@ -246,6 +285,11 @@ def summarise(exc: BaseException) -> str:
 def failure_message(failures) -> str:
     """What failed in each exporter and the next steps."""
     parts = "; ".join(f"{w.value}: {summarise(e)}" for w, e in failures)
+    if any("Cache" in str(e) and "pytree" in str(e) for _, e in failures):
+        return (f"Exporting the model to ONNX failed ({parts}). The model returns or takes a key/value cache that "
+                "torch.export cannot flatten: build it with use_cache=False (config.use_cache = False) to export "
+                "without the cache, or register the cache class with torch.utils._pytree.register_pytree_node "
+                "(transformers 5 does this for its own caches).")
     return (
         f"Exporting the model to ONNX failed ({parts}). Rewrite the failing operator with "
         "exportable PyTorch ops, register a custom symbolic/translation for it, or export "
