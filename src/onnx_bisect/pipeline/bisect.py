@@ -16,6 +16,7 @@ from .case import bisect_case
 from .config import CasePolicy, Config
 from .prepare import capture_case, loaded_from_module, obtain_onnx, prepare, with_program_ops
 from .runner import Runner
+from .workspace import workspace
 
 
 def run(config: Config, progress: Progress | None = None) -> Report:
@@ -77,13 +78,14 @@ def bisect_loaded(
     """Run every stage on an already loaded model and inputs."""
     progress = progress or Progress(enabled=False)
     backend = make_backend(runtime)
-    with progress.step("capture", "running PyTorch with forward hooks"):
-        captured = capture_case(loaded, inputs)
-    exported = obtain_onnx(loaded, inputs, onnx_path, exporter, opset, progress)
-    captured = with_program_ops(captured, exported, inputs, progress)
-    prepared = prepare(loaded, inputs, captured, exported, backend=backend, save_onnx=save_onnx, progress=progress)
-    return bisect_case(prepared, Runner(prepared, backend), inputs, captured, policy=CasePolicy(tolerance),
-                       progress=progress).report
+    with workspace() as folder:
+        with progress.step("capture", "running PyTorch with forward hooks"):
+            captured = capture_case(loaded, inputs)
+        exported = obtain_onnx(loaded, inputs, onnx_path, exporter, opset, progress, folder=folder)
+        captured = with_program_ops(captured, exported, inputs, progress)
+        prepared = prepare(loaded, inputs, captured, exported, backend=backend, save_onnx=save_onnx, progress=progress)
+        return bisect_case(prepared, Runner(prepared, backend), inputs, captured, policy=CasePolicy(tolerance),
+                           progress=progress).report
 
 
 __all__ = ["Config", "bisect", "bisect_loaded", "loaded_from_module", "run"]

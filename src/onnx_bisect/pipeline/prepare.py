@@ -3,6 +3,7 @@ scope map and preflight warnings."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,10 +20,10 @@ from ..errors import FAILURE, BisectError, ExportError, InputError, UsageError
 from ..records import Capture, Exporter, ExportedModel, LoadedModel, ModelInputs
 from ..records.graph import GraphIndex
 from ..records.weights import Weights
-from ..report.files import write_atomic
+from ..report.files import copy_atomic, write_atomic
 from ..report.progress import Progress
 from ..run.backend import Backend
-from ..source import caches, export, feeds, graph, load, onnx_file, weights
+from ..source import caches, export, external, feeds, graph, load, onnx_file, weights
 
 
 @dataclass(frozen=True)
@@ -79,12 +80,13 @@ def with_program_ops(captured: Capture, exported: ExportedModel, inputs: ModelIn
 
 def obtain_onnx(loaded: LoadedModel, inputs: ModelInputs, onnx_path: str | onnx.ModelProto | None,
                 exporter: Exporter | None, opset: int | None, progress: Progress,
-                dynamic_axes: dict[str, dict[int, str]] | None = None) -> ExportedModel:
-    """Export the model (``onnx_path`` None), or load the given file or proto."""
+                dynamic_axes: dict[str, dict[int, str]] | None = None, folder=None) -> ExportedModel:
+    """Export the model (``onnx_path`` None) into ``folder`` (a private one: the run's workspace), or load
+    the given file or proto."""
     if onnx_path is None:
         with progress.step("export", f"exporting to ONNX ({(exporter or Exporter.DYNAMO).value})"):
             try:
-                return export.export_model(loaded, inputs, exporter, opset, dynamic_axes)
+                return export.export_model(loaded, inputs, exporter, opset, dynamic_axes, folder)
             except ExportError as exc:
                 raise _triaged(exc, loaded, inputs) from exc.__cause__
     if isinstance(onnx_path, str):
@@ -141,10 +143,36 @@ def prepare(loaded: LoadedModel, inputs: ModelInputs, captured: Capture, exporte
         notes = preflight.static_batch(skeleton) if exported.exporter is Exporter.GIVEN else []
         notes += feeds.nested_inputs(inputs, skeleton, loaded.forward_params)
     if save_onnx:
-        save_model(weights.join_weights(skeleton, weight_store) if exported.weights is not None else exported.proto,
-                   save_onnx)
+        with progress.step("save", f"writing the exported model to {save_onnx}"):
+            if exported.file is not None:
+                save_files(exported.file, save_onnx)
+            else:
+                save_model(weights.join_weights(skeleton, weight_store) if exported.weights is not None
+                           else exported.proto, save_onnx)
     return Prepared(loaded, exported, skeleton, weight_store, index, scopes, candidates, tuple(warnings),
                     tuple(notes))
+
+
+def save_files(written: str, path: str) -> None:
+    """``--save-onnx`` of a model written with external data (onnx-bisect's own export): ``path`` and
+    ``path.data`` beside it, each written atomically, the data first (the graph names its new location)."""
+    data_name = Path(path).name + ".data"
+    proto = onnx.load(written, load_external_data=False)
+    sources = set()
+    for tensor, _ in external.external_tensors(proto.graph):
+        ref = external.check_external(tensor, Path(written).parent)
+        sources.add(ref.file)
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = data_name
+    if len(sources) > 1:
+        raise UsageError(f"The exported model keeps its weights in {len(sources)} files; onnx-bisect saves one.")
+    try:
+        for source in sources:
+            copy_atomic(str(source), str(Path(path).with_name(data_name)))
+        write_atomic(path, proto.SerializeToString())
+    except OSError as exc:
+        raise UsageError(f"Cannot write --save-onnx '{path}': {exc.strerror or exc}. Choose a writable path.") from exc
 
 
 def save_model(proto: onnx.ModelProto, path: str) -> None:

@@ -195,6 +195,7 @@ class ExportedModel:
     notes: tuple[str, ...] = ()
     weights: Any = field(default=None, repr=False)  # weights.Weights when proto is already split
     program: Any = field(default=None, repr=False)  # the torch.export ExportedProgram (dynamo exports)
+    file: str | None = None  # the .onnx file the skeleton and weights were read from (own exports: in a private folder)
 
 
 @dataclass(frozen=True)

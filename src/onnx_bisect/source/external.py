@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from ..errors import OnnxLoadError
-from ..records.weights import Weights
+from ..records.weights import Weights, register_mapping
 
 #: the ONNX element types whose bytes can be mapped as numpy arrays of the same type
 NUMPY_TYPES = {
@@ -144,6 +144,8 @@ def load_external(skeleton: onnx.ModelProto, folder: Path, placeholder: str) -> 
         if ref.file not in maps:
             with open(ref.file, "rb") as f:
                 maps[ref.file] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if ref.file.stat().st_size else b""
+            if maps[ref.file]:
+                register_mapping(maps[ref.file], ref.file)
         count = ref.nbytes // ref.dtype.itemsize if ref.dtype.itemsize else 0
         array = np.frombuffer(maps[ref.file], dtype=ref.dtype, count=count, offset=ref.offset).reshape(ref.shape)
         del tensor.external_data[:]

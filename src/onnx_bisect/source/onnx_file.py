@@ -41,7 +41,7 @@ def load_onnx(path: str, check: str = "the --onnx path") -> ExportedModel:
         raise OnnxLoadError(f"'{p}' loads but its graph has no nodes. Pass the exported model file.")
     check_types(skeleton, f"'{p}'")
     return ExportedModel(proto=skeleton, exporter=Exporter.GIVEN, opset=opset_of(skeleton), path=str(p),
-                         weights=store)
+                         weights=store, file=str(p))
 
 
 def validate_onnx(proto: onnx.ModelProto, where: str) -> onnx.ModelProto:
