@@ -4,6 +4,7 @@ load → export → capture → expose/run → align → compare → localize �
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import onnx
@@ -17,6 +18,8 @@ from .config import CasePolicy, Config
 from .prepare import capture_case, loaded_from_module, obtain_onnx, prepare, with_program_ops
 from .runner import Runner
 from .workspace import workspace
+from . import memory
+from ..records.store import ArrayStore
 
 
 def run(config: Config, progress: Progress | None = None) -> Report:
@@ -28,6 +31,7 @@ def run(config: Config, progress: Progress | None = None) -> Report:
     return bisect_loaded(
         loaded, inputs, onnx_path=config.onnx, exporter=config.exporter, opset=config.opset,
         runtime=config.runtime, tolerance=config.tolerance, save_onnx=config.save_onnx, progress=progress,
+        low_memory=config.low_memory, window_mb=config.window_mb,
     )
 
 
@@ -44,12 +48,19 @@ def bisect(
     save_onnx: str | None = None,
     ort_config: dict[str, str] | None = None,
     ort_opt_level: str | OptLevel = OptLevel.ALL,
+    low_memory: bool | None = None,
+    window_mb: float | None = None,
 ) -> Report:
     """Bisect a PyTorch ``model`` against its ONNX export (or the given ONNX model).
 
     ``inputs`` is a tensor, an array, a tuple of them (positional arguments) or
     a dict (keyword arguments).  Returns a :class:`Report`; ``report.ok`` tells
-    whether the final outputs agree within ``atol``/``rtol``.
+    whether the final outputs agree within ``atol``/``rtol``.  ``low_memory``
+    holds one framework's weights at a time (None: when the model is large; see
+    :mod:`onnx_bisect.pipeline.memory`); the module's weights are then
+    memory-mapped from a temporary file when the call returns if they were
+    while it ran.  ``window_mb`` exposes intermediate tensors in windows of at
+    most that many MiB (automatic in low-memory runs).
     """
     loaded = loaded_from_module(model)
     model_inputs = load.to_model_inputs(inputs, loaded)
@@ -59,7 +70,7 @@ def bisect(
     return bisect_loaded(
         loaded, model_inputs, onnx_path=onnx, exporter=Exporter(exporter) if exporter else None, opset=opset,
         runtime=RuntimeSettings(name, options, ort_opt_level, tuple((ort_config or {}).items())),
-        tolerance=Tolerance(atol, rtol), save_onnx=save_onnx,
+        tolerance=Tolerance(atol, rtol), save_onnx=save_onnx, low_memory=low_memory, window_mb=window_mb,
     )
 
 
@@ -74,18 +85,29 @@ def bisect_loaded(
     tolerance: Tolerance,
     save_onnx: str | None = None,
     progress: Progress | None = None,
+    low_memory: bool | None = None,
+    window_mb: float | None = None,
 ) -> Report:
-    """Run every stage on an already loaded model and inputs."""
+    """Run every stage on an already loaded model and inputs (``low_memory``, ``window_mb``: see
+    :mod:`.memory`)."""
     progress = progress or Progress(enabled=False)
     backend = make_backend(runtime)
+    low = memory.wants_low_memory(loaded.module, low_memory)
     with workspace() as folder:
+        store = ArrayStore(folder) if low else None
         with progress.step("capture", "running PyTorch with forward hooks"):
-            captured = capture_case(loaded, inputs)
+            captured = capture_case(loaded, inputs, store=store)
         exported = obtain_onnx(loaded, inputs, onnx_path, exporter, opset, progress, folder=folder)
-        captured = with_program_ops(captured, exported, inputs, progress)
+        captured = with_program_ops(captured, exported, inputs, progress, store)
+        if low:
+            exported = dataclasses.replace(exported, program=None)  # the exported program holds the weights
         prepared = prepare(loaded, inputs, captured, exported, backend=backend, save_onnx=save_onnx, progress=progress)
-        return bisect_case(prepared, Runner(prepared, backend), inputs, captured, policy=CasePolicy(tolerance),
-                           progress=progress).report
+        del exported
+        if low:
+            prepared = memory.release_pytorch(prepared, folder, progress, forced=bool(low_memory))
+        runner = Runner(prepared, backend, window_bytes=memory.window_budget(window_mb, low), store=store,
+                        progress=progress)
+        return bisect_case(prepared, runner, inputs, captured, policy=CasePolicy(tolerance), progress=progress).report
 
 
 __all__ = ["Config", "bisect", "bisect_loaded", "loaded_from_module", "run"]

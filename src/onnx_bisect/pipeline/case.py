@@ -101,8 +101,8 @@ def bisect_case(prepared: Prepared, runner: Runner, inputs: ModelInputs, capture
         ok=measured.ok, tolerance=policy.tolerance, exporter=p.exported.exporter, opset=p.exported.opset,
         provider=runner.backend.name, outputs=measured.outputs, first_divergence=found.first, layers=measured.layers,
         warnings=measured.warnings + found.warnings, notes=p.exported.notes + p.notes,
-        timings=dict(progress.timings), model_name=p.loaded.name, reproduction=measured.reproduction,
-        reproduction_max_abs=measured.reproduction_max_abs, faithful=found.faithful,
+        timings=dict(progress.timings), peaks=dict(progress.peaks), model_name=p.loaded.name,
+        reproduction=measured.reproduction, reproduction_max_abs=measured.reproduction_max_abs, faithful=found.faithful,
     )
     return CaseRun(report, aligned.pairs, seen.final, aligned.probed)
 

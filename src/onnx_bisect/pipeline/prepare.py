@@ -19,6 +19,7 @@ from ..coverage.records import ProblemKind
 from ..errors import FAILURE, BisectError, ExportError, InputError, UsageError
 from ..records import Capture, Exporter, ExportedModel, LoadedModel, ModelInputs
 from ..records.graph import GraphIndex
+from ..records.store import ArrayStore
 from ..records.weights import Weights
 from ..report.files import copy_atomic, write_atomic
 from ..report.progress import Progress
@@ -49,13 +50,14 @@ def loaded_from_module(model: Any) -> LoadedModel:
                        forward_params=load.forward_params(model))
 
 
-def capture_case(loaded: LoadedModel, inputs: ModelInputs, outputs_only: bool = False) -> Capture:
-    """The PyTorch reference run (every activation, or ``outputs_only``); a failure is the user's input
-    problem, said in one paragraph."""
+def capture_case(loaded: LoadedModel, inputs: ModelInputs, outputs_only: bool = False,
+                 store: ArrayStore | None = None) -> Capture:
+    """The PyTorch reference run (every activation, or ``outputs_only``; into ``store`` when given); a failure
+    is the user's input problem, said in one paragraph."""
     try:
         if outputs_only:
             return capture.capture_outputs(loaded.module, inputs)
-        return capture.capture_activations(loaded.module, inputs)
+        return capture.capture_activations(loaded.module, inputs, store)
     except Exception as exc:
         shapes = ", ".join(
             f"{n}: {getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', []))}"
@@ -68,14 +70,16 @@ def capture_case(loaded: LoadedModel, inputs: ModelInputs, outputs_only: bool = 
         ) from exc
 
 
-def with_program_ops(captured: Capture, exported: ExportedModel, inputs: ModelInputs, progress: Progress) -> Capture:
+def with_program_ops(captured: Capture, exported: ExportedModel, inputs: ModelInputs, progress: Progress,
+                     store: ArrayStore | None = None) -> Capture:
     """``captured`` plus every op of the exported program that kept its value in the ONNX graph (dynamo
-    exports made here); unchanged for a given file."""
+    exports made here; their values into ``store`` when given); unchanged for a given file."""
     if exported.program is None:
         return captured
     with progress.step("capture", "running the exported program op by op"):
         values = frozenset(t for n in exported.proto.graph.node for t in n.output)
-        return ops.with_ops(captured, ops.capture_ops(exported.program, inputs, len(captured.activations), values))
+        return ops.with_ops(captured, ops.capture_ops(exported.program, inputs, len(captured.activations), values,
+                                                      store))
 
 
 def obtain_onnx(loaded: LoadedModel, inputs: ModelInputs, onnx_path: str | onnx.ModelProto | None,

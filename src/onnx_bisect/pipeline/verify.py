@@ -147,6 +147,7 @@ def _verify_in(folder, loaded: LoadedModel, sample: ModelInputs, config: Config,
         results=tuple(results), dataset=tuple(aggregate_dataset(results)), agreements=tuple(agreements),
         dynamic_axes=tuple(free_dimensions(exported.proto)), warnings=tuple(dict.fromkeys(warnings)),
         notes=tuple(dict.fromkeys(notes + list(exported.notes))), timings=dict(progress.timings),
+        peaks=dict(progress.peaks),
     )
 
 

@@ -311,6 +311,7 @@ class Report:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    peaks: dict[str, float] = field(default_factory=dict)  # the process's peak RSS (MiB) at the end of each step
     model_name: str = ""
     reproduction: Reproduction = Reproduction.EXACT
     reproduction_max_abs: float = 0.0  # largest |instrumented - unmodified| over the outputs

@@ -58,6 +58,11 @@ class OnnxRuntimeSession:
         return {name: value.numpy() for name, value in zip(names, values)}
 
 
+#: weights at least this large are read by ONNX Runtime from their file; smaller ones (shapes, axes: ONNX
+#: Runtime's shape inference cannot read those from a file) are handed over in memory
+FROM_FILE_BYTES = 1 << 16
+
+
 def from_files(model: onnx.ModelProto, weights: Weights | None
                ) -> tuple[onnx.ModelProto, Weights | None, str | None]:
     """``(model, weights still to hand over in memory, folder)``: the initializers whose arrays are views of a
@@ -69,7 +74,7 @@ def from_files(model: onnx.ModelProto, weights: Weights | None
     """
     if weights is None or not weights.arrays:
         return model, weights, None
-    regions = {n: r for n, a in weights.arrays.items() if (r := file_region(a)) is not None}
+    regions = {n: r for n, a in weights.arrays.items() if a.nbytes >= FROM_FILE_BYTES and (r := file_region(a))}
     by_folder: dict[str, int] = {}
     for r in regions.values():
         by_folder[os.path.dirname(r.path)] = by_folder.get(os.path.dirname(r.path), 0) + r.length

@@ -84,7 +84,7 @@ def _export_with(which: Exporter, model, inputs: ModelInputs, opset, dynamic_axe
             proto = ir.serde.serialize_model(model_ir)
             return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), program=program)
         ir.save(model_ir, path, external_data=EXPORT_NAME + ".data", alignment=ALIGNMENT)
-        del model_ir  # the weights it holds are the module's own tensors, and lazily transposed copies
+        let_go(model_ir)
     else:
         program = None
         proto = export_torchscript(model, inputs, opset, dynamic_axes, path=path)
@@ -93,6 +93,15 @@ def _export_with(which: Exporter, model, inputs: ModelInputs, opset, dynamic_axe
     skeleton, store = split_weights_from_file(path)
     return ExportedModel(proto=skeleton, exporter=which, opset=opset_of(skeleton), program=program, weights=store,
                          file=path)
+
+
+def let_go(model_ir) -> None:
+    """Drop the IR model's references to its weights (the module's own tensors, lazily transposed copies):
+    the exporter's rewrite rules are module-level objects that keep the last graph they matched, so the
+    graph may outlive this export, and with it every parameter of the module."""
+    for value in list(model_ir.graph.initializers.values()) + model_ir.meta.pop(INITIAL_VALUES, []):
+        value.const_value = None
+    model_ir.graph.initializers.clear()
 
 
 #: offsets of large tensors in the export's data file are aligned to this, so that ONNX Runtime maps them
@@ -147,9 +156,15 @@ def export_dynamo(model, inputs: ModelInputs, opset: int | None = None, dynamic_
             model, positional(inputs.args, inputs.kwargs), kwargs=dict(inputs.kwargs) or None, dynamo=True,
             opset_version=opset, verbose=False, report=False, dynamic_shapes=shapes, optimize=False,
         )
+        # every initializer, also those the optimizer replaces: see let_go
+        program.model.meta[INITIAL_VALUES] = list(program.model.graph.initializers.values())
         defer_transposes(program.model.graph)
         program.optimize()
     return program.model, program.exported_program
+
+
+#: where the IR model keeps the initializers the exporter made (see :func:`let_go`)
+INITIAL_VALUES = "onnx_bisect.initial_values"
 
 
 #: the exporter's optimizer folds a Transpose of an initializer of more elements than this whatever its size
@@ -181,6 +196,7 @@ def defer_transposes(graph) -> int:
         ir.convenience.replace_nodes_and_values(graph, node, [node], [], node.outputs, [value])
         graph.register_initializer(value)
         graph.initializers.pop(source.name)
+        source.const_value = None  # the lazy tensor holds it
         deferred += 1
     return deferred
 

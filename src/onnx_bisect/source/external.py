@@ -130,9 +130,15 @@ def external_tensors(graph: onnx.GraphProto, top: bool = True) -> Iterator[tuple
                 yield from external_tensors(sub, top=False)
 
 
+#: external tensors smaller than this are read into the model (shapes and axes: ONNX Runtime's shape
+#: inference needs their values in the graph), as :data:`.weights.SPLIT_BYTES` keeps them inline
+INLINE_BYTES = 1024
+
+
 def load_external(skeleton: onnx.ModelProto, folder: Path, placeholder: str) -> Weights:
     """Memory-map the external data of ``skeleton``'s top-level initializers (their locations become
-    ``placeholder``); the few stored externally elsewhere (a subgraph, a Constant) are read into the model.
+    ``placeholder``); the few stored externally elsewhere (a subgraph, a Constant) or smaller than
+    :data:`INLINE_BYTES` are read into the model.
 
     Every reference is checked before any file is opened (see :func:`check_external`).
     """
@@ -149,7 +155,7 @@ def load_external(skeleton: onnx.ModelProto, folder: Path, placeholder: str) -> 
         count = ref.nbytes // ref.dtype.itemsize if ref.dtype.itemsize else 0
         array = np.frombuffer(maps[ref.file], dtype=ref.dtype, count=count, offset=ref.offset).reshape(ref.shape)
         del tensor.external_data[:]
-        if top:
+        if top and ref.nbytes >= INLINE_BYTES:
             arrays[tensor.name] = array
             tensor.external_data.add(key="location", value=placeholder)
         else:
