@@ -65,6 +65,13 @@ FLOOR = textwrap.dedent('''
                       "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 ''')
 
+#: the libraries alone (torch, transformers, ONNX Runtime, onnx-bisect): what no run can go below
+IMPORTS = textwrap.dedent('''
+    import resource, json, torch, transformers, onnxruntime, onnx, onnx_bisect.cli
+    from transformers import LlamaModel
+    print(json.dumps({"rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+''')
+
 TOOL = textwrap.dedent('''
     import resource, sys, time, json, contextlib, io
     t0 = time.perf_counter()
@@ -123,6 +130,7 @@ def bench_size(label: str, modes: list[str], extra: list[str], folder: Path) -> 
     params = vocab * hidden + layers * (2 * hidden * hidden + 2 * hidden * hidden * kv // heads + 3 * hidden * inter
                                         + 2 * hidden) + hidden
     rows = []
+    imports = run_fresh(IMPORTS, env=env)["rss_mb"]
     given = export_given(env, folder) if "onnx" in modes else None
     for mode in modes:
         target = str(given) if mode == "onnx" else str(folder / "floor-export.onnx")
@@ -131,6 +139,7 @@ def bench_size(label: str, modes: list[str], extra: list[str], folder: Path) -> 
         tool = run_fresh(TOOL, *argv, env=env)
         report = json.loads((folder / "report.json").read_text())
         row = dict(size=label, mode=mode, params=params, weights_gb=params * 4 / GB, floor=floor, tool=tool,
+                   imports_mb=imports,
                    steps=report["timings"], peaks=report.get("peak_rss_mb", {}), notes=report["notes"])
         if mode == "onnx":
             bad, node = plant_fault(given, folder, layers // 2)
@@ -150,7 +159,9 @@ def show(row: dict) -> None:
     print(f"  floor        {floor['wall']:7.1f} s  peak RSS {floor['rss_mb']:8.0f} MB")
     print(f"  onnx-bisect  {tool['wall']:7.1f} s  peak RSS {tool['rss_mb']:8.0f} MB  (exit {tool['status']})")
     print(f"  ratio to the floor: time {tool['wall'] / floor['wall']:.2f}x, memory {tool['rss_mb'] / floor['rss_mb']:.2f}x;"
-          f" (RSS - 2 GB) / weights = {(tool['rss_mb'] - 2048) / weights_mb:.2f} (target <= {limit})")
+          f" (RSS - 2 GB) / weights = {(tool['rss_mb'] - 2048) / weights_mb:.2f} (target <= {limit});"
+          f" (RSS - libraries' {row['imports_mb']:.0f} MB) / weights = {(tool['rss_mb'] - row['imports_mb']) / weights_mb:.2f}"
+          f" (floor {(floor['rss_mb'] - row['imports_mb']) / weights_mb:.2f})")
     print("  steps: " + ", ".join(f"{k} {v:.1f}s" for k, v in row["steps"].items()))
     print("  peak RSS after each step (MB): " + ", ".join(f"{k} {v:.0f}" for k, v in row["peaks"].items()))
     if "fault" in row:

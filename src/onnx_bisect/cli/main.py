@@ -60,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "quarter of the available memory)")
     p.add_argument("--window-mb", type=float, metavar="N",
                    help="run the instrumented graphs in windows of nodes whose exposed tensors take at most N MiB "
-                        "(automatic in low-memory runs: an eighth of the available memory)")
+                        "(automatic in low-memory runs: an eighth of the weights' size)")
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     p.add_argument("--json", metavar="FILE", help="write the machine-readable report here")

@@ -105,8 +105,8 @@ def bisect_loaded(
         del exported
         if low:
             prepared = memory.release_pytorch(prepared, folder, progress, forced=bool(low_memory))
-        runner = Runner(prepared, backend, window_bytes=memory.window_budget(window_mb, low), store=store,
-                        progress=progress)
+        budget = memory.window_budget(window_mb, low, memory.weight_bytes(loaded.module) if low else 0)
+        runner = Runner(prepared, backend, window_bytes=budget, store=store, progress=progress)
         return bisect_case(prepared, runner, inputs, captured, policy=CasePolicy(tolerance), progress=progress).report
 
 

@@ -12,7 +12,6 @@ Runtime loads the model: PyTorch's copy and ONNX Runtime's are never both held.
 """
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import gc
 import mmap
@@ -22,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..records.weights import register_mapping, release, release_all
+from ..records.weights import register_mapping, release, release_all, trim_heap
 from ..report.progress import Progress
 from .prepare import Prepared
 
@@ -30,8 +29,9 @@ from .prepare import Prepared
 #: two copies (one per framework) and the activations would then take more than about half of it
 AUTO_SHARE = 0.25
 WEIGHTS_FILE = "torch-weights.bin"
-#: in a low-memory run, the tensors one window exposes (see run.windows) take at most this share of the memory
-#: available once the PyTorch weights are let go of, and never less than WINDOW_MIN bytes
+#: in a low-memory run, the tensors one window exposes (see run.windows) take at most this share of the
+#: weights' size (so ONNX Runtime's phase holds little beyond the weights), never more than this share of the
+#: memory available once the PyTorch weights are let go of, and never less than WINDOW_MIN bytes
 WINDOW_SHARE = 0.125
 WINDOW_MIN = 64 << 20
 
@@ -82,14 +82,16 @@ def release_pytorch(prepared: Prepared, folder: str | os.PathLike, progress: Pro
     return dataclasses.replace(prepared, notes=prepared.notes + (note,))
 
 
-def window_budget(window_mb: float | None, low: bool) -> int | None:
+def window_budget(window_mb: float | None, low: bool, weights: int = 0) -> int | None:
     """The bytes one window of exposed tensors may take: ``window_mb`` when given (``--window-mb``), else in a
-    low-memory run :data:`WINDOW_SHARE` of the memory available now; None (no windows) otherwise."""
+    low-memory run :data:`WINDOW_SHARE` of the ``weights`` bytes within [:data:`WINDOW_MIN`,
+    :data:`WINDOW_SHARE` of the memory available now]; None (no windows) otherwise."""
     if window_mb is not None:
         return max(1, int(window_mb * 2**20))
     if not low:
         return None
-    return max(WINDOW_MIN, int((available_memory() or 0) * WINDOW_SHARE))
+    available = available_memory() or 0
+    return max(WINDOW_MIN, int(min(weights, available) * WINDOW_SHARE))
 
 
 def offload_weights(module: torch.nn.Module, folder: str | os.PathLike) -> int:
@@ -116,7 +118,7 @@ def offload_weights(module: torch.nn.Module, folder: str | os.PathLike) -> int:
     _replace(module, mapped)
     del tensors
     gc.collect()
-    _trim()
+    trim_heap()
     release([np.frombuffer(buffer, np.uint8)])
     return end
 
@@ -145,11 +147,3 @@ def _replace(module: torch.nn.Module, mapped: dict[int, torch.Tensor]) -> None:
             for name, t in list(table.items()):
                 if t is not None and id(t) in mapped:
                     table[name] = mapped[id(t)]
-
-
-def _trim() -> None:
-    """Give the C heap's free memory back to the system (glibc keeps freed blocks of a few MB for reuse)."""
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass

@@ -11,6 +11,7 @@ from ..errors import BackendError, RuntimeFailure
 from ..measure import compare
 from ..records.graph import GraphIndex
 from ..records.store import ArrayStore
+from ..records.weights import trim_heap
 from ..report.progress import Progress
 from ..run import expose, windows
 from ..run.backend import Backend, Session
@@ -50,9 +51,16 @@ class Runner:
             self._sessions[role] = session
         return session
 
+    def _done(self) -> None:
+        """After a run: a session not kept is gone; its memory goes back to the system."""
+        if not self.keep:
+            trim_heap()
+
     def final(self, model_feeds) -> dict[str, np.ndarray]:
         """The unmodified model's outputs: the same graph and weight bytes as the user's file and settings."""
-        return self._computed(self._session("final", lambda: (self.prepared.skeleton, False)).run(model_feeds))
+        values = self._session("final", lambda: (self.prepared.skeleton, False)).run(model_feeds)
+        self._done()
+        return self._computed(values)
 
     def probe(self, model_feeds, wanted: list[str] | None = None) -> dict[str, np.ndarray]:
         """Every exposed tensor (or just ``wanted`` of them) from the graph exposing them all."""
@@ -63,7 +71,10 @@ class Runner:
         with instrumented("with its intermediate tensors exposed"):
             session = self._session("probe",
                                     lambda: (expose.expose_tensors(self.prepared.skeleton, self._exposed), True))
-            return self._computed(session.run(model_feeds, list(self._exposed) if wanted is None else wanted))
+            values = session.run(model_feeds, names)
+        del session
+        self._done()
+        return self._computed(values)
 
     def narrow(self, tensors: list[str]) -> None:
         """From now on the probe exposes only ``tensors`` (once an alignment is known: its paired tensors).
@@ -93,7 +104,10 @@ class Runner:
         with instrumented("cut at the aligned tensors"):
             session = self._session("local", lambda: (expose.expose_tensors(
                 expose.cut_at_tensors(self.prepared.skeleton, references), unfed), True))
-            return self._computed(session.run(ref_feeds, list(cut_at)))
+            values = session.run(ref_feeds, list(cut_at))
+        del session
+        self._done()
+        return self._computed(values)
 
     def observe(self, model_feeds, tensors) -> dict[str, np.ndarray]:
         """A fresh session of the unmodified graph exposing only ``tensors`` (for faithful location)."""

@@ -9,6 +9,7 @@ of being handed a copy.
 """
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import threading
@@ -106,3 +107,13 @@ def _advise(buffer: mmap.mmap, offset: int, length: int) -> None:
             buffer.madvise(mmap.MADV_DONTNEED, offset, length)
         except (OSError, ValueError):  # a closed map, or a platform without madvise: nothing to hand back
             pass
+
+
+def trim_heap() -> None:
+    """Give the C heap's free memory back to the system.  glibc keeps freed blocks below its (self-raising)
+    mmap threshold for reuse, so the weights a finished ONNX Runtime session had read stay resident without
+    this; a no-op where there is no glibc."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass

@@ -20,7 +20,7 @@ import onnx
 from onnx import helper
 
 from ..records.graph import GraphIndex, outer_inputs
-from ..records.weights import Weights
+from ..records.weights import Weights, trim_heap
 from .backend import Backend
 
 
@@ -99,6 +99,7 @@ def run_windowed(backend: Backend, model: onnx.ModelProto, windows: Sequence[Win
         names = {i.name for i in part.graph.initializer}
         store = None if weights is None else Weights({n: a for n, a in weights.arrays.items() if n in names})
         got = backend.run(part, {t: carried[t] for t in window.inputs}, list(window.outputs), store, one_shot=True)
+        trim_heap()  # the window's session is gone: its weights' memory goes back to the system
         for t in window.exposed:
             values[t] = keep(got[t])
         carried.update({t: v for t, v in got.items() if t not in window.exposed or last_read.get(t, -1) > k})
