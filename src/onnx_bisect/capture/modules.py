@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import weakref
 from collections import defaultdict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -14,7 +14,8 @@ from ..records.nest import flatten_outputs, to_numpy
 from ..records.store import ArrayStore
 
 
-def capture_activations(model: torch.nn.Module, inputs: ModelInputs, store: ArrayStore | None = None) -> Capture:
+def capture_activations(model: torch.nn.Module, inputs: ModelInputs, store: ArrayStore | None = None,
+                        on_call: Callable[[int, int], None] | None = None) -> Capture:
     """Run ``model`` once in eval mode under ``no_grad`` and record all module outputs.
 
     Hooks are removed afterwards, whatever happens.  Each recorded value is the
@@ -28,14 +29,15 @@ def capture_activations(model: torch.nn.Module, inputs: ModelInputs, store: Arra
     With a ``store`` (low-memory runs) each value is copied into the store the
     moment its module returns, and only the store's view of it is kept: no
     activation holds the forward's memory, and one forward is enough.
+    ``on_call(calls, modules)`` is told of each module call (for progress).
     """
     if store is not None:
-        recorder = _record(model, inputs, copy=None, store=store)
+        recorder = _record(model, inputs, copy=None, store=store, on_call=on_call)
         flat = list(flatten_outputs(recorder.output))
         return Capture(activations=tuple(recorder.activations),
                        outputs=tuple(store.put(to_numpy(t)) for _, t in flat),
                        output_names=tuple(path for path, _ in flat))
-    recorder = _record(model, inputs, copy=frozenset())
+    recorder = _record(model, inputs, copy=frozenset(), on_call=on_call)
     changed = recorder.changed()
     if changed:
         recorder = _record(model, inputs, copy=changed)
@@ -62,10 +64,11 @@ def capture_outputs(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
 
 
 def _record(model: torch.nn.Module, inputs: ModelInputs, copy: frozenset[int] | None,
-            store: ArrayStore | None = None) -> "_Recorder":
+            store: ArrayStore | None = None, on_call: Callable[[int, int], None] | None = None) -> "_Recorder":
     """One hooked forward; ``copy`` names the activation indices to copy at return time (None: all), into
     ``store`` when there is one."""
     recorder = _Recorder(model, copy, store)
+    recorder.on_call = on_call
     model.eval()
     handles = []
     for name, m in model.named_modules(remove_duplicate=False):
@@ -87,6 +90,7 @@ class _Recorder:
         self.output = None
         self._copy = copy
         self._store = store
+        self.on_call: Callable[[int, int], None] | None = None
         self._live: dict[int, weakref.ref] = {}  # with a store: id -> the tensor recorded under it
         self._versions: dict[int, list[int]] = {}  # with a store: id -> the versions recorded under it
         self._calls: dict[str, int] = defaultdict(int)
@@ -112,6 +116,8 @@ class _Recorder:
     def record(self, name: str, type_name: str, args, kwargs, output) -> None:
         call = self._calls[name]
         self._calls[name] += 1
+        if self.on_call is not None:
+            self.on_call(sum(self._calls.values()), len(self._leaf))
         in_tensors = [t for _, t in flatten_outputs((args, kwargs))]
         consumed = tuple(sorted({self._made_by[id(t)] for t in in_tensors
                                  if id(t) in self._made_by and self._same_object(t)}))

@@ -96,7 +96,7 @@ def bisect_loaded(
     with workspace() as folder:
         store = ArrayStore(folder) if low else None
         with progress.step("capture", "running PyTorch with forward hooks"):
-            captured = capture_case(loaded, inputs, store=store)
+            captured = capture_case(loaded, inputs, store=store, progress=progress)
         exported = obtain_onnx(loaded, inputs, onnx_path, exporter, opset, progress, folder=folder)
         captured = with_program_ops(captured, exported, inputs, progress, store)
         if low:

@@ -51,13 +51,13 @@ def loaded_from_module(model: Any) -> LoadedModel:
 
 
 def capture_case(loaded: LoadedModel, inputs: ModelInputs, outputs_only: bool = False,
-                 store: ArrayStore | None = None) -> Capture:
-    """The PyTorch reference run (every activation, or ``outputs_only``; into ``store`` when given); a failure
-    is the user's input problem, said in one paragraph."""
+                 store: ArrayStore | None = None, progress: Progress | None = None) -> Capture:
+    """The PyTorch reference run (every activation, or ``outputs_only``; into ``store`` when given; module
+    calls told to ``progress``); a failure is the user's input problem, said in one paragraph."""
     try:
         if outputs_only:
             return capture.capture_outputs(loaded.module, inputs)
-        return capture.capture_activations(loaded.module, inputs, store)
+        return capture.capture_activations(loaded.module, inputs, store, progress.advance if progress else None)
     except Exception as exc:
         shapes = ", ".join(
             f"{n}: {getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', []))}"

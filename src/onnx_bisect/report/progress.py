@@ -29,6 +29,7 @@ class Progress:
         self.timings: dict[str, float] = {}
         self.peaks: dict[str, float] = {}
         self._current: tuple[str, float] | None = None
+        self._shown = 0.0  # when advance last wrote
 
     @contextmanager
     def step(self, key: str, label: str):
@@ -51,11 +52,16 @@ class Progress:
                 self.stream.flush()
 
     def advance(self, done: int, total: int) -> None:
-        """Within the current step, ``done`` of ``total`` parts (windows) are finished: on a terminal, the step's
-        line says so with an estimate of the time left (the mean time of a part so far, times the parts left)."""
+        """Within the current step, ``done`` of ``total`` parts (windows, module calls) are finished: on a
+        terminal, the step's line says so with an estimate of the time left (the mean time of a part so far,
+        times the parts left), at most twice a second."""
         if not self.enabled or self._current is None or not done:
             return
+        now = time.perf_counter()
+        if done < total and now - self._shown < 0.5:  # at most two lines a second
+            return
+        self._shown = now
         label, start = self._current
-        left = (time.perf_counter() - start) / done * (total - done)
-        self.stream.write(f"\r[onnx-bisect] {label}… {done}/{total}, about {left:.0f} s left ")
+        left = f", about {(now - start) / done * (total - done):.0f} s left" if done <= total else ""
+        self.stream.write(f"\r[onnx-bisect] {label}… {min(done, total)}/{total}{left} ")
         self.stream.flush()
