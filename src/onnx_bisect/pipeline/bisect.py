@@ -48,19 +48,20 @@ def bisect(
     save_onnx: str | None = None,
     ort_config: dict[str, str] | None = None,
     ort_opt_level: str | OptLevel = OptLevel.ALL,
-    low_memory: bool | None = None,
+    low_memory: bool = False,
     window_mb: float | None = None,
 ) -> Report:
     """Bisect a PyTorch ``model`` against its ONNX export (or the given ONNX model).
 
     ``inputs`` is a tensor, an array, a tuple of them (positional arguments) or
     a dict (keyword arguments).  Returns a :class:`Report`; ``report.ok`` tells
-    whether the final outputs agree within ``atol``/``rtol``.  ``low_memory``
-    holds one framework's weights at a time (None: when the model is large; see
-    :mod:`onnx_bisect.pipeline.memory`); the module's weights are then
-    memory-mapped from a temporary file when the call returns if they were
-    while it ran.  ``window_mb`` exposes intermediate tensors in windows of at
-    most that many MiB (automatic in low-memory runs).
+    whether the final outputs agree within ``atol``/``rtol``.  ``low_memory=True``
+    holds one framework's weights at a time (see :mod:`onnx_bisect.pipeline.memory`;
+    the command line decides by itself, from the model's size): the module's
+    parameters and buffers are then replaced by memory-mapped tensors of equal
+    value, which they stay after the call (an optimizer holding the old ones
+    would no longer update the module).  ``window_mb`` exposes intermediate
+    tensors in windows of at most that many MiB (automatic in low-memory runs).
     """
     loaded = loaded_from_module(model)
     model_inputs = load.to_model_inputs(inputs, loaded)
