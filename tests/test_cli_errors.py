@@ -253,6 +253,8 @@ CASES = {
     "negative-atol": (lambda d: [d / "mlp.py", "--atol", "-1"], "must be non-negative (got --atol -1"),
     "json-is-the-model-file": (lambda d: [d / "mlp.py", "--json", d / "mlp.py"], "Refusing to overwrite"),
     "json-is-a-directory": (lambda d: [d / "mlp.py", "--json", d], "is a directory"),
+    "low-memory-with-a-matrix": (lambda d: [d / "mlp.py", "--low-memory", "--batch-sizes", "1,2"],
+                                 "--low-memory and --window-mb apply to a single bisection"),
     # untrusted files: refused before anything is read or allocated
     "external-data-climbs-out": (
         lambda d: [d / "mlp.py", "--onnx", _external(d, "../canary.bin")], ("'../canary.bin'", "climbs out")),

@@ -1,8 +1,9 @@
 """Capture stage: record every module's outputs with forward hooks, in call order."""
 from __future__ import annotations
 
+import weakref
 from collections import defaultdict
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -10,9 +11,11 @@ from torch.utils._pytree import tree_map_only
 
 from ..records import Activation, Capture, ModelInputs, ModuleKind, module_kind
 from ..records.nest import flatten_outputs, to_numpy
+from ..records.store import ArrayStore
 
 
-def capture_activations(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
+def capture_activations(model: torch.nn.Module, inputs: ModelInputs, store: ArrayStore | None = None,
+                        on_call: Callable[[int, int], None] | None = None) -> Capture:
     """Run ``model`` once in eval mode under ``no_grad`` and record all module outputs.
 
     Hooks are removed afterwards, whatever happens.  Each recorded value is the
@@ -22,8 +25,19 @@ def capture_activations(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
     model runs on copies of the inputs, so a forward that modifies its arguments
     in place leaves the caller's tensors (which later become the ONNX feeds) as
     they were.
+
+    With a ``store`` (low-memory runs) each value is copied into the store the
+    moment its module returns, and only the store's view of it is kept: no
+    activation holds the forward's memory, and one forward is enough.
+    ``on_call(calls, modules)`` is told of each module call (for progress).
     """
-    recorder = _record(model, inputs, copy=frozenset())
+    if store is not None:
+        recorder = _record(model, inputs, copy=None, store=store, on_call=on_call)
+        flat = list(flatten_outputs(recorder.output))
+        return Capture(activations=tuple(recorder.activations),
+                       outputs=tuple(store.put(to_numpy(t)) for _, t in flat),
+                       output_names=tuple(path for path, _ in flat))
+    recorder = _record(model, inputs, copy=frozenset(), on_call=on_call)
     changed = recorder.changed()
     if changed:
         recorder = _record(model, inputs, copy=changed)
@@ -49,9 +63,12 @@ def capture_outputs(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
                    output_names=tuple(path for path, _ in flat))
 
 
-def _record(model: torch.nn.Module, inputs: ModelInputs, copy: frozenset[int] | None) -> "_Recorder":
-    """One hooked forward; ``copy`` names the activation indices to copy at return time (None: all)."""
-    recorder = _Recorder(model, copy)
+def _record(model: torch.nn.Module, inputs: ModelInputs, copy: frozenset[int] | None,
+            store: ArrayStore | None = None, on_call: Callable[[int, int], None] | None = None) -> "_Recorder":
+    """One hooked forward; ``copy`` names the activation indices to copy at return time (None: all), into
+    ``store`` when there is one."""
+    recorder = _Recorder(model, copy, store)
+    recorder.on_call = on_call
     model.eval()
     handles = []
     for name, m in model.named_modules(remove_duplicate=False):
@@ -68,10 +85,14 @@ def _record(model: torch.nn.Module, inputs: ModelInputs, copy: frozenset[int] | 
 
 
 class _Recorder:
-    def __init__(self, model: torch.nn.Module, copy: frozenset[int] | None):
+    def __init__(self, model: torch.nn.Module, copy: frozenset[int] | None, store: ArrayStore | None = None):
         self.activations: list[Activation] = []
         self.output = None
         self._copy = copy
+        self._store = store
+        self.on_call: Callable[[int, int], None] | None = None
+        self._live: dict[int, weakref.ref] = {}  # with a store: id -> the tensor recorded under it
+        self._versions: dict[int, list[int]] = {}  # with a store: id -> the versions recorded under it
         self._calls: dict[str, int] = defaultdict(int)
         self._made_by: dict[int, int] = {}  # id(tensor) -> activation index
         self._values: dict[tuple[int, int], np.ndarray] = {}  # (id, version) -> recorded value
@@ -95,23 +116,50 @@ class _Recorder:
     def record(self, name: str, type_name: str, args, kwargs, output, kind: ModuleKind = ModuleKind.OTHER) -> None:
         call = self._calls[name]
         self._calls[name] += 1
+        if self.on_call is not None:
+            self.on_call(sum(self._calls.values()), len(self._leaf))
         in_tensors = [t for _, t in flatten_outputs((args, kwargs))]
-        consumed = tuple(sorted({self._made_by[id(t)] for t in in_tensors if id(t) in self._made_by}))
+        consumed = tuple(sorted({self._made_by[id(t)] for t in in_tensors
+                                 if id(t) in self._made_by and self._same_object(t)}))
         stack = self._entered[name]
         in_ids = stack.pop() if stack else set()
         for path, tensor in flatten_outputs(output):
             key = (id(tensor), tensor._version)
             index = len(self.activations)
+            if not self._same_object(tensor):
+                self._forget(tensor)
             if key not in self._values:
-                copy = self._copy is None or index in self._copy
-                self._values[key] = to_numpy(tensor, copy=copy)
-                self._kept.append((index, tensor, tensor._version))
+                self._values[key] = self._keep(index, tensor)
             self.activations.append(Activation(
                 index=index, module=name, module_type=type_name, call=call, path=path,
                 value=self._values[key], is_leaf=self._leaf.get(name, True),
                 inputs=consumed, passthrough=key in in_ids, kind=kind,
             ))
             self._made_by[id(tensor)] = index
+
+    def _same_object(self, tensor: torch.Tensor) -> bool:
+        """Whether what was recorded under ``id(tensor)`` is this tensor.  Without a store every recorded tensor
+        is kept alive, so ids are never reused; with one, a freed tensor's id may come back on a new tensor."""
+        if self._store is None:
+            return True
+        ref = self._live.get(id(tensor))
+        return ref is not None and ref() is tensor
+
+    def _forget(self, tensor: torch.Tensor) -> None:
+        """Drop what was recorded under a reused id, and remember that it is now ``tensor``'s."""
+        for version in self._versions.pop(id(tensor), ()):
+            self._values.pop((id(tensor), version), None)
+        self._made_by.pop(id(tensor), None)
+        self._live[id(tensor)] = weakref.ref(tensor)
+
+    def _keep(self, index: int, tensor: torch.Tensor) -> np.ndarray:
+        """The value recorded for ``tensor``: copied into the store, copied, or a view kept with its version."""
+        if self._store is not None:
+            self._versions.setdefault(id(tensor), []).append(tensor._version)
+            return self._store.put(to_numpy(tensor))
+        copy = self._copy is None or index in self._copy
+        self._kept.append((index, tensor, tensor._version))
+        return to_numpy(tensor, copy=copy)
 
     def changed(self) -> frozenset[int]:
         """Activations kept without a copy whose tensor was modified in place after it was recorded."""

@@ -12,27 +12,30 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import torch
 import torch.fx
 from torch.fx import _pytree as fx_pytree
 
 from ..records.nest import to_numpy
+from ..records.store import ArrayStore
 from ..records import Activation, Capture, ModelInputs
 
 
 def capture_ops(program: Any, inputs: ModelInputs, first_index: int,
-                values: frozenset[str] | None = None) -> tuple[Activation, ...]:
+                values: frozenset[str] | None = None, store: ArrayStore | None = None) -> tuple[Activation, ...]:
     """Run the exported program's graph once and record every op's tensor output, in graph order.
 
     Each op becomes an activation of the module it was traced in (its
     innermost ``nn_module_stack`` entry), typed ``aten.<op>`` and named
     ``module::fx_name``; ``Activation.op`` holds the FX node name.  With
     ``values`` (the ONNX graph's value names) only the ops that kept their
-    value are recorded: the others could not be paired anyway.
+    value are recorded: the others could not be paired anyway.  With a ``store``
+    (low-memory runs) each op's value is copied there as it is computed.
     """
     module = program.module()
     flat = fx_pytree.tree_flatten_spec((tuple(inputs.args), dict(inputs.kwargs)), module._in_spec)
-    recorder = _OpRecorder(module, values)
+    recorder = _OpRecorder(module, values, store)
     with torch.no_grad():
         recorder.run(*flat)
     activations: list[Activation] = []
@@ -42,7 +45,7 @@ def capture_ops(program: Any, inputs: ModelInputs, first_index: int,
         consumed = tuple(sorted({made_by[a.name] for a in node.all_input_nodes if a.name in made_by}))
         activations.append(Activation(
             index=index, module=_owner(node), module_type=_op_name(node), call=0, path=f"::{node.name}",
-            value=to_numpy(value, copy=True), is_leaf=True, inputs=consumed, op=node.name,
+            value=value, is_leaf=True, inputs=consumed, op=node.name,
         ))
         made_by[node.name] = index
     return tuple(activations)
@@ -51,16 +54,18 @@ def capture_ops(program: Any, inputs: ModelInputs, first_index: int,
 class _OpRecorder(torch.fx.Interpreter):
     """An interpreter that keeps each call_function node's tensor output."""
 
-    def __init__(self, module: torch.fx.GraphModule, values: frozenset[str] | None):
+    def __init__(self, module: torch.fx.GraphModule, values: frozenset[str] | None, store: ArrayStore | None):
         super().__init__(module)
-        self.outputs: list[tuple[torch.fx.Node, torch.Tensor]] = []
+        self.outputs: list[tuple[torch.fx.Node, np.ndarray]] = []
         self.values = values
+        self.store = store
 
     def run_node(self, node: torch.fx.Node):
         out = super().run_node(node)
         if node.op == "call_function" and isinstance(out, torch.Tensor) and out.is_floating_point() \
                 and (self.values is None or node.name in self.values):
-            self.outputs.append((node, out))
+            value = to_numpy(out, copy=self.store is None)
+            self.outputs.append((node, value if self.store is None else self.store.put(value)))
         return out
 
 

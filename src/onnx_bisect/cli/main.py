@@ -54,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
                                                      "sample each) or one .npz/.npy/.pt with the samples along axis 0")
     g.add_argument("--edge-cases", action="store_true",
                    help="add generated inputs: zeros, large and tiny magnitudes, the extremes of the sample's range")
+    p.add_argument("--low-memory", action="store_const", const=True, default=None,
+                   help="hold one framework's weights at a time: PyTorch runs first, its activations kept on disk and "
+                        "its weights memory-mapped, then ONNX Runtime (automatic when the weights take more than a "
+                        "quarter of the available memory)")
+    p.add_argument("--window-mb", type=float, metavar="N",
+                   help="run the instrumented graphs in windows of nodes whose exposed tensors take at most N MiB "
+                        "(automatic in low-memory runs: an eighth of the weights' size)")
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
     p.add_argument("--json", metavar="FILE", help="write the machine-readable report here")
@@ -98,7 +105,7 @@ def config_from_args(args: argparse.Namespace):
     axes += [parse_vary(v) for v in args.vary]
     from ..pipeline.config import Config
 
-    return Config(
+    config = Config(
         model=args.model, inputs=tuple(inputs), onnx=args.onnx,
         exporter=Exporter(args.exporter) if args.exporter else None, opset=args.opset,
         tolerance=Tolerance(args.atol, args.rtol), save_onnx=args.save_onnx,
@@ -107,8 +114,16 @@ def config_from_args(args: argparse.Namespace):
         ort_config=parse_config_entries(args.ort_config, "--ort-config"),
         ort_variants=tuple(parse_config_entries([v], "--ort-variant") for v in args.ort_variant),
         axes=tuple(axes), dataset=args.dataset or (folders[0] if folders else None), edge_cases=args.edge_cases,
-        reference=args.reference, keep_repro=bool(args.extract),
+        reference=args.reference, keep_repro=bool(args.extract), low_memory=args.low_memory,
+        window_mb=args.window_mb,
     )
+    if args.window_mb is not None and not args.window_mb > 0:
+        raise UsageError(f"--window-mb must be a positive number of MiB (got {args.window_mb:g}).")
+    if (config.low_memory or config.window_mb) and (config.is_matrix or config.reference):
+        raise UsageError("--low-memory and --window-mb apply to a single bisection (one input case, one runtime "
+                         "setting, PyTorch as the reference); drop them, or the configuration options, --dataset and "
+                         "--reference.")
+    return config
 
 
 def _check_outputs(args: argparse.Namespace) -> None:

@@ -17,7 +17,7 @@ from ..errors import BackendError, OnnxLoadError
 from ..records import Capture, ExportedModel, LoadedModel, ModelInputs, ModuleKind, module_kind
 from .support.param_layouts import model_rnn_weights
 from ..records.graph import checkable_view
-from ..records.weights import Weights
+from ..records.weights import Weights, release
 
 #: weights shown by name in the stale-checkpoint warning
 SHOWN = 5
@@ -224,7 +224,7 @@ def compare_weights(loaded: LoadedModel, skeleton: onnx.ModelProto, weights: Wei
     inits = _float_initializers(skeleton, weights)
     diffs, unmatched = [], {}
     used: set[str] = set()
-    for name, value in inits.items():
+    for name, value in one_at_a_time(inits.items()):
         ref = torch_arrays.get(name)
         if ref is None or ref.size != value.size:
             unmatched[name] = value
@@ -243,6 +243,14 @@ def compare_weights(loaded: LoadedModel, skeleton: onnx.ModelProto, weights: Wei
     if unmatched:
         diffs += _match_by_value(unmatched, {n: a for n, a in torch_arrays.items() if n not in used}, folded)
     return diffs
+
+
+def one_at_a_time(items):
+    """Each ``(name, array)`` in turn, the memory pages of the one before handed back: the memory-mapped weights
+    of a large model are read once, never all held at once."""
+    for name, value in items:
+        yield name, value
+        release([value])
 
 
 def _float_initializers(skeleton: onnx.ModelProto, weights: Weights) -> dict[str, np.ndarray]:
@@ -342,7 +350,7 @@ def _match_by_value(unmatched: dict[str, np.ndarray], free: dict[str, np.ndarray
         by_size.setdefault(a.size, []).append(n)
     sums: dict[str, np.ndarray] = {}
     leftover = {}
-    for name, value in unmatched.items():  # first every exact pairing, so renamed equal weights leave the pool
+    for name, value in one_at_a_time(unmatched.items()):  # first every exact pairing, so renamed equal weights leave the pool
         candidates = [c for c in by_size.get(value.size, ()) if c in pool]
         for c in candidates:
             if c not in sums:
@@ -354,7 +362,7 @@ def _match_by_value(unmatched: dict[str, np.ndarray], free: dict[str, np.ndarray
         elif candidates and value.ndim >= 2:
             leftover[name] = value
     diffs = []
-    for name, value in leftover.items():  # then the close but unequal ones: same layer, other values
+    for name, value in one_at_a_time(leftover.items()):  # then the close but unequal ones: same layer, other values
         candidates = [c for c in by_size.get(value.size, ()) if c in pool]
         if not candidates:
             continue

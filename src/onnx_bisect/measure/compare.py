@@ -6,6 +6,7 @@ from typing import Mapping
 import numpy as np
 
 from ..records import TensorDiff, Tolerance
+from . import streaming
 
 
 #: elementwise rounding steps a float16 value may carry and still count as agreeing
@@ -34,6 +35,9 @@ def compare_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) ->
         else:
             return TensorDiff(float("inf"), float("inf"), float("inf"), 0.0, float("inf"), False,
                               tuple(expected.shape), dtype=str(actual.dtype), actual_shape=tuple(actual.shape))
+    if actual.size > streaming.BLOCK:  # no whole-tensor temporaries: block by block
+        return streaming.compare_blocked(actual, expected, tol, _resolution(actual) == np.float16,
+                                         LOW_PRECISION_ULPS)
     if _fast_path(actual, expected):
         return _compare_finite32(actual, expected, tol)
     a = np.asarray(actual, dtype=np.float64)
@@ -97,8 +101,8 @@ def check_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> T
     float16 tensors (whose verdict needs their rounding steps), gets
     :func:`compare_tensors`.
     """
-    if (actual.shape != expected.shape or not _fast_path(actual, expected) or actual.dtype != np.float32
-            or isinstance(actual, HalfResolution)):
+    if (actual.shape != expected.shape or actual.size > streaming.BLOCK or not _fast_path(actual, expected)
+            or actual.dtype != np.float32 or isinstance(actual, HalfResolution)):
         return compare_tensors(actual, expected, tol)
     err, ratio, decided = _error_and_ratio(actual, np.asarray(expected, dtype=np.float32), tol)
     if not decided:

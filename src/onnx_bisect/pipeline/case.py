@@ -22,6 +22,7 @@ from ..measure import compare, localize
 from ..records import (Absence, Capture, LayerResult, LoadedModel, MatchMethod, ModelInputs,
                        OutputResult, Report, Reproduction, TensorDiff, TensorPair, Tolerance)
 from ..records.graph import GraphIndex
+from ..records.weights import release, release_all
 from ..report.progress import Progress
 from ..run import expose
 from ..source import feeds
@@ -104,9 +105,9 @@ def bisect_case(prepared: Prepared, runner: Runner, inputs: ModelInputs, capture
         ok=measured.ok, tolerance=policy.tolerance, exporter=p.exported.exporter, opset=p.exported.opset,
         provider=runner.backend.name, outputs=measured.outputs, first_divergence=found.first, layers=found.layers or measured.layers,
         warnings=measured.warnings + found.warnings, notes=p.exported.notes + p.notes,
-        timings=dict(progress.timings), model_name=p.loaded.name, reproduction=measured.reproduction,
-        reproduction_max_abs=measured.reproduction_max_abs, faithful=found.faithful, repro=found.repro,
-        graph_name=p.skeleton.graph.name,
+        timings=dict(progress.timings), peaks=dict(progress.peaks), model_name=p.loaded.name,
+        reproduction=measured.reproduction, reproduction_max_abs=measured.reproduction_max_abs, faithful=found.faithful,
+        repro=found.repro, graph_name=p.skeleton.graph.name,
     )
     return CaseRun(report, aligned.pairs, seen.final, aligned.probed)
 
@@ -137,6 +138,7 @@ def align_case(p: Prepared, seen: Observation, captured: Capture, inputs: ModelI
         cuts = localize.cut_points(pairs, p.index)
         kept = {q.tensor for q in pairs} | set(p.index.graph_outputs)
         probed = {t: v for t, v in seen.probed.items() if t in kept}  # free the candidates nobody matched
+        release_all()  # the pages of stored values alignment read (low-memory runs) go back to the system
     if policy.template is None and _unaligned_leaves(pairs):
         with progress.step("liveness", "checking which unaligned outputs the model uses"):
             pairs = _mark_unused(pairs, p.loaded, inputs)  # one PyTorch forward with autograd recording
@@ -152,7 +154,8 @@ def measure_case(p: Prepared, runner: Runner, seen: Observation, aligned: Alignm
         ok = all(o.diff.ok for o in outputs)
         reproduction, reproduction_max_abs = reproduction_of(p.index, aligned.probed, seen.final, tolerance)
         # A verification case that agrees keeps three numbers per layer: measure only those.
-        cmp = functools.partial(_compare if policy.thorough or not ok else compare.check_tensors, tol=tolerance)
+        cmp = read_once(functools.partial(_compare if policy.thorough or not ok else compare.check_tensors,
+                                          tol=tolerance))
     cut = cut_feeds(aligned, seen.feeds, p.index)
     local_values: dict[str, np.ndarray] = {}
     if policy.thorough or not ok:
@@ -164,6 +167,18 @@ def measure_case(p: Prepared, runner: Runner, seen: Observation, aligned: Alignm
         warnings = (list(seen.feed_warnings) + list(p.warnings) + weight_warnings(p, layers)
                     + _warnings(p.loaded, captured, p.index, reproduction, reproduction_max_abs))
     return Measurement(outputs, ok, reproduction, reproduction_max_abs, layers, cut, cmp, tuple(warnings))
+
+
+def read_once(compare_fn: Callable[[np.ndarray, np.ndarray], TensorDiff]
+              ) -> Callable[[np.ndarray, np.ndarray], TensorDiff]:
+    """``compare_fn`` handing back the memory pages of the two values once compared, where they are
+    memory-mapped (the activation store of a low-memory run: read again from the file if needed)."""
+    def compare_and_release(actual: np.ndarray, expected: np.ndarray) -> TensorDiff:
+        try:
+            return compare_fn(actual, expected)
+        finally:
+            release([actual, expected])
+    return compare_and_release
 
 
 def cut_feeds(aligned: Alignment, model_feeds: dict[str, np.ndarray], index: GraphIndex | None = None) -> CutFeeds:

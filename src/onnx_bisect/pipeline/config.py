@@ -32,6 +32,8 @@ class Config:
     edge_cases: bool = False
     reference: str | None = None  # another ONNX model as the reference (``model`` is then an ONNX file)
     keep_repro: bool = False  # keep the first divergence's segment standalone (``--extract``)
+    low_memory: bool | None = None  # one framework in memory at a time; None: automatic (see pipeline.memory)
+    window_mb: float | None = None  # expose intermediate tensors in windows of at most this many MiB
 
     @property
     def is_matrix(self) -> bool:

@@ -3,6 +3,7 @@ scope map and preflight warnings."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,11 +19,12 @@ from ..coverage.records import ProblemKind
 from ..errors import FAILURE, BisectError, ExportError, InputError, UsageError
 from ..records import Capture, Exporter, ExportedModel, LoadedModel, ModelInputs
 from ..records.graph import GraphIndex
+from ..records.store import ArrayStore
 from ..records.weights import Weights
-from ..report.files import write_atomic
+from ..report.files import copy_atomic, write_atomic
 from ..report.progress import Progress
 from ..run.backend import Backend
-from ..source import export, feeds, graph, load, onnx_file, weights
+from ..source import caches, export, external, feeds, graph, load, onnx_file, weights
 
 
 @dataclass(frozen=True)
@@ -44,17 +46,19 @@ class Prepared:
 
 def loaded_from_module(model: Any) -> LoadedModel:
     """A :class:`LoadedModel` for an ``nn.Module`` handed over from Python."""
+    caches.register_caches(model)
     return LoadedModel(module=model, name=type(model).__name__, source="<python>", was_training=bool(model.training),
                        forward_params=load.forward_params(model))
 
 
-def capture_case(loaded: LoadedModel, inputs: ModelInputs, outputs_only: bool = False) -> Capture:
-    """The PyTorch reference run (every activation, or ``outputs_only``); a failure is the user's input
-    problem, said in one paragraph."""
+def capture_case(loaded: LoadedModel, inputs: ModelInputs, outputs_only: bool = False,
+                 store: ArrayStore | None = None, progress: Progress | None = None) -> Capture:
+    """The PyTorch reference run (every activation, or ``outputs_only``; into ``store`` when given; module
+    calls told to ``progress``); a failure is the user's input problem, said in one paragraph."""
     try:
         if outputs_only:
             return capture.capture_outputs(loaded.module, inputs)
-        return capture.capture_activations(loaded.module, inputs)
+        return capture.capture_activations(loaded.module, inputs, store, progress.advance if progress else None)
     except Exception as exc:
         shapes = ", ".join(
             f"{n}: {getattr(v, 'dtype', type(v).__name__)}{list(getattr(v, 'shape', []))}"
@@ -67,24 +71,27 @@ def capture_case(loaded: LoadedModel, inputs: ModelInputs, outputs_only: bool = 
         ) from exc
 
 
-def with_program_ops(captured: Capture, exported: ExportedModel, inputs: ModelInputs, progress: Progress) -> Capture:
+def with_program_ops(captured: Capture, exported: ExportedModel, inputs: ModelInputs, progress: Progress,
+                     store: ArrayStore | None = None) -> Capture:
     """``captured`` plus every op of the exported program that kept its value in the ONNX graph (dynamo
-    exports made here); unchanged for a given file."""
+    exports made here; their values into ``store`` when given); unchanged for a given file."""
     if exported.program is None:
         return captured
     with progress.step("capture", "running the exported program op by op"):
         values = frozenset(t for n in exported.proto.graph.node for t in n.output)
-        return ops.with_ops(captured, ops.capture_ops(exported.program, inputs, len(captured.activations), values))
+        return ops.with_ops(captured, ops.capture_ops(exported.program, inputs, len(captured.activations), values,
+                                                      store))
 
 
 def obtain_onnx(loaded: LoadedModel, inputs: ModelInputs, onnx_path: str | onnx.ModelProto | None,
                 exporter: Exporter | None, opset: int | None, progress: Progress,
-                dynamic_axes: dict[str, dict[int, str]] | None = None) -> ExportedModel:
-    """Export the model (``onnx_path`` None), or load the given file or proto."""
+                dynamic_axes: dict[str, dict[int, str]] | None = None, folder=None) -> ExportedModel:
+    """Export the model (``onnx_path`` None) into ``folder`` (a private one: the run's workspace), or load
+    the given file or proto."""
     if onnx_path is None:
         with progress.step("export", f"exporting to ONNX ({(exporter or Exporter.DYNAMO).value})"):
             try:
-                return export.export_model(loaded, inputs, exporter, opset, dynamic_axes)
+                return export.export_model(loaded, inputs, exporter, opset, dynamic_axes, folder)
             except ExportError as exc:
                 raise _triaged(exc, loaded, inputs) from exc.__cause__
     if isinstance(onnx_path, str):
@@ -139,9 +146,14 @@ def prepare(loaded: LoadedModel, inputs: ModelInputs, captured: Capture, exporte
     with progress.step("preflight", "checking the model before running it"):
         checked = preflight.check_model(loaded, inputs, skeleton, weight_store, exported, backend, modules)
         notes = preflight.static_batch(skeleton) if exported.exporter is Exporter.GIVEN else []
+        notes += feeds.nested_inputs(inputs, skeleton, loaded.forward_params)
     if save_onnx:
-        save_model(weights.join_weights(skeleton, weight_store) if exported.weights is not None else exported.proto,
-                   save_onnx)
+        with progress.step("save", f"writing the exported model to {save_onnx}"):
+            if exported.file is not None:
+                save_files(exported.file, save_onnx)
+            else:
+                save_model(weights.join_weights(skeleton, weight_store) if exported.weights is not None
+                           else exported.proto, save_onnx)
     return Prepared(loaded, exported, skeleton, weight_store, index, scopes, candidates, checked.warnings,
                     tuple(notes), weight_differences=checked.weight_differences)
 
@@ -161,6 +173,28 @@ def weight_warnings(p: Prepared, layers) -> list[str]:
         if not measured or any(not r.diff.ok for r in measured):
             kept.append(d)
     return preflight.stale_weight_warnings(kept)
+
+
+def save_files(written: str, path: str) -> None:
+    """``--save-onnx`` of a model written with external data (onnx-bisect's own export): ``path`` and
+    ``path.data`` beside it, each written atomically, the data first (the graph names its new location)."""
+    data_name = Path(path).name + ".data"
+    proto = onnx.load(written, load_external_data=False)
+    sources = set()
+    for tensor, _ in external.external_tensors(proto.graph):
+        ref = external.check_external(tensor, Path(written).parent)
+        sources.add(ref.file)
+        for entry in tensor.external_data:
+            if entry.key == "location":
+                entry.value = data_name
+    if len(sources) > 1:
+        raise UsageError(f"The exported model keeps its weights in {len(sources)} files; onnx-bisect saves one.")
+    try:
+        for source in sources:
+            copy_atomic(str(source), str(Path(path).with_name(data_name)))
+        write_atomic(path, proto.SerializeToString())
+    except OSError as exc:
+        raise UsageError(f"Cannot write --save-onnx '{path}': {exc.strerror or exc}. Choose a writable path.") from exc
 
 
 def save_model(proto: onnx.ModelProto, path: str) -> None:

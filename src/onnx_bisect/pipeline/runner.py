@@ -5,11 +5,17 @@ from __future__ import annotations
 import contextlib
 
 import numpy as np
+import onnx
 
 from ..errors import BackendError, RuntimeFailure
 from ..measure import compare
-from ..run import expose
+from ..records.graph import GraphIndex
+from ..records.store import ArrayStore
+from ..records.weights import trim_heap
+from ..report.progress import Progress
+from ..run import expose, windows
 from ..run.backend import Backend, Session
+from ..source import graph
 from .prepare import Prepared
 
 
@@ -24,10 +30,14 @@ class Runner:
     session's memory at a time.
     """
 
-    def __init__(self, prepared: Prepared, backend: Backend, keep: bool = False):
+    def __init__(self, prepared: Prepared, backend: Backend, keep: bool = False, window_bytes: int | None = None,
+                 store: ArrayStore | None = None, progress: Progress | None = None):
         self.prepared = prepared
         self.backend = backend
         self.keep = keep
+        self.window_bytes = window_bytes  # expose in windows of at most this many bytes (see run.windows)
+        self.store = store  # where windowed runs keep the values they expose (low-memory runs)
+        self.progress = progress or Progress(enabled=False)
         self._sessions: dict[str, Session] = {}
         self._cut_at: tuple[str, ...] | None = None
         self._exposed: tuple[str, ...] = prepared.candidates
@@ -41,16 +51,30 @@ class Runner:
             self._sessions[role] = session
         return session
 
+    def _done(self) -> None:
+        """After a run: a session not kept is gone; its memory goes back to the system."""
+        if not self.keep:
+            trim_heap()
+
     def final(self, model_feeds) -> dict[str, np.ndarray]:
         """The unmodified model's outputs: the same graph and weight bytes as the user's file and settings."""
-        return self._computed(self._session("final", lambda: (self.prepared.skeleton, False)).run(model_feeds))
+        values = self._session("final", lambda: (self.prepared.skeleton, False)).run(model_feeds)
+        self._done()
+        return self._computed(values)
 
     def probe(self, model_feeds, wanted: list[str] | None = None) -> dict[str, np.ndarray]:
         """Every exposed tensor (or just ``wanted`` of them) from the graph exposing them all."""
+        names = list(self._exposed) if wanted is None else wanted
+        windowed = self._windowed(self.prepared.skeleton, self.prepared.index, names, model_feeds)
+        if windowed is not None:
+            return self._computed(windowed)
         with instrumented("with its intermediate tensors exposed"):
             session = self._session("probe",
                                     lambda: (expose.expose_tensors(self.prepared.skeleton, self._exposed), True))
-            return self._computed(session.run(model_feeds, list(self._exposed) if wanted is None else wanted))
+            values = session.run(model_feeds, names)
+        del session
+        self._done()
+        return self._computed(values)
 
     def narrow(self, tensors: list[str]) -> None:
         """From now on the probe exposes only ``tensors`` (once an alignment is known: its paired tensors).
@@ -72,10 +96,18 @@ class Runner:
         if self._cut_at is not None and cut_at != self._cut_at:
             self._sessions.pop("local", None)
         self._cut_at = cut_at
+        if self.window_bytes is not None:
+            cut = expose.cut_at_tensors(self.prepared.skeleton, references)
+            windowed = self._windowed(cut, graph.index_graph(cut), list(cut_at), ref_feeds)
+            if windowed is not None:
+                return self._computed(windowed)
         with instrumented("cut at the aligned tensors"):
             session = self._session("local", lambda: (expose.expose_tensors(
                 expose.cut_at_tensors(self.prepared.skeleton, references), unfed), True))
-            return self._computed(session.run(ref_feeds, list(cut_at)))
+            values = session.run(ref_feeds, list(cut_at))
+        del session
+        self._done()
+        return self._computed(values)
 
     def switched(self, ref_feeds, references: dict[str, np.ndarray]):
         """A function running the graph with any subset of ``references`` cut (fed its PyTorch value) and the
@@ -104,9 +136,35 @@ class Runner:
         computed (see :meth:`_computed`)."""
         return self._computed(self.backend.run(model, ref_feeds, outputs, store, one_shot=True, optimize=optimize))
 
+    def _windowed(self, model, index, names: list[str], model_feeds) -> dict[str, np.ndarray] | None:
+        """``names`` from ``model`` run in windows of :attr:`window_bytes` (None when windows are off or one
+        window would hold them all)."""
+        if self.window_bytes is None:
+            return None
+        plan = windows.plan_windows(index, names, tensor_bytes(index), self.window_bytes)
+        if len(plan) < 2:
+            return None
+        keep = self.store.put if self.store is not None else (lambda a: a)
+        with instrumented("in windows of its nodes"):
+            return windows.run_windowed(self.backend, model, plan, model_feeds, self.prepared.weights, keep,
+                                        self.progress.advance)
+
     def _computed(self, values) -> dict[str, np.ndarray]:
         """Values marked with the resolution they were computed at (float32 tensors computed from float16 data)."""
         return compare.at_resolution(values, self.prepared.index.half_resolution)
+
+
+def tensor_bytes(index: GraphIndex) -> dict[str, int]:
+    """Each tensor's size in bytes where its shape and element type are known."""
+    out = {}
+    for name, shape in index.shapes.items():
+        elem = index.elem_types.get(name)
+        if elem and shape is not None and all(isinstance(d, int) and d >= 0 for d in shape):
+            try:
+                out[name] = int(np.prod(shape, dtype=np.int64)) * onnx.helper.tensor_dtype_to_np_dtype(elem).itemsize
+            except (KeyError, TypeError, ValueError):  # a type numpy lacks: counted as nothing
+                pass
+    return out
 
 
 @contextlib.contextmanager

@@ -27,6 +27,7 @@ from .case import CaseRun, bisect_case, paired_tensors
 from .verdict import compare_outputs
 from .config import CasePolicy, Config, DiagnosisMemo
 from .prepare import Prepared, capture_case, loaded_from_module, obtain_onnx, prepare, weight_warnings
+from .workspace import workspace
 from .runner import Runner
 from ..records import (OptLevel, CaseKind, ConfigResult, ConfigStatus, Exporter, InputCase, LayerAggregate, LayerError,
                       LoadedModel, MatrixReport, ModelInputs, ProviderAgreement, RuntimeSettings, Status, Tolerance)
@@ -113,12 +114,17 @@ def _sample(config: Config, loaded: LoadedModel, file_module) -> ModelInputs | N
 def verify_loaded(loaded: LoadedModel, sample: ModelInputs, config: Config, *,
                   dataset: Sequence[InputCase] = (), progress: Progress | None = None) -> MatrixReport:
     """Verify an already loaded model on ``sample`` (resized, plus edge cases) and ``dataset``."""
-    progress = progress or Progress(enabled=False)
+    with workspace() as folder:
+        return _verify_in(folder, loaded, sample, config, dataset, progress or Progress(enabled=False))
+
+
+def _verify_in(folder, loaded: LoadedModel, sample: ModelInputs, config: Config, dataset: Sequence[InputCase],
+               progress: Progress) -> MatrixReport:
     specs = tuple(config.axes)
     exporting = config.onnx is None
     dynamic = configurations.dynamic_axes(sample, specs) if specs and exporting else None
     example = configurations.export_example(sample, specs) if dynamic else sample
-    exported = obtain_onnx(loaded, example, config.onnx, config.exporter, config.opset, progress, dynamic)
+    exported = obtain_onnx(loaded, example, config.onnx, config.exporter, config.opset, progress, dynamic, folder)
     plan = make_plan(sample, specs, dataset, config)
     untestable = _untestable(plan.cases, exported.proto, loaded)
     template = _template(plan.cases, sample, untestable)
@@ -143,6 +149,7 @@ def verify_loaded(loaded: LoadedModel, sample: ModelInputs, config: Config, *,
         results=tuple(results), dataset=tuple(aggregate_dataset(results)), agreements=tuple(agreements),
         dynamic_axes=tuple(free_dimensions(exported.proto)), warnings=tuple(dict.fromkeys(warnings)),
         notes=tuple(dict.fromkeys(notes + list(exported.notes))), timings=dict(progress.timings),
+        peaks=dict(progress.peaks),
     )
 
 

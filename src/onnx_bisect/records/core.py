@@ -212,6 +212,7 @@ class ExportedModel:
     notes: tuple[str, ...] = ()
     weights: Any = field(default=None, repr=False)  # weights.Weights when proto is already split
     program: Any = field(default=None, repr=False)  # the torch.export ExportedProgram (dynamo exports)
+    file: str | None = None  # the .onnx file the skeleton and weights were read from (own exports: in a private folder)
 
 
 @dataclass(frozen=True)
@@ -352,6 +353,7 @@ class Report:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    peaks: dict[str, float] = field(default_factory=dict)  # the process's peak RSS (MiB) at the end of each step
     model_name: str = ""
     reproduction: Reproduction = Reproduction.EXACT
     reproduction_max_abs: float = 0.0  # largest |instrumented - unmodified| over the outputs

@@ -160,6 +160,7 @@ class MatrixReport:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    peaks: dict[str, float] = field(default_factory=dict)  # the process's peak RSS (MiB) at the end of each step
 
     @property
     def ok(self) -> bool:

@@ -222,6 +222,7 @@ def matrix_to_json(report: MatrixReport) -> dict[str, Any]:
         "warnings": list(report.warnings),
         "notes": list(report.notes),
         "timings": {k: round(v, 4) for k, v in report.timings.items()},
+        "peak_rss_mb": {k: round(v, 1) for k, v in report.peaks.items()},
     }
 
 

@@ -1,6 +1,7 @@
 """ONNX Runtime backend."""
 from __future__ import annotations
 
+import os
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -9,7 +10,7 @@ import onnxruntime as ort
 
 from ..errors import BackendError, UsageError
 from ..records import OptLevel, RuntimeSettings
-from ..records.weights import Weights
+from ..records.weights import Weights, file_region
 
 
 #: ONNX Runtime's constant for each optimization level
@@ -57,6 +58,44 @@ class OnnxRuntimeSession:
         return {name: value.numpy() for name, value in zip(names, values)}
 
 
+#: weights at least this large are read by ONNX Runtime from their file; smaller ones (shapes, axes: ONNX
+#: Runtime's shape inference cannot read those from a file) are handed over in memory
+FROM_FILE_BYTES = 1 << 16
+
+
+def from_files(model: onnx.ModelProto, weights: Weights | None
+               ) -> tuple[onnx.ModelProto, Weights | None, str | None]:
+    """``(model, weights still to hand over in memory, folder)``: the initializers whose arrays are views of a
+    memory-mapped file (all in one folder, the one holding most bytes) point at that file instead, so ONNX
+    Runtime reads (or maps) them itself and onnx-bisect's own mapping of the file stays unread.
+
+    Those files are the ones the source stage opened (the user's model and its external data, already
+    confined to the model's folder) or wrote (its own export, in its private folder); nothing else is named.
+    """
+    if weights is None or not weights.arrays:
+        return model, weights, None
+    regions = {n: r for n, a in weights.arrays.items() if a.nbytes >= FROM_FILE_BYTES and (r := file_region(a))}
+    by_folder: dict[str, int] = {}
+    for r in regions.values():
+        by_folder[os.path.dirname(r.path)] = by_folder.get(os.path.dirname(r.path), 0) + r.length
+    if not by_folder:
+        return model, weights, None
+    folder = max(by_folder, key=by_folder.get)
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    moved = set()
+    for init in out.graph.initializer:
+        r = regions.get(init.name)
+        if r is None or os.path.dirname(r.path) != folder or init.data_location != onnx.TensorProto.EXTERNAL:
+            continue
+        del init.external_data[:]
+        for key, value in (("location", os.path.basename(r.path)), ("offset", r.offset), ("length", r.length)):
+            init.external_data.add(key=key, value=str(value))
+        moved.add(init.name)
+    rest = Weights({n: a for n, a in weights.arrays.items() if n not in moved})
+    return out, rest, folder
+
+
 class OnnxRuntimeBackend:
     """Runs models with one ONNX Runtime execution provider and the user's session settings."""
 
@@ -72,7 +111,8 @@ class OnnxRuntimeBackend:
         self.settings = settings
         self.name = f"onnxruntime {ort.__version__} ({settings.provider})"
 
-    def _options(self, weights: Weights | None, one_shot: bool, optimize: bool) -> ort.SessionOptions:
+    def _options(self, weights: Weights | None, one_shot: bool, optimize: bool,
+                 folder: str | None = None) -> ort.SessionOptions:
         so = ort.SessionOptions()
         so.graph_optimization_level = OPT_LEVELS[OptLevel.DISABLE if not optimize else self.settings.opt_level]
         for key, value in self.settings.session_config:
@@ -91,6 +131,8 @@ class OnnxRuntimeBackend:
         # PyTorch forward that follows in the same process.
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        if folder is not None:
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
         if weights is not None and weights.arrays:
             names = list(weights.arrays)
             so.add_external_initializers(names, [ort.OrtValue.ortvalue_from_numpy(weights.arrays[n]) for n in names])
@@ -103,16 +145,24 @@ class OnnxRuntimeBackend:
         one_shot: bool = False,
         optimize: bool = True,
     ) -> OnnxRuntimeSession:
-        """Create an ``InferenceSession`` with this backend's provider and settings."""
+        """Create an ``InferenceSession`` with this backend's provider and settings.
+
+        Weights that are views of a memory-mapped file (the user's file, onnx-bisect's own export) are read by
+        ONNX Runtime from that file (see :func:`from_files`); the others are handed over in memory.
+        """
+        folder = None
+        if not isinstance(model, str):
+            model, weights, folder = from_files(model, weights)
         source = model if isinstance(model, str) else model.SerializeToString()
         provider = self.settings.provider
         providers = [(provider, dict(self.settings.provider_options))] if self.settings.provider_options else [provider]
         try:
-            session = ort.InferenceSession(source, self._options(weights, one_shot, optimize), providers=providers)
+            session = ort.InferenceSession(source, self._options(weights, one_shot, optimize, folder),
+                                           providers=providers)
         except UsageError:
             raise
         except Exception as exc:
-            hint = self._optimizer_hint(source, weights, one_shot, providers) if optimize else ""
+            hint = self._optimizer_hint(source, weights, one_shot, providers, folder) if optimize else ""
             raise BackendError(
                 f"ONNX Runtime could not load the model ({type(exc).__name__}: {str(exc).strip()[:400]}). "
                 + (hint or "Check the model's opset, custom-domain operators, the execution provider and its "
@@ -120,12 +170,12 @@ class OnnxRuntimeBackend:
             ) from exc
         return OnnxRuntimeSession(session)
 
-    def _optimizer_hint(self, source, weights, one_shot, providers) -> str:
+    def _optimizer_hint(self, source, weights, one_shot, providers, folder) -> str:
         """When the model loads with graph optimizations off, say that the optimizer is what fails."""
         if self.settings.opt_level is OptLevel.DISABLE:
             return ""
         try:
-            ort.InferenceSession(source, self._options(weights, one_shot, optimize=False), providers=providers)
+            ort.InferenceSession(source, self._options(weights, one_shot, False, folder), providers=providers)
         except Exception:  # noqa: BLE001 - it fails either way: the optimizer is not the cause
             return ""
         return (f"It loads with graph optimizations off: ONNX Runtime's optimizer fails on this model at level "

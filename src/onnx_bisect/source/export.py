@@ -3,6 +3,8 @@ TorchScript — for the main job and for the coverage triage."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import io
 import logging
 import os
@@ -10,13 +12,17 @@ import re
 import sys
 import warnings
 
+import numpy as np
 import onnx
+import onnx_ir as ir
 import torch
 from torch.utils._pytree import tree_map_only
 
 from ..errors import ExportError
 from ..records import Exporter, ExportedModel, LoadedModel, ModelInputs
+from .caches import register_caches
 from .onnx_file import opset_of
+from .weights import split_weights_from_file
 
 #: the opset of a TorchScript export when none is asked for
 DEFAULT_TORCHSCRIPT_OPSET = 17
@@ -24,7 +30,7 @@ DEFAULT_TORCHSCRIPT_OPSET = 17
 
 def export_model(
     loaded: LoadedModel, inputs: ModelInputs, exporter: Exporter | None = None, opset: int | None = None,
-    dynamic_axes: dict[str, dict[int, str]] | None = None,
+    dynamic_axes: dict[str, dict[int, str]] | None = None, folder: str | os.PathLike | None = None,
 ) -> ExportedModel:
     """Export with the dynamo exporter, falling back to TorchScript when it fails.
 
@@ -34,9 +40,15 @@ def export_model(
     for the TorchScript one.  Export from example sizes of at least 2 there
     (``torch.export`` specializes sizes 0 and 1).  When every exporter fails,
     the :class:`ExportError` carries ``failures``: ``[(Exporter, exception)]``.
+
+    With ``folder`` (a private folder the caller removes), the model is written
+    there, its weights as external data (:data:`EXPORT_NAME` and its ``.data``
+    file), and comes back as a skeleton with its weights memory-mapped: no
+    ModelProto ever holds them, so exporting costs no second copy of the weights.
     """
     model = loaded.module
     model.eval()
+    registered = register_caches(model)
     # The TorchScript tracer runs the model on the inputs it is given; a forward
     # that modifies its arguments in place would change the tensors that later
     # become the ONNX feeds.
@@ -45,21 +57,93 @@ def export_model(
     failures: list[tuple[Exporter, BaseException]] = []
     for which in order:
         try:
-            proto, program = export_dynamo(model, inputs, opset, dynamic_axes) if which is Exporter.DYNAMO else \
-                (export_torchscript(model, inputs, opset, dynamic_axes), None)
+            written = _export_with(which, model, inputs, opset, dynamic_axes, folder)
         except Exception as exc:  # exporters raise a zoo of types
             failures.append((which, exc))
             continue
         notes = tuple(
             f"The {w.value} exporter failed ({summarise(e)}); fell back to the {which.value} exporter."
             for w, e in failures
-        )
-        return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), notes=notes, program=program)
+        ) + cache_notes(written.program, registered)
+        return dataclasses.replace(written, exporter=which, notes=notes)
     raise ExportError(failure_message(failures), failures) from failures[-1][1]
 
 
+#: the name of onnx-bisect's own export in its private folder (its weights in ``model.onnx.data``)
+EXPORT_NAME = "model.onnx"
+
+
+def _export_with(which: Exporter, model, inputs: ModelInputs, opset, dynamic_axes, folder) -> ExportedModel:
+    """One exporter's model: in memory, or written to ``folder`` and read back with its weights mapped."""
+    path = None if folder is None else os.path.join(folder, EXPORT_NAME)
+    if path is not None and os.path.exists(path):
+        raise ExportError(f"'{path}' exists already: onnx-bisect writes one export per private folder.")
+    if which is Exporter.DYNAMO:
+        model_ir, program = export_dynamo(model, inputs, opset, dynamic_axes)
+        if path is None:
+            proto = ir.serde.serialize_model(model_ir)
+            return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), program=program)
+        ir.save(model_ir, path, external_data=EXPORT_NAME + ".data", alignment=ALIGNMENT)
+        let_go(model_ir)
+    else:
+        program = None
+        proto = export_torchscript(model, inputs, opset, dynamic_axes, path=path)
+        if path is None:
+            return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto))
+    skeleton, store = split_weights_from_file(path)
+    return ExportedModel(proto=skeleton, exporter=which, opset=opset_of(skeleton), program=program, weights=store,
+                         file=path)
+
+
+def let_go(model_ir) -> None:
+    """Drop the IR model's references to its weights (the module's own tensors, lazily transposed copies):
+    the exporter's rewrite rules are module-level objects that keep the last graph they matched, so the
+    graph may outlive this export, and with it every parameter of the module."""
+    for value in list(model_ir.graph.initializers.values()) + model_ir.meta.pop(INITIAL_VALUES, []):
+        value.const_value = None
+    model_ir.graph.initializers.clear()
+
+
+#: offsets of large tensors in the export's data file are aligned to this, so that ONNX Runtime maps them
+#: from the file instead of reading them into memory
+ALIGNMENT = 65536
+
+
+def cache_notes(program, registered: str | None) -> tuple[str, ...]:
+    """Say how a key/value cache in the model's outputs or inputs was exported."""
+    if program is None or registered is None:
+        return ()
+    spec = program.call_spec
+    sides = {side: sorted({t.__name__ for t in _spec_types(tree) if t.__name__.endswith("Cache")})
+             for side, tree in (("returns", spec.out_spec), ("takes", spec.in_spec))}
+    said = [f"{side} a key/value cache ({' and '.join(names)})" for side, names in sides.items() if names]
+    if not said:
+        return ()
+    two_part = any("EncoderDecoder" in n for names in sides.values() for n in names)
+    return (f"The model {' and '.join(said)} (use_cache=True). It was exported with its cache, as decoders ship "
+            f"(optimum, onnxruntime-genai): transformers' cache classes registered as pytree nodes for torch.export "
+            f"({registered}), so the cache's key/value tensors are graph "
+            + ("inputs (past key/values) and " if sides["takes"] else "") + "outputs (present key/values), layer "
+            "by layer, key before value"
+            + (" (the self-attention layers, then the cross-attention layers)" if two_part else "") + ".",)
+
+
+def _spec_types(spec) -> list[type]:
+    """Every container type in a pytree spec."""
+    found, stack = [], [spec]
+    while stack:
+        s = stack.pop()
+        if getattr(s, "type", None) is not None:
+            found.append(s.type)
+        stack.extend(getattr(s, "children_specs", ()) or ())
+    return found
+
+
 def export_dynamo(model, inputs: ModelInputs, opset: int | None = None, dynamic_axes=None):
-    """``(ONNX model, torch.export ExportedProgram)`` from the dynamo exporter."""
+    """``(ONNX IR model, torch.export ExportedProgram)`` from the dynamo exporter, optimized as
+    ``torch.onnx.export`` optimizes it — except that the transposes of large weights it folds are left to be
+    computed one at a time when the model is written (:func:`defer_transposes`): the folded copies of every
+    Linear weight are never all in memory beside the module's own."""
     shapes = None
     if dynamic_axes:
         # keyed by forward parameter name, as torch.export matches them to the signature;
@@ -69,10 +153,63 @@ def export_dynamo(model, inputs: ModelInputs, opset: int | None = None, dynamic_
                          else None) for name in given}
     with quiet():
         program = torch.onnx.export(
-            model, tuple(inputs.args), kwargs=dict(inputs.kwargs) or None, dynamo=True,
-            opset_version=opset, verbose=False, report=False, dynamic_shapes=shapes,
+            model, positional(inputs.args, inputs.kwargs), kwargs=dict(inputs.kwargs) or None, dynamo=True,
+            opset_version=opset, verbose=False, report=False, dynamic_shapes=shapes, optimize=False,
         )
-    return program.model_proto, program.exported_program
+        # every initializer, also those the optimizer replaces: see let_go
+        program.model.meta[INITIAL_VALUES] = list(program.model.graph.initializers.values())
+        defer_transposes(program.model.graph)
+        program.optimize()
+    return program.model, program.exported_program
+
+
+#: where the IR model keeps the initializers the exporter made (see :func:`let_go`)
+INITIAL_VALUES = "onnx_bisect.initial_values"
+
+
+#: the exporter's optimizer folds a Transpose of an initializer of more elements than this whatever its size
+LARGE_FOLD = 8192
+#: where the optimizer records what a folded initializer was computed from
+FOLDED_FROM = "pkg.onnxscript.optimizer.folded_from"
+
+
+def defer_transposes(graph) -> int:
+    """Replace each ``Transpose`` of a large initializer used by that node only (the ONNX form of every
+    Linear weight) by an initializer computed when it is read: what the exporter's optimizer folds it into
+    (same name, same values, same record of what it was folded from), without computing it now.  Returns how
+    many were deferred."""
+    deferred = 0
+    for node in list(graph):
+        source = node.inputs[0] if node.op_type == "Transpose" and node.domain == "" and node.inputs else None
+        if source is None or not source.is_initializer() or source.const_value is None \
+                or source.const_value.size <= LARGE_FOLD or len(source.uses()) != 1 or source.is_graph_output():
+            continue
+        perm = node.attributes.get_ints("perm", None) or list(range(len(source.shape)))[::-1]
+        out = node.outputs[0]
+        tensor = source.const_value
+        lazy = ir.LazyTensor(functools.partial(_transposed, tensor, tuple(perm), out.name), dtype=tensor.dtype,
+                             shape=ir.Shape([tensor.shape[p] for p in perm]), name=out.name)
+        value = ir.Value(name=out.name, type=ir.TensorType(tensor.dtype), shape=lazy.shape, const_value=lazy)
+        folded_from = set(source.meta.get(FOLDED_FROM, set())) | {source.name}
+        value.meta[FOLDED_FROM] = folded_from
+        value.metadata_props[FOLDED_FROM] = repr(sorted(folded_from))
+        ir.convenience.replace_nodes_and_values(graph, node, [node], [], node.outputs, [value])
+        graph.register_initializer(value)
+        graph.initializers.pop(source.name)
+        source.const_value = None  # the lazy tensor holds it
+        deferred += 1
+    return deferred
+
+
+def _transposed(tensor, perm: tuple[int, ...], name: str):
+    return ir.Tensor(np.ascontiguousarray(tensor.numpy().transpose(perm)), name=name)
+
+
+def positional(args, kwargs) -> tuple:
+    """Positional arguments as ``torch.onnx.export`` reads them: it takes a trailing dict for the keyword
+    arguments when none are given apart, so a dict argument in last position is followed by an empty one."""
+    args = tuple(args)
+    return args + ({},) if args and isinstance(args[-1], dict) and not kwargs else args
 
 
 def capture_program(model, inputs: ModelInputs):
@@ -113,11 +250,12 @@ class KeywordAdapter(torch.nn.Module):
 
 
 def export_torchscript(model, inputs: ModelInputs, opset: int | None = None, dynamic_axes=None,
-                       silence_warnings: bool = True) -> onnx.ModelProto:
+                       silence_warnings: bool = True, path: str | None = None) -> onnx.ModelProto | None:
     """The TorchScript exporter's ONNX model (through :class:`KeywordAdapter` when the forward refuses
-    positional arguments).  ``silence_warnings=False`` lets the tracer's warnings reach the caller."""
+    positional arguments).  ``silence_warnings=False`` lets the tracer's warnings reach the caller.  With
+    ``path`` the model is written there instead (external data beside it when it needs some)."""
     args, kwargs = cloned(inputs)
-    args = tuple(args) + ((kwargs,) if kwargs else ())
+    args = positional(args, kwargs) + ((kwargs,) if kwargs else ())
     naming = {}
     if dynamic_axes:
         if inputs.kwargs or not all(isinstance(a, torch.Tensor) for a in inputs.args):
@@ -126,19 +264,19 @@ def export_torchscript(model, inputs: ModelInputs, opset: int | None = None, dyn
         # graph inputs named after the forward parameters, so dynamic_axes can name them
         naming = {"input_names": list(inputs.names), "dynamic_axes": {n: dict(a) for n, a in dynamic_axes.items()}}
     try:
-        return _trace(model, args, opset, silence_warnings, **naming)
+        return _trace(model, args, opset, silence_warnings, path, **naming)
     except TypeError:
         if kwargs:
             raise
-        return _trace(KeywordAdapter(model, inputs.names), args, opset, silence_warnings, **naming)
+        return _trace(KeywordAdapter(model, inputs.names), args, opset, silence_warnings, path, **naming)
 
 
-def _trace(model, args, opset, silence_warnings: bool, **naming) -> onnx.ModelProto:
-    buffer = io.BytesIO()
+def _trace(model, args, opset, silence_warnings: bool, path: str | None = None, **naming) -> onnx.ModelProto | None:
+    target = io.BytesIO() if path is None else path
     with quiet(silence_warnings):
-        torch.onnx.export(model, args, buffer, dynamo=False, opset_version=opset or DEFAULT_TORCHSCRIPT_OPSET,
+        torch.onnx.export(model, args, target, dynamo=False, opset_version=opset or DEFAULT_TORCHSCRIPT_OPSET,
                           **naming)
-    return onnx.load_from_string(buffer.getvalue())
+    return onnx.load_from_string(target.getvalue()) if path is None else None
 
 
 def trace_graph(model, inputs: ModelInputs):
@@ -246,6 +384,11 @@ def summarise(exc: BaseException) -> str:
 def failure_message(failures) -> str:
     """What failed in each exporter and the next steps."""
     parts = "; ".join(f"{w.value}: {summarise(e)}" for w, e in failures)
+    if any("Cache" in str(e) and "pytree" in str(e) for _, e in failures):
+        return (f"Exporting the model to ONNX failed ({parts}). The model returns or takes a key/value cache that "
+                "torch.export cannot flatten: build it with use_cache=False (config.use_cache = False) to export "
+                "without the cache, or register the cache class with torch.utils._pytree.register_pytree_node "
+                "(transformers 5 does this for its own caches).")
     return (
         f"Exporting the model to ONNX failed ({parts}). Rewrite the failing operator with "
         "exportable PyTorch ops, register a custom symbolic/translation for it, or export "

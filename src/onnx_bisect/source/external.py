@@ -21,7 +21,7 @@ import numpy as np
 import onnx
 
 from ..errors import OnnxLoadError
-from ..records.weights import Weights
+from ..records.weights import Weights, register_mapping
 
 #: the ONNX element types whose bytes can be mapped as numpy arrays of the same type
 NUMPY_TYPES = {
@@ -130,9 +130,15 @@ def external_tensors(graph: onnx.GraphProto, top: bool = True) -> Iterator[tuple
                 yield from external_tensors(sub, top=False)
 
 
+#: external tensors smaller than this are read into the model (shapes and axes: ONNX Runtime's shape
+#: inference needs their values in the graph), as :data:`.weights.SPLIT_BYTES` keeps them inline
+INLINE_BYTES = 1024
+
+
 def load_external(skeleton: onnx.ModelProto, folder: Path, placeholder: str) -> Weights:
     """Memory-map the external data of ``skeleton``'s top-level initializers (their locations become
-    ``placeholder``); the few stored externally elsewhere (a subgraph, a Constant) are read into the model.
+    ``placeholder``); the few stored externally elsewhere (a subgraph, a Constant) or smaller than
+    :data:`INLINE_BYTES` are read into the model.
 
     Every reference is checked before any file is opened (see :func:`check_external`).
     """
@@ -144,10 +150,12 @@ def load_external(skeleton: onnx.ModelProto, folder: Path, placeholder: str) -> 
         if ref.file not in maps:
             with open(ref.file, "rb") as f:
                 maps[ref.file] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if ref.file.stat().st_size else b""
+            if maps[ref.file]:
+                register_mapping(maps[ref.file], ref.file)
         count = ref.nbytes // ref.dtype.itemsize if ref.dtype.itemsize else 0
         array = np.frombuffer(maps[ref.file], dtype=ref.dtype, count=count, offset=ref.offset).reshape(ref.shape)
         del tensor.external_data[:]
-        if top:
+        if top and ref.nbytes >= INLINE_BYTES:
             arrays[tensor.name] = array
             tensor.external_data.add(key="location", value=placeholder)
         else:

@@ -6,7 +6,7 @@ import onnx
 from onnx import helper
 
 from ..errors import OnnxLoadError
-from ..records.nest import flatten_outputs, to_numpy
+from ..records.nest import canonical, flatten_outputs, to_numpy
 from ..records import ModelInputs
 
 
@@ -38,6 +38,10 @@ def _match(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tuple[st
     names = {i.name for i in graph_inputs}
     if names and names <= {n for n, _ in flat}:
         return [(i, dict(flat)[i.name], i.name) for i in graph_inputs]
+    by_key = {canonical(n): (n, v) for n, v in flat}
+    if graph_inputs and len(by_key) == len(flat) and all(canonical(i.name) in by_key for i in graph_inputs):
+        # nested arguments named as the ONNX inputs they became (past_key_values[0][key] ~ past_key_values.0.key)
+        return [(i, by_key[canonical(i.name)][1], by_key[canonical(i.name)][0]) for i in graph_inputs]
     if len(flat) == len(graph_inputs):
         return [(i, value, given) for i, (given, value) in zip(graph_inputs, flat)]
     raise OnnxLoadError(
@@ -45,6 +49,24 @@ def _match(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tuple[st
         f"{len(flat)} tensor(s) were given ({', '.join(f'{n} {v.dtype}{list(v.shape)}' for n, v in flat)}). "
         "Pass one --input per ONNX input, in order."
     )
+
+
+def nested_inputs(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tuple[str, ...]) -> list[str]:
+    """One line per nested argument (a list, tuple, dict or key/value cache): the ONNX inputs its tensors
+    became, in the order the exporters flatten them."""
+    args = dict(zip(inputs.names, inputs.args)) | dict(inputs.kwargs)
+    became: dict[str, list[str]] = {}
+    for info, _, given in _match(inputs, model, forward_params):
+        top = next((n for n in args if given == n or given.startswith(n + "[")), None)
+        if top is not None and given != top:
+            became.setdefault(top, []).append(info.name if info.name == given else f"{info.name} ← {given}")
+    return [f"Argument '{name}' ({_kind(args[name])}) became ONNX inputs {', '.join(names)}."
+            for name, names in became.items()]
+
+
+def _kind(value) -> str:
+    count = sum(1 for _ in flatten_outputs(value))
+    return f"{type(value).__name__} of {count} tensor{'s' if count != 1 else ''}"
 
 
 def fixed_dimension_conflicts(inputs: ModelInputs, model: onnx.ModelProto,

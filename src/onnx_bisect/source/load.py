@@ -16,6 +16,8 @@ import torch
 
 from ..errors import InputError, ModelLoadError
 from ..records import LoadedModel, ModelInputs
+from ..records.nest import canonical, flatten_outputs, node_children
+from .caches import cache_from_arrays, is_cache, register_caches
 
 
 def load_model(spec: str) -> tuple[LoadedModel, Any]:
@@ -41,6 +43,7 @@ def load_model(spec: str) -> tuple[LoadedModel, Any]:
             "Make it return the model instance."
         )
     params = forward_params(obj)
+    register_caches(obj)  # before any run: a cache argument is then copied, never grown in place, by each run
     loaded = LoadedModel(
         module=obj,
         name=f"{path.name}:{chosen}",
@@ -195,10 +198,10 @@ def to_model_inputs(value: Any, loaded: LoadedModel) -> ModelInputs:
     if isinstance(value, ModelInputs):
         return value
     if isinstance(value, dict):
-        return _check_arity([], {k: _as_tensor(v, k) for k, v in value.items()}, loaded)
+        return _check_arity([], {k: as_nest(v, k) for k, v in value.items()}, loaded)
     if isinstance(value, (tuple, list)):
-        return _check_arity([_as_tensor(v, str(i)) for i, v in enumerate(value)], {}, loaded)
-    return _check_arity([_as_tensor(value, "input")], {}, loaded)
+        return _check_arity([as_nest(v, str(i)) for i, v in enumerate(value)], {}, loaded)
+    return _check_arity([as_nest(value, "input")], {}, loaded)
 
 
 def read_input(path: str | Path, loaded: LoadedModel):
@@ -218,10 +221,10 @@ def _read_file(path: Path, loaded: LoadedModel):
         if suffix == ".pt":
             obj = torch.load(path, map_location="cpu", weights_only=True)
             if isinstance(obj, dict):
-                return {k: _as_tensor(v, f"{path}[{k}]") for k, v in obj.items()}
+                return {k: as_nest(v, f"{path}[{k}]") for k, v in obj.items()}
             if isinstance(obj, (tuple, list)):
-                return tuple(_as_tensor(v, f"{path}[{i}]") for i, v in enumerate(obj))
-            return _as_tensor(obj, str(path))
+                return tuple(as_nest(v, f"{path}[{i}]") for i, v in enumerate(obj))
+            return as_nest(obj, str(path))
     except InputError:
         raise
     except pickle.UnpicklingError as exc:
@@ -278,15 +281,75 @@ def _refuse_bomb(path: Path, info: zipfile.ZipInfo) -> None:
 
 
 def _match_npz(arrays: dict, path: Path, loaded: LoadedModel) -> dict:
+    """Arrays named after forward parameters; names that continue a parameter's name with a path (the ONNX
+    input names of a nested argument: ``past_key_values.0.key``, ``images.1``) become that argument's nest."""
     params = loaded.forward_params
-    unknown = [k for k in arrays if params and k not in params]
+    direct = {k: v for k, v in arrays.items() if not params or k in params}
+    nests: dict[str, dict] = {}
+    unknown = []
+    for k, v in arrays.items():
+        if k in direct:
+            continue
+        parts = canonical(k)
+        if len(parts) > 1 and parts[0] in params and parts[0] not in direct:
+            _insert(nests.setdefault(parts[0], {}), parts[1:], v, f"'{path}' member '{k}'")
+        else:
+            unknown.append(k)
     if unknown:
         raise InputError(
             f"'{path}' holds arrays {sorted(arrays)} but the forward parameters are "
             f"{list(params)}; {unknown} match none. Name the arrays after the parameters "
-            f"(numpy.savez(path, {', '.join(f'{n}=...' for n in params)}))."
+            f"(numpy.savez(path, {', '.join(f'{n}=...' for n in params)})), or after the ONNX inputs a nested "
+            "argument became (past_key_values.0.key, ...)."
         )
-    return {k: _as_tensor(v, f"{path}[{k}]") for k, v in arrays.items()}
+    out = {k: _as_tensor(v, f"{path}[{k}]") for k, v in direct.items()}
+    for name, tree in nests.items():
+        out[name] = _from_tree(name, tree, loaded, f"'{path}'")
+    return out
+
+
+def _insert(tree: dict, parts: tuple[str, ...], value, where: str) -> None:
+    for part in parts[:-1]:
+        tree = tree.setdefault(part, {})
+        if not isinstance(tree, dict):
+            raise InputError(f"{where} nests inside an array given under a shorter name; name each array once.")
+    if parts[-1] in tree:
+        raise InputError(f"{where} is given twice (under two spellings of one ONNX input name).")
+    tree[parts[-1]] = value
+
+
+def _from_tree(name: str, tree: dict, loaded: LoadedModel, where: str):
+    """A nested argument from arrays keyed by path: ``past_key_values`` becomes the model's cache, numbered
+    keys a list, named keys a dict."""
+    if name == "past_key_values":
+        return cache_from_arrays(loaded.module, _map_tree(tree, _as_tensor, f"{where} past_key_values"), where)
+    return _map_tree(tree, _as_tensor, f"{where} {name}", lists=True)
+
+
+def _map_tree(tree, fn, where: str, lists: bool = False):
+    if not isinstance(tree, dict):
+        return fn(tree, where)
+    mapped = {k: _map_tree(v, fn, f"{where}.{k}", lists) for k, v in tree.items()}
+    if lists and all(k.isdigit() for k in mapped) and sorted(map(int, mapped)) == list(range(len(mapped))):
+        return [mapped[str(i)] for i in range(len(mapped))]
+    return mapped
+
+
+def as_nest(value, where: str):
+    """An argument as the forward takes it: a tensor (from an array or a number), or a list, tuple or dict of
+    them at any depth (``None`` kept), or a key/value cache; anything else is refused in one line."""
+    if isinstance(value, (list, tuple)):
+        items = [as_nest(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)
+    if isinstance(value, dict):
+        return {k: as_nest(v, f"{where}[{k}]") for k, v in value.items()}
+    if value is None:
+        return None
+    if is_cache(value) or node_children(value) is not None:
+        for path, tensor in flatten_outputs(value):
+            _as_tensor(tensor, f"{where}{path}")
+        return value
+    return _as_tensor(value, where)
 
 
 def _as_tensor(value, where: str):
@@ -302,7 +365,8 @@ def _as_tensor(value, where: str):
         return torch.from_numpy(np.ascontiguousarray(value))
     if isinstance(value, (int, float, bool)):
         return torch.tensor(value)
-    raise InputError(f"Input {where} is a {type(value).__name__}; expected a tensor or array.")
+    raise InputError(f"Input {where} is a {type(value).__name__}; expected a tensor, an array, or a list, tuple or "
+                     "dict of them (a key/value cache included).")
 
 
 def _check_arity(args: list, kwargs: dict, loaded: LoadedModel) -> ModelInputs:

@@ -42,7 +42,7 @@ def load_onnx(path: str, check: str = "the --onnx path") -> ExportedModel:
     check_types(skeleton, f"'{p}'")
     refuse_endless_loops(skeleton.graph, f"'{p}'")
     return ExportedModel(proto=skeleton, exporter=Exporter.GIVEN, opset=opset_of(skeleton), path=str(p),
-                         weights=store)
+                         weights=store, file=str(p))
 
 
 def validate_onnx(proto: onnx.ModelProto, where: str) -> onnx.ModelProto:

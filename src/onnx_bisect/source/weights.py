@@ -16,7 +16,7 @@ from google.protobuf.message import DecodeError
 from onnx import helper, numpy_helper
 
 from ..errors import OnnxLoadError
-from ..records.weights import Weights
+from ..records.weights import Weights, register_mapping
 from .external import NUMPY_TYPES, declared_size, ensure_resolved, load_external
 
 #: initializers at least this large (bytes) are split off; small ones stay inline
@@ -114,6 +114,7 @@ def split_weights_from_file(path: str) -> tuple[onnx.ModelProto, Weights]:
         return split_weights(onnx.load(path, load_external_data=False))  # onnx's own error for an empty file
     with open(path, "rb") as f:
         buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    register_mapping(buf, path)  # ONNX Runtime then reads the weights from the file itself (see run.onnxruntime)
     try:
         skeleton_bytes, arrays = _strip_file(buf)
         skeleton = onnx.ModelProto.FromString(skeleton_bytes)
