@@ -63,6 +63,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "(automatic in low-memory runs: an eighth of the weights' size)")
     p.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance (default 1e-4)")
     p.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance (default 1e-3)")
+    _output_options(p)
+    p.add_argument("--all", action="store_true", help="list every layer, not just the neighbourhood")
+    p.add_argument("--debug", action="store_true", help="show tracebacks")
+    p.add_argument("--version", action="version", version=f"onnx-bisect {__version__}")
+    return p
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """The files a run writes besides the terminal report."""
     p.add_argument("--json", metavar="FILE", help="write the machine-readable report here")
     p.add_argument("--html", metavar="FILE", help="write the report as one self-contained HTML page (error plot, "
                                                    "cause and fix, sortable layer table; opens offline)")
@@ -72,10 +81,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--extract", metavar="DIR",
                    help="write the first divergent segment as a standalone repro into DIR (a new or empty folder): "
                         "segment.onnx, inputs.npz, expected.npz, repro.py and, with a confirmed fix, fixed.onnx")
-    p.add_argument("--all", action="store_true", help="list every layer, not just the neighbourhood")
-    p.add_argument("--debug", action="store_true", help="show tracebacks")
-    p.add_argument("--version", action="version", version=f"onnx-bisect {__version__}")
-    return p
 
 
 def config_from_args(args: argparse.Namespace):
