@@ -611,26 +611,27 @@ def m_not_onnx(ctx: Ctx) -> None:
 _ODD_ELEM = [0, 8, 9, 7, 10, 11, 14, 16, 17, 99, -1]
 
 
-@mutation("onnx", "types")
-def m_input_elem_type(ctx: Ctx) -> None:
-    """A graph input's elem_type: undefined, string, bool, int64, fp16, double, complex, bf16, fp8, 99, -1."""
+def _odd_value_type(ctx: Ctx, values, what: str) -> None:
+    """One of ``values`` (graph inputs or outputs) gets an odd elem_type."""
     p = ctx.proto()
-    value = ctx.pick([i for i in p.graph.input if i.name not in {t.name for t in p.graph.initializer}], "input")
+    value = ctx.pick(values(p), what)
     et = ctx.rng.choice(_ODD_ELEM)
     value.type.tensor_type.elem_type = et
     ctx.save(p)
-    ctx.note(f"input {value.name} elem_type {et}")
+    ctx.note(f"{what} {value.name} elem_type {et}")
+
+
+@mutation("onnx", "types")
+def m_input_elem_type(ctx: Ctx) -> None:
+    """A graph input's elem_type: undefined, string, bool, int64, fp16, double, complex, bf16, fp8, 99, -1."""
+    _odd_value_type(ctx, lambda p: [i for i in p.graph.input if i.name not in {t.name for t in p.graph.initializer}],
+                    "input")
 
 
 @mutation("onnx", "types")
 def m_output_elem_type(ctx: Ctx) -> None:
     """A graph output's elem_type changed (as for inputs)."""
-    p = ctx.proto()
-    value = ctx.pick(list(p.graph.output), "output")
-    et = ctx.rng.choice(_ODD_ELEM)
-    value.type.tensor_type.elem_type = et
-    ctx.save(p)
-    ctx.note(f"output {value.name} elem_type {et}")
+    _odd_value_type(ctx, lambda p: list(p.graph.output), "output")
 
 
 @mutation("onnx", "types")

@@ -142,3 +142,14 @@ def test_a_run_writes_nothing_but_its_outputs(tmp_path):
     assert result.exit_status == 0, result.stderr
     # ONNX Runtime's usage telemetry would write ~/.cache/Microsoft/DeveloperTools and $TMPDIR/.ses
     assert not [str(p) for p in home.rglob("*")] and not [str(p) for p in scratch.rglob("*")]
+
+
+def test_outputs_written_atomically_get_ordinary_permissions(tmp_path):
+    """The temporary file an output is written through is private (mkstemp); the output itself is not."""
+    old = os.umask(0o022)
+    try:
+        result = run_cli(*MLP, "--json", tmp_path / "r.json", "--html", tmp_path / "r.html")
+    finally:
+        os.umask(old)
+    assert result.exit_status == 0, result.stderr
+    assert {oct((tmp_path / n).stat().st_mode & 0o777) for n in ("r.json", "r.html")} == {oct(0o644)}

@@ -268,6 +268,16 @@ def base_op(name: str) -> str:
 
 def read_values(op: Activation, ops: tuple[Activation, ...]) -> set[int]:
     """The op activations whose value ``op`` reads: its inputs, and what they are views or copies of."""
+    return _walk_inputs(op, ops, lambda a: base_op(a.module_type) in REORDER_FREE)
+
+
+def ancestors(op: Activation, ops: tuple[Activation, ...]) -> set[int]:
+    """Every op activation ``op`` is computed from."""
+    return _walk_inputs(op, ops, lambda a: True)
+
+
+def _walk_inputs(op: Activation, ops: tuple[Activation, ...], through) -> set[int]:
+    """The op activations reached from ``op``'s inputs, walking on past those for which ``through`` holds."""
     by_index = {a.index: a for a in ops}
     seen: set[int] = set()
     stack = list(op.inputs)
@@ -276,19 +286,6 @@ def read_values(op: Activation, ops: tuple[Activation, ...]) -> set[int]:
         if i in seen or i not in by_index:
             continue
         seen.add(i)
-        if base_op(by_index[i].module_type) in REORDER_FREE:
-            stack.extend(by_index[i].inputs)
-    return seen
-
-
-def ancestors(op: Activation, ops: tuple[Activation, ...]) -> set[int]:
-    """Every op activation ``op`` is computed from."""
-    by_index = {a.index: a for a in ops}
-    seen: set[int] = set()
-    stack = list(op.inputs)
-    while stack:
-        i = stack.pop()
-        if i not in seen and i in by_index:
-            seen.add(i)
+        if through(by_index[i]):
             stack.extend(by_index[i].inputs)
     return seen

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -52,13 +53,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _triage(args: argparse.Namespace) -> int:
-    from ..coverage.render import render_text, write_json
+    from ..coverage.render import render_text, to_json
     from ..pipeline.coverage import run_coverage
+    from ..report.files import write_atomic
 
     report = run_coverage(config_from_args(args))
     if args.json:
         try:
-            write_json(report, args.json, show_all=args.all)
+            write_atomic(args.json, json.dumps(to_json(report, args.all), indent=2) + "\n")
         except OSError as exc:
             raise UsageError(f"Could not write the JSON report to '{args.json}': {exc.strerror or exc}. "
                              "Choose a writable path.") from exc

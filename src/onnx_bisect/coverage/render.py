@@ -1,10 +1,6 @@
 """Render a CoverageReport: a terminal table grouped by status, and the same as JSON."""
 from __future__ import annotations
 
-import json
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
@@ -224,18 +220,3 @@ def _finding_json(f: NodeFinding) -> dict[str, Any]:
                                                "introduced": f.opset.introduced},
         "risks": [{"slugs": [s.value for s in r.slugs], "reason": r.reason} for r in f.risks],
     }
-
-
-def write_json(report: CoverageReport, path: str, show_all: bool = False) -> None:
-    """Write the JSON report atomically (a temporary file, then a rename)."""
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(to_json(report, show_all), f, indent=2)
-            f.write("\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -18,6 +18,7 @@ from ..errors import UsageError
 from ..measure import compare
 from ..records import Extraction, Report, Repro, StandaloneSegment, TensorDiff
 from ..report import repro as files
+from ..report.files import umask
 from ..run.backend import make_backend
 
 #: the written segment reproduces the report's error when their max abs differ by at most this fraction
@@ -47,7 +48,7 @@ def extract(report: Report, folder: str, external_bytes: int = files.EXTERNAL_BY
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-        staging.chmod(0o777 & ~_umask())  # mkdtemp's folder is private; the repro is an ordinary folder
+        staging.chmod(0o777 & ~umask())  # mkdtemp's folder is private; the repro is an ordinary folder
     except OSError as exc:
         raise UsageError(f"--extract {folder}: cannot create it ({exc.strerror or exc}).") from exc
     try:
@@ -122,8 +123,3 @@ def _publish(staging: Path, target: Path, folder: str) -> None:
         target.rmdir()
     os.rename(staging, target)
 
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
