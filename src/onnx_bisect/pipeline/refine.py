@@ -24,6 +24,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 
 from ..align import inside
 from ..capture import dispatch
@@ -34,6 +35,7 @@ from ..report.progress import Progress
 from .prepare import Prepared
 from .runner import Runner
 
+HALF = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 #: a segment this small is already as narrow as the report needs
 SMALL_SEGMENT = 3
 #: segment runs spent confirming counterparts, at most
@@ -163,10 +165,18 @@ def _region(p: Prepared, candidate: inside.Candidate, strong: dict[str, inside.M
         # a Transpose that feeds the region holds a value PyTorch has, but perhaps not the one due there (k for
         # k^T: a wrong permutation of two equal axes): it belongs to the region
         stale |= {s for s in inputs if (n := p.index.node_of(s)) is not None and n.op_type == "Transpose"}
+        # a float16 tensor holding a float32 op's value agrees only to float16's rounding: that rounding is
+        # error entering the region (a node converted to float16), so its producer belongs to the region too
+        stale |= {s for s in inputs if _rounded(p.index, s, strong[s].op)}
         if not stale:
             return nodes
         stops -= stale
     return nodes
+
+
+def _rounded(index, tensor: str, op: Activation) -> bool:
+    """Whether ``tensor`` holds ``op``'s float32 (or float64) value in half precision."""
+    return index.elem_types.get(tensor) in HALF and op.value is not None and op.value.dtype in (np.float32, np.float64)
 
 
 def _in_layout(c: inside.Candidate, index, shape: tuple[int, ...] | None) -> np.ndarray:
@@ -200,7 +210,12 @@ def _refinement(p: Prepared, layer: LayerResult, found, matched: dict[str, insid
     pair = TensorPair(dataclasses.replace(op, call=layer.pair.activation.call), candidate.tensor, node.name,
                       node.op_type, MatchMethod.OP_VALUE, 0.9,
                       f"{op.module_type} of {op.module or '<model>'}, confirmed by re-running the segment", candidate.perm)
-    local = compare(values[candidate.tensor], pair.reference())
+    value = values[candidate.tensor]
+    if any(p.index.elem_types.get(t) in HALF for i in nodes for t in p.index.nodes[i].outputs):
+        # the region computes in half precision itself: its rounding is the error it introduces, judged at
+        # float32 like the float32 value PyTorch computes, not excused as float16's resolution
+        value = np.asarray(value)
+    local = compare(value, pair.reference())
     refined = LayerResult(pair=pair, diff=None, local=local, status=Status.DIVERGED, origin=ErrorOrigin.INTRODUCED,
                           segment=tuple(p.index.nodes[i].name for i in nodes),
                           segment_ops=tuple(p.index.nodes[i].op_type for i in nodes),
