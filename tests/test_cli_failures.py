@@ -153,3 +153,13 @@ def test_outputs_written_atomically_get_ordinary_permissions(tmp_path):
         os.umask(old)
     assert result.exit_status == 0, result.stderr
     assert {oct((tmp_path / n).stat().st_mode & 0o777) for n in ("r.json", "r.html")} == {oct(0o644)}
+
+
+def test_an_output_interrupted_while_written_leaves_nothing(tmp_path):
+    from onnx_bisect.report import files
+
+    with pytest.raises(KeyboardInterrupt):
+        with files._replacing(tmp_path / "r.json") as f:
+            f.write(b"half a report")
+            raise KeyboardInterrupt
+    assert list(tmp_path.iterdir()) == []

@@ -198,3 +198,18 @@ def test_a_window_model_holds_only_its_nodes_and_the_weights_they_read():
     second = window_model(model, plan[1], {"b": np.zeros((2, 4), np.float32), "x": np.zeros((2, 4), np.float32)})
     assert [n.op_type for n in second.graph.node] == ["Add", "Neg"] and not second.graph.initializer
     assert len(model.graph.node) == 4, "the model is not modified"
+
+
+def test_a_low_memory_run_keeps_its_activations_in_the_store(llama, monkeypatch):
+    """``low_memory=True`` streams the captured activations into the on-disk store (not only the weights
+    offloaded): the store receives the values, and the finding is the ordinary run's."""
+    import onnx_bisect
+
+    puts = []
+    real = ArrayStore.put
+    monkeypatch.setattr(ArrayStore, "put", lambda store, array: puts.append(array.nbytes) or real(store, array))
+    loaded, module = load_model(str(llama["source"]))
+    report = onnx_bisect.bisect(loaded.module, module.get_inputs(), onnx=str(llama["bad"]), low_memory=True)
+    assert len(puts) > 10 and sum(puts) > 0
+    fd = report.first_divergence
+    assert fd is not None and fd.layer.pair.activation.module == "model.layers.1.mlp.down_proj"

@@ -109,13 +109,14 @@ def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activat
     lineage = {a.index: ancestors(a, ops) for a in ops}
     within = set(tensors)
     good = dict(matched)
+    upstream = {t: _matched_ancestors(t, matched, graph, within) for t in tensors if t in matched}  # fixed
     changed = True
     while changed:
         changed = False
         for t in tensors:
             if t not in good:
                 continue
-            ins = _matched_ancestors(t, matched, graph, within)
+            ins = upstream[t]
             if any(i not in good for i in ins):
                 del good[t]
                 changed = True

@@ -11,7 +11,6 @@ Memory stays bounded: only the ops run inside one chosen module call are kept
 """
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -213,7 +212,3 @@ def _activations(kept, first_index: int) -> tuple[Activation, ...]:
             inputs=tuple(first_index + j for j in inputs), op=f"{call.op}#{counts[call.op]}", args=call.args))
     return tuple(out)
 
-
-def op_bytes(activations) -> int:
-    """Bytes the op activations hold."""
-    return sum(math.prod(a.value.shape) * a.value.itemsize for a in activations)

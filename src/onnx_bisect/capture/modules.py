@@ -94,6 +94,7 @@ class _Recorder:
         self._live: dict[int, weakref.ref] = {}  # with a store: id -> the tensor recorded under it
         self._versions: dict[int, list[int]] = {}  # with a store: id -> the versions recorded under it
         self._calls: dict[str, int] = defaultdict(int)
+        self._total_calls = 0  # sum of _calls, kept as it grows (the progress line reads it on every call)
         self._made_by: dict[int, int] = {}  # id(tensor) -> activation index
         self._values: dict[tuple[int, int], np.ndarray] = {}  # (id, version) -> recorded value
         self._kept: list[tuple[int, torch.Tensor, int]] = []  # (activation index, tensor, version when recorded)
@@ -116,8 +117,9 @@ class _Recorder:
     def record(self, name: str, type_name: str, args, kwargs, output, kind: ModuleKind = ModuleKind.OTHER) -> None:
         call = self._calls[name]
         self._calls[name] += 1
+        self._total_calls += 1
         if self.on_call is not None:
-            self.on_call(sum(self._calls.values()), len(self._leaf))
+            self.on_call(self._total_calls, len(self._leaf))
         in_tensors = [t for _, t in flatten_outputs((args, kwargs))]
         consumed = tuple(sorted({self._made_by[id(t)] for t in in_tensors
                                  if id(t) in self._made_by and self._same_object(t)}))

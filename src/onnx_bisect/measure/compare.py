@@ -15,6 +15,9 @@ from . import streaming
 LOW_PRECISION_ULPS = 8.0
 
 
+#: above this many elements even the float32 fast path's whole-tensor temporaries are left to the blocks
+FAST_MAX = 1 << 26
+
 def compare_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> TensorDiff:
     """Compare an ONNX value with the PyTorch reference in float64.
 
@@ -35,10 +38,13 @@ def compare_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) ->
         else:
             return TensorDiff(float("inf"), float("inf"), float("inf"), 0.0, float("inf"), False,
                               tuple(expected.shape), dtype=str(actual.dtype), actual_shape=tuple(actual.shape))
-    if actual.size > streaming.BLOCK:  # no whole-tensor temporaries: block by block
+    fast = _fast_path(actual, expected)
+    if actual.size > streaming.BLOCK and (not fast or actual.size > FAST_MAX):
+        # no whole-tensor float64 temporaries: block by block (the float32 fast path's temporaries are a few
+        # float32 copies, cheap below FAST_MAX and 4-8x faster than the blocks)
         return streaming.compare_blocked(actual, expected, tol, _resolution(actual) == np.float16,
                                          LOW_PRECISION_ULPS)
-    if _fast_path(actual, expected):
+    if fast:
         return _compare_finite32(actual, expected, tol)
     a = np.asarray(actual, dtype=np.float64)
     b = np.asarray(expected, dtype=np.float64)
@@ -101,7 +107,7 @@ def check_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> T
     float16 tensors (whose verdict needs their rounding steps), gets
     :func:`compare_tensors`.
     """
-    if (actual.shape != expected.shape or actual.size > streaming.BLOCK or not _fast_path(actual, expected)
+    if (actual.shape != expected.shape or actual.size > FAST_MAX or not _fast_path(actual, expected)
             or actual.dtype != np.float32 or isinstance(actual, HalfResolution)):
         return compare_tensors(actual, expected, tol)
     err, ratio, decided = _error_and_ratio(actual, np.asarray(expected, dtype=np.float32), tol)
