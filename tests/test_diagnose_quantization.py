@@ -44,3 +44,5 @@ def test_a_clean_quantized_model_whose_outputs_agree_is_not_said_to_hide_a_fault
     assert all(r.status is Status.QUANTIZED and r.origin is ErrorOrigin.NONE for r in beyond), \
         [(r.pair.activation.name, r.status) for r in beyond]
     assert not [w for w in loose.warnings if "inside the model introduce error" in w]
+    from onnx_bisect.report.node_data import node_data  # the status is coloured on Model Explorer's graph too
+    assert "quantized" in str(node_data(loose)[2])

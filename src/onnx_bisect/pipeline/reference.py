@@ -80,10 +80,12 @@ def bisect_onnx(
                                        reference_weights=_initializers(ref))
     runner = Runner(prepared, backend)
     model_feeds, _ = feeds.make_feeds(model_inputs, prepared.skeleton, loaded.forward_params)
-    with progress.step("final", "running the candidate as it is"):
-        runner.final(model_feeds)  # a file ONNX Runtime cannot run is the input's problem, said before exposing
     with progress.step("probe", "running the candidate with every tensor exposed"):
-        probed = runner.probe(model_feeds)
+        try:
+            probed = runner.probe(model_feeds)
+        except RuntimeFailure:
+            runner.final(model_feeds)  # raises when the file itself does not run: the input's problem, not ours
+            raise
     with progress.step("align", "pairing the two models' tensors"):
         pairs = pair_tensors(captured, prepared.index, probed)
         runner.narrow(paired_tensors(pairs, prepared.index))

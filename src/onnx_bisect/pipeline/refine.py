@@ -30,12 +30,12 @@ from ..align import inside
 from ..capture import dispatch
 from ..diagnose.support import segment as extract
 from ..records import Activation, ErrorOrigin, LayerResult, MatchMethod, ModelInputs, Status, TensorPair
+from ..records.graph import HALF_TYPES
 from ..records.weights import Weights
 from ..report.progress import Progress
 from .prepare import Prepared
 from .runner import Runner
 
-HALF = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
 #: a segment this small is already as narrow as the report needs
 SMALL_SEGMENT = 3
 #: segment runs spent confirming counterparts, at most
@@ -176,7 +176,7 @@ def _region(p: Prepared, candidate: inside.Candidate, strong: dict[str, inside.M
 
 def _rounded(index, tensor: str, op: Activation) -> bool:
     """Whether ``tensor`` holds ``op``'s float32 (or float64) value in half precision."""
-    return index.elem_types.get(tensor) in HALF and op.value is not None and op.value.dtype in (np.float32, np.float64)
+    return index.elem_types.get(tensor) in HALF_TYPES and op.value is not None and op.value.dtype in (np.float32, np.float64)
 
 
 def _in_layout(c: inside.Candidate, index, shape: tuple[int, ...] | None) -> np.ndarray:
@@ -191,7 +191,6 @@ def _in_layout(c: inside.Candidate, index, shape: tuple[int, ...] | None) -> np.
 
 
 def _dtype(index, tensor: str, value: np.ndarray):
-    import onnx
 
     elem = index.elem_types.get(tensor)
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)) if elem else value.dtype
@@ -211,7 +210,7 @@ def _refinement(p: Prepared, layer: LayerResult, found, matched: dict[str, insid
                       node.op_type, MatchMethod.OP_VALUE, 0.9,
                       f"{op.module_type} of {op.module or '<model>'}, confirmed by re-running the segment", candidate.perm)
     value = values[candidate.tensor]
-    if any(p.index.elem_types.get(t) in HALF for i in nodes for t in p.index.nodes[i].outputs):
+    if any(p.index.elem_types.get(t) in HALF_TYPES for i in nodes for t in p.index.nodes[i].outputs):
         # the region computes in half precision itself: its rounding is the error it introduces, judged at
         # float32 like the float32 value PyTorch computes, not excused as float16's resolution
         value = np.asarray(value)

@@ -9,7 +9,7 @@ from onnx import helper
 
 from ..diagnose import DiagnosisContext, confirmed_fix, fix_reference
 from ..records import Divergence, Repro, RuntimeSettings, StandaloneSegment
-from ..records.graph import GraphIndex
+from ..records.graph import HALF_TYPES, GraphIndex
 
 
 def build_repro(ctx: DiagnosisContext, first: Divergence, runtime: RuntimeSettings) -> Repro | None:
@@ -86,7 +86,7 @@ def _low_precision(index: GraphIndex, tensor: str, path: onnx.ModelProto | None 
     """Whether ``tensor`` carries half-precision rounding: a float16/bfloat16 tensor, float32 holding float16 data,
     a Cast up from a half-precision tensor, or (``path``: an error built up from the graph inputs) a value computed
     through half-precision tensors."""
-    half = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    half = HALF_TYPES
     node = index.node_of(tensor)
     cast_up = node is not None and node.op_type == "Cast" and bool(node.inputs) and \
         index.elem_types.get(node.inputs[0]) in half

@@ -6,6 +6,10 @@ from dataclasses import dataclass, field
 import onnx
 
 
+#: ONNX element types of half precision (float16, bfloat16)
+HALF_TYPES = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     """One ONNX node with the module scope it was exported from (if known)."""

@@ -12,7 +12,7 @@ import math
 from html import escape
 
 from .. import __version__
-from ..records import Divergence, LayerResult, MatrixReport, Report, Status, TensorDiff
+from ..records import Cause, Divergence, LayerResult, MatrixReport, Report, Status, TensorDiff
 from .html_assets import CSP, SCRIPT, STYLE
 from .html_plot import Mark, Series, svg_plot
 from .text import (NEIGHBOURHOOD, PROOF, computing_nodes, coverage_json, divergence_where, fmt_num, jsonable, narrowed_text,
@@ -82,7 +82,7 @@ def divergence_card(fd: Divergence) -> str:
     if error is not None:
         lines.append(f"<p>Error {escape(own)}: max abs {fmt_num(error.max_abs)}, "
                      f"{fmt_num(error.tol_ratio)}× the tolerance.</p>")
-    if fd.cause.value == "unknown":
+    if fd.cause is Cause.UNKNOWN:
         lines.append(f"<p><strong>Cause: unknown.</strong> {escape(fd.explanation)}</p>")
     else:
         lines.append(f"<p><strong>Cause: {escape(fd.cause.value)}</strong> (confidence {fd.confidence:.0%}; "

@@ -22,7 +22,8 @@ import math
 import sys
 from typing import Any
 
-from ..records import ErrorOrigin, LayerResult, Report, Status
+from ..records import ErrorOrigin, LayerResult, Report
+from .text import status_text
 from .files import write_atomic
 
 #: colours by error in units of the tolerance: within it greens, beyond it amber to dark red
@@ -31,7 +32,8 @@ THRESHOLDS = [(0.01, "#2e7d32"), (1.0, "#a5d6a7"), (10.0, "#ffcc80"), (1000.0, "
 FIRST = "first divergence"
 IN_FIRST = "in the first divergent segment"
 STATUS_COLOURS = {"matched": "#a5d6a7", "fused": "#e0e0e0", "unmatched": "#fafafa", "diverged (inherited)": "#ffcc80",
-                  "diverged (introduced)": "#f4511e", FIRST: "#7b1fa2", IN_FIRST: "#ce93d8"}
+                  "diverged (introduced)": "#f4511e",
+                  "quantized": "#fff59d", FIRST: "#7b1fa2", IN_FIRST: "#ce93d8"}
 
 
 def node_data_paths(path: str) -> tuple[str, str, str]:
@@ -45,7 +47,7 @@ def node_data(report: Report) -> tuple[dict[str, Any], dict[str, Any], dict[str,
     layers = _by_node(report)
     accumulated = {n: _number(r.diff.tol_ratio) for n, r in layers.items() if r.diff is not None}
     local = {n: _number(r.local.tol_ratio) for n, r in layers.items() if r.local is not None}
-    status = {n: _status(r) for n, r in layers.items()}
+    status = {n: status_text(r) for n, r in layers.items()}
     fd = report.first_divergence
     if fd is not None:
         status.update({n: IN_FIRST for n in fd.layer.segment if n and n not in layers})
@@ -85,11 +87,6 @@ def _rank(r: LayerResult) -> tuple:
     ratio = r.diff.tol_ratio if r.diff is not None else -1.0
     return (r.diff is not None, r.origin is ErrorOrigin.INTRODUCED, -1.0 if math.isnan(ratio) else ratio)
 
-
-def _status(r: LayerResult) -> str:
-    if r.status is Status.DIVERGED:
-        return "diverged (introduced)" if r.origin is ErrorOrigin.INTRODUCED else "diverged (inherited)"
-    return r.status.value
 
 
 def _number(x: float) -> float | str:

@@ -7,7 +7,7 @@ from collections import defaultdict
 
 import onnx
 
-from ..records.graph import GraphIndex, NodeInfo, outer_inputs
+from ..records.graph import HALF_TYPES, GraphIndex, NodeInfo, outer_inputs
 
 NAME_SCOPES_KEY = "pkg.torch.onnx.name_scopes"
 REWRITE_RULE_KEY = "pkg.onnxscript.rewriter.rule_name"
@@ -66,7 +66,7 @@ _VALUE_MOVING = frozenset({
     "GatherND", "Expand", "Tile", "Split", "Concat", "Pad", "DepthToSpace", "SpaceToDepth", "MaxPool", "Relu",
     "ReduceMax", "ReduceMin", "Neg", "Abs",
 })
-_HALF = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+_HALF = HALF_TYPES
 _WIDE = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
 
 

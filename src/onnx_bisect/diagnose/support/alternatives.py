@@ -18,6 +18,7 @@ import onnx
 
 from ...records.weights import Weights
 from . import edits
+from ..context import attribute
 
 #: ``(model, weights) -> (model, weights)``: applies an alternative to copies
 Edit = Callable[[onnx.ModelProto, Weights], tuple[onnx.ModelProto, Weights]]
@@ -56,14 +57,14 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
     elif op == "Transpose":
         yield from _perm(proto, shape_of)
     elif op == "Pad":
-        have = _attribute(proto, "mode", "constant")
+        have = attribute(proto, "mode", "constant")
         yield from (attribute_change(proto.name, "mode", have, m, "the PyTorch output")
                     for m in ("constant", "reflect", "edge") if m != have)
     elif op == "Gemm":
         for attr in ("transA", "transB"):
             operand = shape_of(proto.input[0 if attr == "transA" else 1])
             if operand and len(operand) == 2 and operand[0] == operand[1]:
-                have = _attribute(proto, attr, 0)
+                have = attribute(proto, attr, 0)
                 yield attribute_change(proto.name, attr, have, 1 - have, "the PyTorch output")
     elif op == "Where" and len(proto.input) == 3:
         yield _swapped_branches(proto)
@@ -75,13 +76,6 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
         yield from _clip_bounds(ctx, proto)
 
 
-def _attribute(proto: onnx.NodeProto, name: str, default=None):
-    for attr in proto.attribute:
-        if attr.name == name:
-            value = onnx.helper.get_attribute_value(attr)
-            return value.decode() if isinstance(value, bytes) else value
-    return default
-
 
 def _axis(ctx, proto, shape_of) -> Iterator[Alternative]:
     shape = shape_of(proto.input[0]) if proto.input else None
@@ -89,7 +83,7 @@ def _axis(ctx, proto, shape_of) -> Iterator[Alternative]:
         return
     rank = len(shape)
     opset = next((o.version for o in ctx.onnx.skeleton.opset_import if o.domain in ("", "ai.onnx")), 0)
-    have = _attribute(proto, "axis", -1 if opset >= 13 else 1) % rank
+    have = attribute(proto, "axis", -1 if opset >= 13 else 1) % rank
     yield from (attribute_change(proto.name, "axis", have, a, "the PyTorch output") for a in range(rank) if a != have)
 
 
@@ -98,7 +92,7 @@ def _perm(proto, shape_of) -> Iterator[Alternative]:
     if not shape:
         return
     rank = len(shape)
-    have = list(_attribute(proto, "perm", list(range(rank))[::-1]))
+    have = list(attribute(proto, "perm", list(range(rank))[::-1]))
     out = [shape[i] for i in have]
     for i, j in itertools.combinations(range(rank), 2):
         perm = list(have)
