@@ -52,6 +52,7 @@ class Candidate:
     op: Activation
     nearness: float
     perm: tuple[int, ...] | None = None
+    own_shape: bool = False  # fed in the op's shape, not the tensor's (the tensor's shape is what is wrong)
 
 
 def match_values(ops: tuple[Activation, ...], values: dict[str, np.ndarray], tensors: list[str]) -> dict[str, Match]:
@@ -203,11 +204,14 @@ def bad_tensors(tensors: list[str], matched: dict[str, Match], graph: GraphIndex
 
 
 def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np.ndarray],
-               matched: dict[str, Match], graph: GraphIndex) -> list[Candidate]:
+               matched: dict[str, Match], graph: GraphIndex,
+               held: dict[str, Match] | None = None) -> list[Candidate]:
     """For each bad tensor (in graph order), the op outputs that may be its counterpart: as many elements, not
     the value of a good tensor; first those reading most of the values its node reads (the same data flow),
-    then the nearest (in value or in direction: a wrong scale keeps the direction, a wrong axis keeps
-    neither)."""
+    then those holding the same elements in another order (what a wrong permutation or shape makes of the
+    right value), then the nearest (in value or in direction: a wrong scale keeps the direction, a wrong
+    axis keeps neither).  ``held``: a weak match of a bad tensor, whose ops (the value it holds) are no
+    counterpart of it."""
     taken = {id(m.op) for m in matched.values()}
     lineage = {a.index: ancestors(a, ops) for a in ops}
     direct = {a.index: read_values(a, ops) for a in ops}
@@ -216,19 +220,39 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
         v = values[t]
         node = graph.node_of(t)
         read = {matched[i].op.index for i in (node.inputs if node else ()) if i in matched}
+        elements = _sorted_elements(v)
         scored = []
+        same = {id(a) for a in held[t].equal} if held and t in held else set()
+        if same:
+            # the right elements in the right order, perhaps in the wrong shape (a Reshape to a wrong shape
+            # constant): the ops' values in their own shapes (latest first) are the first counterparts to try
+            shapes = {}
+            for a in sorted(held[t].equal, key=lambda a: -a.index):
+                shapes.setdefault(tuple(a.value.shape), a)
+            out += [Candidate(t, a, 0.0, None, own_shape=True) for shape, a in shapes.items() if shape != v.shape]
         for a in ops:
-            if id(a) in taken or a.value.size != v.size or kind(a.value) != "f":
+            if id(a) in taken or id(a) in same or a.value.size != v.size or kind(a.value) != "f":
                 continue
             near, perm = _nearest_layout(v, a)
-            scored.append((-len(read & direct[a.index]), -len(read & lineage[a.index]), near, perm, a))
-        scored.sort(key=lambda c: c[:3])
-        for _, _, near, perm, a in scored[:CANDIDATES_PER_TENSOR]:
+            scored.append((-len(read & direct[a.index]), -len(read & lineage[a.index]),
+                           not _same_elements(elements, a.value), near, perm, a))
+        scored.sort(key=lambda c: c[:4])
+        for _, _, _, near, perm, a in scored[:CANDIDATES_PER_TENSOR]:
             # a wrong value says little about its layout: the elements in order first, the nearest layout next
             if perm is not None:
                 out.append(Candidate(t, a, _nearness(v.reshape(a.value.shape), a.value), None))
             out.append(Candidate(t, a, near, perm))
     return out
+
+
+def _sorted_elements(v: np.ndarray) -> np.ndarray:
+    return np.sort(np.asarray(v, np.float64).ravel())
+
+
+def _same_elements(elements: np.ndarray, ref: np.ndarray) -> bool:
+    """Whether ``ref`` holds the (sorted) ``elements`` in some order, within float noise."""
+    other = _sorted_elements(ref)
+    return bool(np.all(elements == other)) or close(elements, other, float_noise(ref))
 
 
 def _nearest_layout(v: np.ndarray, a: Activation) -> tuple[float, tuple[int, ...] | None]:

@@ -122,7 +122,9 @@ class _Recorder(TorchDispatchMode):
         inputs = tuple(sorted({self.made_by[id(t)] for t in tree_flatten((args, kwargs))[0]
                                if isinstance(t, torch.Tensor) and id(t) in self.made_by}))
         call = OpCall(name, getattr(func, "_overloadname", ""), self._innermost(), _plain_args(args, kwargs))
-        for t in floats[:1]:  # the first output is the op's value (max_pool's indices, etc. are not)
+        # the first output is the op's value (max_pool's indices, layer_norm's mean, etc. are not), except for
+        # an op returning a list (Tensor[]: split, unbind, chunk), each of whose tensors is one of its values
+        for t in floats if isinstance(out, list) else floats[:1]:
             size = t.numel() * t.element_size()
             if size > self.budget:
                 self.full = True

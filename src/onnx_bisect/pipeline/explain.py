@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from ..diagnose import Baseline, CutRun, DiagnosisContext, OnnxModel, diagnose, explained_by_quantization
+from ..diagnose import Baseline, CutRun, DiagnosisContext, OnnxModel, diagnose, explained_by_quantization, float_twin
 from ..measure import localize, observe
 from ..records import (Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Repro, Reproduction, Status,
                        TensorPair)
@@ -62,8 +62,10 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
         if traced is not None:
             amp, layer, cmp, tolerance = traced
             introduced = True
-    refined = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp,
-                     progress) if introduced else None
+    refined = None
+    if introduced:
+        twin = _float_twin(p, runner, layer, measured.layers, references, model_feeds, captured, inputs, tolerance, cmp)
+        refined = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp, progress, twin)
     if refined is not None:
         layer, references = refined.layer, refined.references
     earlier = policy.memo.get(layer.pair.tensor, introduced) if policy.memo is not None else None
@@ -108,6 +110,19 @@ def trace_amplification(p: Prepared, runner: Runner, measured, captured, toleran
         return None
     scaled = amplify.amplified_tolerance(tolerance, amp)
     return amp, layer, amplify.plain_compare(scaled), scaled
+
+
+def _float_twin(p: Prepared, runner: Runner, layer, layers, references, model_feeds, captured, inputs, tolerance,
+                cmp):
+    """A quantized segment's float twin (see ``diagnose.float_twin``), in which refine pairs op values at float
+    noise; None for a segment without quantization."""
+    if not _quantized(p):
+        return None
+    try:
+        return float_twin(_context(p, runner, layer, True, layers, references, model_feeds, captured, inputs,
+                                   tolerance, cmp))
+    except Exception:  # noqa: BLE001 - a twin that cannot be built leaves the quantized segment to refine
+        return None
 
 
 def _context(p: Prepared, runner: Runner, layer, introduced, layers, references, model_feeds, captured, inputs,

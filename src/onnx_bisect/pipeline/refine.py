@@ -28,11 +28,14 @@ import onnx
 
 from ..align import inside
 from ..capture import dispatch
+from ..diagnose import FixedSegment
 from ..diagnose.support import segment as extract
-from ..records import Activation, ErrorOrigin, LayerResult, MatchMethod, ModelInputs, Status, TensorPair
+from ..records import (Activation, ErrorOrigin, LayerResult, MatchMethod, ModelInputs, Status, TensorDiff,
+                       TensorPair)
 from ..records.graph import HALF_TYPES
 from ..records.weights import Weights
 from ..report.progress import Progress
+from ..source import graph
 from .prepare import Prepared
 from .runner import Runner
 
@@ -56,10 +59,41 @@ class Refinement:
 
 def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str, np.ndarray],
            model_feeds: dict[str, np.ndarray], cuts: dict[str, TensorPair], inputs: ModelInputs, compare,
-           progress: Progress) -> Refinement | None:
-    """Narrow ``layer`` (whose segment introduces the error) to the op where the error enters, or None."""
+           progress: Progress, twin: FixedSegment | None = None) -> Refinement | None:
+    """Narrow ``layer`` (whose segment introduces the error) to the op where the error enters, or None.
+
+    ``twin``: a quantized segment's float twin (its Q/DQ pairs undone), searched in place of the file: its
+    tensors pair with PyTorch's ops at float noise where the quantized ones differ by the quantization step;
+    the region found there is named by the file's own nodes (the twin keeps every node's name)."""
     if len(layer.segment) <= SMALL_SEGMENT or p.loaded.module is None or layer.pair.tensor not in p.index.producer:
         return None
+    if twin is not None:
+        found = _search(_twin_of(p, twin), runner, layer, references, model_feeds, cuts, inputs, compare, progress)
+        if found is not None:
+            return _named_by(found, p.index)
+    return _search(p, runner, layer, references, model_feeds, cuts, inputs, compare, progress)
+
+
+def _twin_of(p: Prepared, twin: FixedSegment) -> Prepared:
+    """``p`` with the twin's graph and weights (its index re-read, the sample's pinned shapes kept)."""
+    index = graph.index_graph(twin.model)
+    index = dataclasses.replace(index, shapes={**index.shapes, **p.index.shapes},
+                                elem_types={**index.elem_types, **p.index.elem_types})
+    return dataclasses.replace(p, skeleton=twin.model, weights=twin.weights, index=index)
+
+
+def _named_by(found: Refinement, index) -> Refinement:
+    """A refinement found in the float twin, its segment's op types read from the file (a DequantizeLinear is no
+    Identity there)."""
+    ops = {n.name: n.op_type for n in index.nodes}
+    layer = dataclasses.replace(found.layer, segment_ops=tuple(ops.get(n, o) for n, o in
+                                                                zip(found.layer.segment, found.layer.segment_ops)))
+    return dataclasses.replace(found, layer=layer)
+
+
+def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_feeds, cuts, inputs, compare,
+            progress: Progress) -> Refinement | None:
+    """The refinement of ``layer`` in ``p``'s graph, or None."""
     with progress.step("refine", f"narrowing a {len(layer.segment)}-node segment to the op that diverges"):
         ops = _capture(p, layer, references, cuts, inputs)
         if not ops:
@@ -69,8 +103,18 @@ def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str
         values = seg.values(produced)
         matched = inside.consistent(inside.match_values(ops, values, produced), produced, ops, p.index)
         within = set(produced)
-        bad = inside.bad_tensors(produced, matched, p.index, within, values)
+        constant = _constant(p.index, produced)
+        bad = [t for t in inside.bad_tensors(produced, matched, p.index, within, values) if t not in constant]
         found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched, p.index), compare, values)
+        if found is None:
+            # a tensor may hold a value PyTorch has only reshaped (a weak match) because the layout op that was
+            # due did nothing (a wrong shape constant, a permutation of equal axes): those are suspects too
+            strong = {t: m for t, m in matched.items() if m.strong}
+            suspects = [t for t in inside.bad_tensors(produced, strong, p.index, within, values)
+                        if t not in bad and t not in constant]
+            found = _confirm(seg, layer, inside.candidates(suspects, ops, values, strong, p.index, matched),
+                             compare,
+                             values) if suspects else None
         if found is None:
             return None
         return _refinement(p, layer, found, matched, values, references, compare, ops)
@@ -87,14 +131,25 @@ def _capture(p: Prepared, layer: LayerResult, references, cuts: dict[str, Tensor
     feeding = [cuts[t].activation for t in boundary if t in cuts and cuts[t].activation.module]
     first = min(feeding, key=lambda a: a.index, default=None)
     out = layer.pair.activation
-    if out.op or not out.module:
-        return ()
+    if out.op:
+        return ()  # the root's outputs (module '') close the window when the forward returns
     start = (first.module, first.call) if first is not None and first.index < out.index else None
     try:
         return dispatch.capture_window(p.loaded.module, inputs, start, (out.module, out.call), first_index=10 ** 9,
                                        budget=OP_BUDGET)
     except Exception:  # noqa: BLE001 - a model that will not run under a dispatch mode keeps its module-level answer
         return ()
+
+
+def _constant(index, tensors: list[str]) -> set[str]:
+    """The ``tensors`` (graph order) computed from initializers and constants alone (a weight dequantized,
+    transposed or cast): their error is a weight's, judged where an activation reads them, not by itself."""
+    out: set[str] = set()
+    for t in tensors:
+        node = index.node_of(t)
+        if node is not None and all(not i or i in index.initializers or i in out for i in node.inputs):
+            out.add(t)
+    return out
 
 
 class _Segment:
@@ -141,8 +196,35 @@ def _confirm(seg: _Segment, layer: LayerResult, candidates: list[inside.Candidat
         except Exception:  # noqa: BLE001 - a value ONNX Runtime will not take there is not the counterpart
             continue
         if compare(out, reference).ok:
-            return c, fed
+            return _through_layout(seg, layer, c, fed, compare, values)
     return None
+
+
+#: ops that only give their input's elements another shape or order
+LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+def _through_layout(seg: _Segment, layer: LayerResult, c: inside.Candidate, fed, compare, values):
+    """A confirmed counterpart of another shape than its tensor's (the value fed needed a reshape): the layout
+    ops after the tensor may be where the layout went wrong (a Reshape to a wrong shape followed by a Transpose
+    that moves only axes of size 1), so the counterpart moves on to the last tensor of that chain where
+    PyTorch's value, fed the same way, still makes the segment agree."""
+    index = seg.p.index
+    while not c.own_shape and tuple(c.op.value.shape) != tuple(values[c.tensor].shape):
+        consumers = index.consumers.get(c.tensor, ())
+        node = index.nodes[consumers[0]] if len(consumers) == 1 else None
+        if node is None or node.op_type not in LAYOUT_OPS or not node.outputs or node.outputs[0] not in values:
+            break
+        nxt = dataclasses.replace(c, tensor=node.outputs[0], perm=None)
+        value = _in_layout(nxt, index, values[nxt.tensor].shape)
+        try:
+            out = seg.values([], {nxt.tensor: value})[layer.pair.tensor]
+        except Exception:  # noqa: BLE001 - ONNX Runtime refuses it there: the chain ends
+            break
+        if not compare(out, layer.pair.reference()).ok:
+            break
+        c, fed = nxt, value
+    return c, fed
 
 
 def _region(p: Prepared, candidate: inside.Candidate, strong: dict[str, inside.Match], references,
@@ -174,6 +256,14 @@ def _region(p: Prepared, candidate: inside.Candidate, strong: dict[str, inside.M
     return nodes
 
 
+def _shape_error(value: np.ndarray, op: Activation) -> TensorDiff:
+    """A tensor holding the op's elements in another shape (a Reshape to a wrong shape constant): as far apart
+    as tensors of different sizes are (the shape is the error; ``actual_shape`` names it)."""
+    inf = float("inf")
+    return TensorDiff(inf, inf, inf, 0.0, inf, False, tuple(op.value.shape), dtype=str(value.dtype),
+                      actual_shape=tuple(value.shape))
+
+
 def _rounded(index, tensor: str, op: Activation) -> bool:
     """Whether ``tensor`` holds ``op``'s float32 (or float64) value in half precision."""
     return index.elem_types.get(tensor) in HALF_TYPES and op.value is not None and op.value.dtype in (np.float32, np.float64)
@@ -182,7 +272,7 @@ def _rounded(index, tensor: str, op: Activation) -> bool:
 def _in_layout(c: inside.Candidate, index, shape: tuple[int, ...] | None) -> np.ndarray:
     """The op's value in the ONNX tensor's layout (``shape``: as this run computes it) and dtype, ready to feed."""
     value = c.op.value if c.perm is None else c.op.value.transpose(c.perm)
-    shape = shape or index.shapes.get(c.tensor)
+    shape = None if c.own_shape else shape or index.shapes.get(c.tensor)
     dtype = _dtype(index, c.tensor, value)
     with np.errstate(over="ignore"):
         out = value.astype(dtype, copy=False)
@@ -214,7 +304,7 @@ def _refinement(p: Prepared, layer: LayerResult, found, matched: dict[str, insid
         # the region computes in half precision itself: its rounding is the error it introduces, judged at
         # float32 like the float32 value PyTorch computes, not excused as float16's resolution
         value = np.asarray(value)
-    local = compare(value, pair.reference())
+    local = _shape_error(value, op) if candidate.own_shape else compare(value, pair.reference())
     refined = LayerResult(pair=pair, diff=None, local=local, status=Status.DIVERGED, origin=ErrorOrigin.INTRODUCED,
                           segment=tuple(p.index.nodes[i].name for i in nodes),
                           segment_ops=tuple(p.index.nodes[i].op_type for i in nodes),

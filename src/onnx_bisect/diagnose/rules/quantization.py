@@ -91,7 +91,7 @@ def _reference_nonnegative(ctx: DiagnosisContext, q) -> bool:
 
 
 def _weight(ctx: DiagnosisContext, dq) -> dict | None:
-    w = _dequantized_weight(ctx, dq)
+    w = dequantized_weight(ctx, dq)
     if w is None:
         return None
     scale = ctx.constant(dq.input[1])
@@ -105,7 +105,7 @@ def _weight(ctx: DiagnosisContext, dq) -> dict | None:
     return out
 
 
-def _dequantized_weight(ctx: DiagnosisContext, dq) -> np.ndarray | None:
+def dequantized_weight(ctx: DiagnosisContext, dq) -> np.ndarray | None:
     """The float weight a DequantizeLinear of an integer initializer produces (None for activations)."""
     q = ctx.initializer(dq.input[0])
     scale = ctx.constant(dq.input[1])
@@ -118,6 +118,41 @@ def _dequantized_weight(ctx: DiagnosisContext, dq) -> np.ndarray | None:
         shape[axis % q.ndim] = scale.size
     return (q.astype(np.float64) - zp.astype(np.float64).reshape(shape if zp.size > 1 else [1] * q.ndim)) \
         * scale.astype(np.float64).reshape(shape)
+
+
+#: a quantized weight differs from PyTorch's when more of its elements than this lie beyond rounding's reach
+BEYOND_ROUNDING = 0.01
+
+
+def beyond_rounding(ctx: DiagnosisContext, dq, w: np.ndarray, ref: np.ndarray) -> float:
+    """The fraction of a quantized weight's elements whose dequantized value ``w`` lies further from PyTorch's
+    ``ref`` (in ``w``'s layout) than rounding to the grid explains (half a step), clipped elements aside: what
+    quantizing PyTorch's weight cannot produce (a weight from another checkpoint, noise written into it)."""
+    q = ctx.initializer(dq.input[0])
+    scale = np.abs(ctx.constant(dq.input[1]).astype(np.float64))
+    shape = [1] * q.ndim
+    if scale.size > 1:
+        shape[attribute(dq, "axis", 1) % q.ndim] = scale.size
+    step = scale.reshape(shape) if scale.size > 1 else scale.reshape(())
+    low, high = RANGES.get(q.dtype, (None, None))
+    clipped = (q == low) | (q == high) if low is not None else np.zeros(q.shape, bool)
+    beyond = np.abs(w - ref) > 0.5 * step * (1 + 1e-3) + 1e-12
+    return float(np.mean(beyond & ~clipped))
+
+
+def dequantized_weights(ctx: DiagnosisContext) -> list[tuple[str, np.ndarray, object]]:
+    """``(DequantizeLinear node, float weight, the node)`` of the segment's integer initializers."""
+    out = []
+    for dq in (p for p in ctx.segment_protos if p.op_type == "DequantizeLinear"):
+        w = dequantized_weight(ctx, dq)
+        if w is not None and w.size >= 2:
+            out.append((dq.name, w, dq))
+    return out
+
+
+def float_weight(model, dq_name: str, value: np.ndarray) -> None:
+    """Make node ``dq_name`` (a DequantizeLinear of a weight) hand on ``value`` in float (in place on a copy)."""
+    _identity(model, dq_name, edits.add_initializer(model, f"{dq_name}_float_weight", value.astype(np.float32)))
 
 
 def _torch_weight(ctx: DiagnosisContext, w: np.ndarray):
@@ -163,7 +198,7 @@ def _advice(acts: list[dict], weights: list[dict], compute: list[str]) -> str:
 
 def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset()) -> FixedSegment:
     """The segment with its activation Q/DQ pairs made identities (a Relu where the pair absorbed one) and its
-    quantized weights replaced by PyTorch's (or the reference model's)."""
+    quantized weights replaced by PyTorch's (or the reference model's) where rounding explains the difference."""
     model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
     for q in (p for p in protos if p.op_type == "QuantizeLinear"):
         for i in ctx.onnx.graph.consumers.get(q.output[0], ()):
@@ -176,10 +211,11 @@ def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset()) ->
             # the segment reads a value quantized upstream: it reads the float value instead
             _identity(model, dq.name, q.inputs[0], "Relu" if q.name in relu else "Identity")
             continue
-        w = _dequantized_weight(ctx, dq)
+        w = dequantized_weight(ctx, dq)
         match = _torch_weight(ctx, w) if w is not None else None
-        if match is not None:
-            _identity(model, dq.name, edits.add_initializer(model, f"{dq.name}_float_weight", match[1].astype(np.float32)))
+        if match is not None and beyond_rounding(ctx, dq, w, match[1]) <= BEYOND_ROUNDING:
+            # (a weight rounding cannot explain stays as the file has it: that error is no quantization's)
+            float_weight(model, dq.name, match[1])
     return FixedSegment(model, weights)
 
 
@@ -191,6 +227,14 @@ def _identity(model, node_name: str, source: str, op_type: str = "Identity") -> 
     del node.input[:]
     node.input.append(source)
     del node.attribute[:]
+
+
+def float_twin(ctx: DiagnosisContext) -> FixedSegment | None:
+    """The model with the segment's quantization undone (its activation Q/DQ pairs made identities, its quantized
+    weights replaced by PyTorch's): the float computation the quantized segment approximates, whose tensors pair
+    with PyTorch's ops at float noise.  None when the segment holds no Q/DQ node."""
+    protos = [p for p in ctx.segment_protos if p.op_type in QUANT_OPS]
+    return _dequantized(ctx, protos, _absorbing_relu(ctx, protos)) if protos else None
 
 
 def explained_by_quantization(ctx: DiagnosisContext) -> bool:

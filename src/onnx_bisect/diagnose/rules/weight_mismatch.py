@@ -7,6 +7,7 @@ from ..support.param_layouts import model_rnn_weights, owner_of
 from ..support import edits, layout
 from ...records import Cause, Layout
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule
+from . import quantization
 
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 
@@ -43,6 +44,7 @@ class WeightMismatch(Rule):
             if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
                 continue  # float16 conversion saturated the large weights: the precision rule's case
             differing.append((name, *best))
+        differing += _quantized(ctx, candidates)
         if not differing:
             return None
         rows = [{"initializer": n, "parameter": p, "layout": r.layout.value, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
@@ -167,9 +169,29 @@ def _only_clamped(value: np.ndarray, tensor: np.ndarray, relation: Layout) -> bo
     return bool(np.allclose(value.astype(np.float64)[inside], rounded[inside], rtol=2e-3, atol=0))
 
 
+def _quantized(ctx: DiagnosisContext, candidates) -> list:
+    """The segment's quantized weights (integer initializer + DequantizeLinear) whose dequantized values differ
+    from the PyTorch tensor they pair with by more than quantizing it explains, as ``(integer initializer,
+    parameter, relation, torch value)`` rows."""
+    out = []
+    for _, w, dq in quantization.dequantized_weights(ctx):
+        best = _best(w, dq.input[0], candidates)
+        if best is None or not best[1].related:
+            continue
+        ref = best[1].layout.apply(best[2], w.shape)
+        if quantization.beyond_rounding(ctx, dq, w, ref) > quantization.BEYOND_ROUNDING:
+            out.append((dq.input[0], *best))
+    return out
+
+
 def _restore(ctx: DiagnosisContext, differing) -> FixedSegment:
     model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
+    quantized = {dq.input[0]: dq for _, _, dq in quantization.dequantized_weights(ctx)}
     for name, _, rel, tensor in differing:
+        if name in quantized:  # a quantized weight: its DequantizeLinear hands on PyTorch's float weight
+            dq = quantized[name]
+            quantization.float_weight(model, dq.name, rel.layout.apply(tensor, ctx.initializer(name).shape))
+            continue
         onnx_value = ctx.initializer(name)
         fixed = rel.layout.apply(tensor, onnx_value.shape)
         model, weights = edits.replace_array(model, weights, name, fixed)
