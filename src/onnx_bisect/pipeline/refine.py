@@ -41,6 +41,8 @@ from .runner import Runner
 
 #: a segment this small is already as narrow as the report needs
 SMALL_SEGMENT = 3
+#: a refined region this small is taken as found; a larger one is compared with what the suspects give
+SMALL_REGION = 6
 #: segment runs spent confirming counterparts, at most
 MAX_TRIALS = 40
 #: bytes of op outputs the targeted forward may keep
@@ -106,18 +108,29 @@ def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_f
         constant = _constant(p.index, produced)
         bad = [t for t in inside.bad_tensors(produced, matched, p.index, within, values) if t not in constant]
         found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched, p.index), compare, values)
-        if found is None:
-            # a tensor may hold a value PyTorch has only reshaped (a weak match) because the layout op that was
-            # due did nothing (a wrong shape constant, a permutation of equal axes): those are suspects too
-            strong = {t: m for t, m in matched.items() if m.strong}
-            suspects = [t for t in inside.bad_tensors(produced, strong, p.index, within, values)
-                        if t not in bad and t not in constant]
-            found = _confirm(seg, layer, inside.candidates(suspects, ops, values, strong, p.index, matched),
-                             compare,
-                             values) if suspects else None
-        if found is None:
-            return None
-        return _refinement(p, layer, found, matched, values, references, compare, ops)
+        refined = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
+        if refined is not None and len(refined.layer.segment) <= SMALL_REGION and not _reshaped(found[0], values):
+            return refined
+        # a tensor may hold a value PyTorch has only reshaped (a weak match) because the layout op that was due
+        # did nothing (a wrong shape constant, a permutation of equal axes): those are suspects too, and one of
+        # them may hold the error that the bad tensors only confirmed far downstream (where its paths merge);
+        # at equal size the suspect's region is preferred (its counterpart fits the tensor's own shape)
+        strong = {t: m for t, m in matched.items() if m.strong}
+        suspects = [t for t in inside.bad_tensors(produced, strong, p.index, within, values)
+                    if t not in bad and t not in constant]
+        found = _confirm(seg, layer, inside.candidates(suspects, ops, values, strong, p.index, matched), compare,
+                         values) if suspects else None
+        other = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
+        if other is not None and (refined is None or len(other.layer.segment) <= len(refined.layer.segment)):
+            return other
+        return refined
+
+
+def _reshaped(c: inside.Candidate, values) -> bool:
+    """Whether a confirmed counterpart took another shape than its tensor's: PyTorch's value fitted there only
+    reshaped, and a suspect may name the layout op that went wrong more exactly (a Reshape to a wrong shape
+    followed by a Transpose of axes of size 1)."""
+    return tuple(c.op.value.shape) != tuple(values[c.tensor].shape)
 
 
 def _capture(p: Prepared, layer: LayerResult, references, cuts: dict[str, TensorPair],
@@ -142,14 +155,24 @@ def _capture(p: Prepared, layer: LayerResult, references, cuts: dict[str, Tensor
 
 
 def _constant(index, tensors: list[str]) -> set[str]:
-    """The ``tensors`` (graph order) computed from initializers and constants alone (a weight dequantized,
-    transposed or cast): their error is a weight's, judged where an activation reads them, not by itself."""
+    """The ``tensors`` (graph order) computed from initializers alone (a weight dequantized, transposed or
+    cast): their error is a weight's, judged where an activation reads them, not by itself.  Values computed
+    from Constant nodes only (position buckets, masks) stay activations: PyTorch computes them at run time."""
     out: set[str] = set()
     for t in tensors:
         node = index.node_of(t)
-        if node is not None and all(not i or i in index.initializers or i in out for i in node.inputs):
+        if node is None or not node.inputs:
+            continue
+        sources = [i for i in node.inputs if i]
+        weights = [i for i in sources if i in index.initializers or i in out]
+        if weights and all(i in out or i in index.initializers or _constant_node(index, i) for i in sources):
             out.add(t)
     return out
+
+
+def _constant_node(index, tensor: str) -> bool:
+    node = index.node_of(tensor)
+    return node is not None and node.op_type == "Constant"
 
 
 class _Segment:
@@ -196,35 +219,8 @@ def _confirm(seg: _Segment, layer: LayerResult, candidates: list[inside.Candidat
         except Exception:  # noqa: BLE001 - a value ONNX Runtime will not take there is not the counterpart
             continue
         if compare(out, reference).ok:
-            return _through_layout(seg, layer, c, fed, compare, values)
+            return c, fed
     return None
-
-
-#: ops that only give their input's elements another shape or order
-LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
-
-
-def _through_layout(seg: _Segment, layer: LayerResult, c: inside.Candidate, fed, compare, values):
-    """A confirmed counterpart of another shape than its tensor's (the value fed needed a reshape): the layout
-    ops after the tensor may be where the layout went wrong (a Reshape to a wrong shape followed by a Transpose
-    that moves only axes of size 1), so the counterpart moves on to the last tensor of that chain where
-    PyTorch's value, fed the same way, still makes the segment agree."""
-    index = seg.p.index
-    while not c.own_shape and tuple(c.op.value.shape) != tuple(values[c.tensor].shape):
-        consumers = index.consumers.get(c.tensor, ())
-        node = index.nodes[consumers[0]] if len(consumers) == 1 else None
-        if node is None or node.op_type not in LAYOUT_OPS or not node.outputs or node.outputs[0] not in values:
-            break
-        nxt = dataclasses.replace(c, tensor=node.outputs[0], perm=None)
-        value = _in_layout(nxt, index, values[nxt.tensor].shape)
-        try:
-            out = seg.values([], {nxt.tensor: value})[layer.pair.tensor]
-        except Exception:  # noqa: BLE001 - ONNX Runtime refuses it there: the chain ends
-            break
-        if not compare(out, layer.pair.reference()).ok:
-            break
-        c, fed = nxt, value
-    return c, fed
 
 
 def _region(p: Prepared, candidate: inside.Candidate, strong: dict[str, inside.Match], references,

@@ -3,6 +3,8 @@ pads, dilations and groups, Pad mode, pooling windows, a scale or offset constan
 a Where's branches …) contradicts the PyTorch module's or op's, or another value reproduces PyTorch exactly."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..support import edits, layout
 from ..support.alternatives import Alternative, alternatives, attribute_change
 from ...records import Cause, ModuleKind, module_kind
@@ -26,7 +28,7 @@ class AttributeMismatch(Rule):
                  for node, attr, have, want, rank, source in _expected(ctx, p) if _norm(want, rank) != _norm(have, rank)]
         confirmed_by_search = False
         if not wrong:
-            wrong = _search(ctx)
+            wrong = [a for a in _search(ctx) if not _baked(ctx, a)]
             confirmed_by_search = bool(wrong)
         if not wrong:
             return None
@@ -83,6 +85,14 @@ def _expected(ctx: DiagnosisContext, proto):
 
 #: segment runs one search may spend
 MAX_TRIALS = 48
+
+
+def _baked(ctx: DiagnosisContext, alt: Alternative) -> bool:
+    """Whether a Reshape's shape constant is a size baked in at export (the baked-shape rule's case): tensors
+    of the model change size at this input size (a wrong constant at the file's own size keeps every size)."""
+    return alt.what.startswith("shape input") and any(
+        r.diff is not None and r.diff.actual_shape is not None
+        and int(np.prod(r.diff.actual_shape)) != int(np.prod(r.diff.shape)) for r in ctx.layers)
 
 
 def _search(ctx: DiagnosisContext) -> list[Alternative]:

@@ -1,0 +1,123 @@
+"""Narrowing where names and values mislead: a quantized file (its tensors hold PyTorch's values only to the
+quantization step), a Reshape to a wrong shape that keeps the elements in order, a quantized weight that is
+not PyTorch's, a Split's outputs."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+
+import onnx_bisect
+from onnx_bisect.capture import dispatch
+from onnx_bisect.records import ModelInputs
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+import plant  # noqa: E402
+
+
+def _quantized_transformer():
+    """The fixture transformer quantized by onnxruntime (QDQ int8), and a tolerance its clean outputs meet."""
+    case = dc.quantization_static("transformer", "torchscript")
+    with dc.quiet():
+        strict = onnx_bisect.bisect(case.model, case.inputs, onnx=case.proto)
+    return case, 1.5 * max(o.diff.max_abs for o in strict.outputs)
+
+
+def _bisect(case, proto, tol):
+    with dc.quiet():
+        return onnx_bisect.bisect(case.model, case.inputs, onnx=proto, atol=tol, rtol=0.0)
+
+
+def test_a_softmax_axis_in_a_quantized_file_is_narrowed_to_the_softmax():
+    """Every tensor of a QDQ file differs from PyTorch by its quantization step, so no op value pairs with it
+    at float noise: the segment is searched in its float twin (Q/DQ pairs undone), and the region found there is
+    named by the file's nodes."""
+    case, tol = _quantized_transformer()
+    softmax = next(n for n in case.proto.graph.node if n.op_type == "Softmax")
+    bad = plant.set_attribute(case.proto, softmax.name, "axis", 1)
+    report = _bisect(case, bad, tol)
+    fd = report.first_divergence
+    assert not report.ok and fd is not None
+    assert softmax.name in fd.layer.segment and len(fd.layer.segment) <= 12, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True
+    assert fd.within is not None and len(fd.within.segment) > len(fd.layer.segment)
+
+
+def test_a_quantized_weight_that_is_not_pytorchs_is_a_weight_mismatch():
+    """Noise written into an int8 weight puts most elements beyond half a quantization step of PyTorch's weight:
+    rounding cannot explain that, so the cause is the weight, not quantization."""
+    case, tol = _quantized_transformer()
+    model = onnx.ModelProto()
+    model.CopyFrom(case.proto)
+    dq = next(n for n in model.graph.node if n.op_type == "DequantizeLinear"
+              and any(i.name == n.input[0] and i.data_type == onnx.TensorProto.INT8 and len(i.dims) == 2
+                      for i in model.graph.initializer))
+    init = next(i for i in model.graph.initializer if i.name == dq.input[0])
+    q = onnx.numpy_helper.to_array(init).astype(np.int16)
+    noise = np.random.default_rng(0).integers(-12, 13, q.shape)
+    init.CopyFrom(onnx.numpy_helper.from_array(np.clip(q + noise, -127, 127).astype(np.int8), init.name))
+    report = _bisect(case, model, tol)
+    fd = report.first_divergence
+    assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, (fd and fd.cause)
+    [row] = fd.evidence["parameters"]
+    assert row["initializer"] == dq.input[0]
+    consumer = next(n.name for n in model.graph.node if dq.output[0] in n.input)
+    assert consumer in fd.layer.segment and len(fd.layer.segment) <= 12
+
+
+def test_a_reshape_that_keeps_the_elements_in_order_but_not_the_shape():
+    """A Reshape to a wrong shape of the same size holds PyTorch's elements in PyTorch's order (it matches a
+    value only as a reshape), and the error appears after the Transpose that follows: the Reshape is found by
+    feeding the op's value in the op's own shape, and its shape constant is named."""
+    model, inputs, proto = dc.clean("transformer", "torchscript")
+    reshape, shape = None, None
+    for n in proto.graph.node:
+        if n.op_type != "Reshape":
+            continue
+        value = plant._constant(proto, n.input[1])
+        consumers = [c for c in proto.graph.node if n.output[0] in c.input]
+        if value is not None and value.size >= 4 and value[0] != value[1] and consumers \
+                and consumers[0].op_type == "Transpose":
+            reshape, shape = n, value
+            break
+    assert reshape is not None, "the fixture has a multi-head Reshape before a Transpose"
+    planted = shape.copy()
+    planted[[0, 1]] = shape[[1, 0]]  # the same elements in the same order, in another shape
+    bad = _with_shape(proto, reshape, planted)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=bad)
+    fd = report.first_divergence
+    assert fd is not None and reshape.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd and fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True
+    assert [int(x) for x in shape] in [row["expected"] for row in fd.evidence["attributes"]]
+
+
+def _with_shape(proto: onnx.ModelProto, reshape: onnx.NodeProto, value: np.ndarray) -> onnx.ModelProto:
+    """A copy of ``proto`` whose Reshape ``reshape`` reads a new constant ``value``."""
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    name = f"{reshape.input[1]}_planted"
+    out.graph.initializer.append(onnx.numpy_helper.from_array(value, name))
+    node = next(n for n in out.graph.node if n.name == reshape.name)
+    node.input[1] = name
+    return out
+
+
+def test_every_output_of_a_split_is_recorded():
+    """``split`` returns a list of tensors, each a value an ONNX Split output holds (the first alone was kept:
+    what was computed from the others had no recorded input, and every match after it fell out of order)."""
+    class Heads(torch.nn.Module):
+        def forward(self, x):
+            q, k, v = x.split(4, dim=-1)
+            return q * 2 + k.exp() - v
+
+    ops = dispatch.capture_window(Heads().eval(), ModelInputs((torch.randn(2, 12),), {}, ("x",)), None, ("", 0),
+                                  first_index=0)
+    splits = [a for a in ops if a.module_type.startswith("aten.split")]
+    assert len(splits) == 3 and [a.value.shape for a in splits] == [(2, 4)] * 3
+    exp = next(a for a in ops if a.module_type.startswith("aten.exp"))
+    assert exp.inputs == (splits[1].index,)
