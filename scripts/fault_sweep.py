@@ -2,7 +2,7 @@
 
     python scripts/fault_sweep.py [--archs bert,cnn,...] [--provenances dynamo,fp16,...] [--faults gelu-swap,...]
                                   [--sites 2] [--seed 0] [--workdir /tmp/sweep/work] [--out /tmp/sweep/results.json]
-                                  [--jobs 1] [--timeout 300] [--tool-src /tmp/ob-baseline/src] [--quick]
+                                  [--jobs 1] [--timeout 300] [--tool-src SRC] [--quick]
                                   [--resume] [--plan-only]
     python scripts/fault_sweep.py --report /tmp/sweep/results.json [--misses]     # re-print, no re-run
 
@@ -94,7 +94,7 @@ LOWP_LADDER = (1e-3, 1e-2, 3e-2, 1e-1, 3e-1)
 MAX_SEGMENT = 12
 COUNT_RATIO = 2.0
 QUICK_ARCHS = ("bert", "llama", "swin", "cnn", "rnn", "unet")
-DEFAULT_TOOL_SRC = "/tmp/ob-baseline/src"
+DEFAULT_TOOL_SRC = str(Path(__file__).resolve().parent.parent / "src")  # this checkout; a frozen copy keeps edits out
 
 
 # --------------------------------------------------------------------------- records

@@ -18,14 +18,14 @@ Outcomes checked per case (the targets: all zero but the exits 0-3):
 * a read of the canary, or of any file outside the model's folder that the mutation pointed at;
 * stray writes: anything created, changed or deleted in the case folder other than the requested outputs,
   temp files left in ``TMPDIR``, and files written outside the case folder (a user's home, ...);
-* peak RSS of the process tree above ``--mem-limit`` (the run is killed at ``--mem-kill``);
+* peak RSS of the process tree above ``--mem-limit-mb`` (the run is killed at ``--mem-kill-mb``);
 * exit 2 whose stderr is not a one-paragraph ``onnx-bisect: error:`` message (reported, not a target).
 
 Usage::
 
     python scripts/fuzz_inputs.py --cases 2000 --seed 1 --jobs 2 --out /tmp/fuzz/results.json \\
         --keep-dir /tmp/fuzz/keep --keep-per-pattern 1 [--src /path/to/src] [--mutation NAME,...]
-    python scripts/fuzz_inputs.py --seed 1 --case 17 --keep-dir /tmp/fuzz/keep   # re-run one case
+    python scripts/fuzz_inputs.py --seed 1 --case 17 --keep --keep-dir /tmp/fuzz/keep   # re-run one case, kept
     python scripts/fuzz_inputs.py --list                                          # the mutations
 
 ``--src`` is the directory put first on ``PYTHONPATH`` (default: this repository's ``src``).  The seed
@@ -60,7 +60,6 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
 ALLOWED_EXITS = {0, 1, 2, 3}
-SIGNAL_EXITS = {130, 143}  # only when the fuzzer sends SIGINT / SIGTERM, which it never does
 CANARY_SIZE = 64 * 1024  # big enough that any seed initializer "fits" in it: a traversal then runs to the end
 
 # ----------------------------------------------------------------------------------------------------------

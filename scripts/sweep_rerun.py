@@ -27,7 +27,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-MAX_NODES = 12
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import fault_sweep  # noqa: E402  (its scoring: one definition of "pinpointed" and "right cause")
 
 
 def select(cases: list[dict], args: argparse.Namespace) -> list[dict]:
@@ -63,12 +64,14 @@ def judge(case: dict, args: argparse.Namespace, runs: Path) -> dict:
     result = json.loads(report.read_text()) if report.exists() and proc.returncode in (0, 1) else {}
     fd = result.get("first_divergence") or {}
     nodes = fd.get("onnx_nodes") or []
-    expected = "attribute-mismatch" if case["kind"] == "shape-constant" else case["expected"]
-    cause = fd.get("cause")
+    scored = fault_sweep.case_from_dict(case)
+    if case["kind"] == "shape-constant":  # results planted before the planter said so (see sweep_faults)
+        scored.expected = "attribute-mismatch"
+    scored.onnx_nodes, scored.cause, scored.tool_exit = nodes, fd.get("cause"), proc.returncode
+    fault_sweep.score(scored)
     return dict(id=case["id"], kind=case["kind"], arch=case["arch"], prov=case["provenance"], exit=proc.returncode,
-                pin=bool(nodes) and all(n in nodes for n in case["planted_nodes"]) and len(nodes) <= MAX_NODES,
-                right=cause == expected or (isinstance(expected, list) and cause in expected), size=len(nodes),
-                cause=cause, expected=expected, op=fd.get("op"), planted=case["planted_nodes"], nodes=nodes[:8],
+                pin=scored.pinpointed, right=scored.right_cause, size=len(nodes), cause=scored.cause,
+                expected=scored.expected, op=fd.get("op"), planted=case["planted_nodes"], nodes=nodes[:8],
                 error=proc.stderr[-300:] if proc.returncode > 1 else "")
 
 

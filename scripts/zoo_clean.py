@@ -1,4 +1,4 @@
-"""Clean-model sweep: onnx-bisect on ≥ 30 timm / torchvision architectures that nothing was planted in.
+"""Clean-model sweep: onnx-bisect on 54 timm / torchvision architectures that nothing was planted in.
 
 A warning is a claim. On a clean export (random weights, eval mode, the tool's own export) onnx-bisect must
 exit 0, print no warning and mark no layer ``diverged``. This script runs the tool on every model of the zoo
@@ -18,7 +18,7 @@ below, one at a time, and measures how often that promise is broken, and why:
 Run (the orchestrator needs only the standard library; the tool and the diagnosis run in /work/venv-zoo, which
 has torch (CPU) + timm + torchvision + the tool's dependencies; the tool comes from the frozen copy):
 
-    nice -n 15 python3 scripts/zoo_clean.py --out /tmp/zoo/results.json            # every model (≈ 40)
+    nice -n 15 python3 scripts/zoo_clean.py --out /tmp/zoo/results.json            # every model (54)
     nice -n 15 python3 scripts/zoo_clean.py --models timm/resnet50,tv/vit_b_16     # some of them
     python3 scripts/zoo_clean.py --report /tmp/zoo/results.json                    # re-print, no re-run
     python3 scripts/zoo_clean.py --list                                             # the zoo
@@ -30,7 +30,7 @@ Options: ``--timeout S`` per tool run (600), ``--size N`` overrides every model'
 network's and no all-zero heads, so every BatchNorm fold is a real rescale and no output is identically zero),
 ``--exporter
 {default,dynamo,torchscript}`` (repeatable; default: the tool's own choice, dynamo with TorchScript fallback),
-``--tool-src`` (``/tmp/ob-baseline/src``), ``--python`` (``/work/venv-zoo/bin/python``), ``--workdir``
+``--tool-src`` (this checkout's ``src``; a frozen copy keeps edits out of a run), ``--python`` (``/work/venv-zoo/bin/python``), ``--workdir``
 (``/tmp/zoo``), ``--mem-limit-gb`` (8: a run whose RSS exceeds it is killed and reported), ``--no-diagnose``.
 With ``--out`` the results file is rewritten after every model, so an interrupted sweep keeps what it measured
 (``--resume`` skips the models already in it); ``--rediagnose RESULTS.json`` re-runs only the diagnosis.
@@ -53,8 +53,8 @@ import sys
 import time
 from pathlib import Path
 
-TOOL_SRC = "/tmp/ob-baseline/src"
-VENV_PYTHON = "/work/venv-zoo/bin/python"
+TOOL_SRC = str(Path(__file__).resolve().parent.parent / "src")  # this checkout's tool (--tool-src: a frozen copy)
+VENV_PYTHON = "/work/venv-zoo/bin/python"  # a Python with torch (CPU), timm and torchvision (--python)
 SHIM_DIR = "/work/shared/tools"
 WORKDIR = "/tmp/zoo"
 F32_EPS = 1.1920929e-07
@@ -363,11 +363,10 @@ def diagnose_dir(d: Path) -> None:
 
     sys.path.insert(0, SHIM_DIR)
     import torchvision_cpu_shim  # noqa: F401
-    from onnx_bisect.load import load_inputs, load_model
-    from onnx_bisect.weights import split_weights_from_file
-
-    from onnx_bisect import capture as cap
-    from onnx_bisect import preflight
+    from onnx_bisect.capture import modules as cap
+    from onnx_bisect.diagnose import preflight
+    from onnx_bisect.source.load import load_inputs, load_model
+    from onnx_bisect.source.weights import split_weights_from_file
 
     report = json.loads((d / "report.json").read_text())
     out: dict = {}
@@ -657,7 +656,7 @@ def truth_test(loaded, inputs, captured, onnx_path: str, tolerance: dict) -> dic
     import onnxruntime as ort
     import torch
 
-    from onnx_bisect.capture import flatten_outputs
+    from onnx_bisect.records.nest import flatten_outputs
 
     atol, rtol = float(tolerance.get("atol", 1e-4)), float(tolerance.get("rtol", 1e-3))
     res: dict = {}
@@ -704,7 +703,7 @@ def magnitude_analysis(report, skeleton, weights, inputs, loaded, captured) -> d
     import onnx
     import onnxruntime as ort
     from onnx import helper
-    from onnx_bisect.weights import join_weights
+    from onnx_bisect.source.weights import join_weights
 
     layers = report.get("layers") or []
     tensors = {}

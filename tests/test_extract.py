@@ -68,6 +68,7 @@ def test_narrowed_op_and_external_data(tmp_path):
     assert set(x.nodes) == set(fd.layer.segment) and x.output == fd.layer.pair.tensor
     model = onnx.load(tmp_path / "repro" / "segment.onnx", load_external_data=False)
     external = [i for i in model.graph.initializer if i.data_location == onnx.TensorProto.EXTERNAL]
+    assert external and (tmp_path / "repro" / "segment.onnx.data").is_file()
     assert all(dict((e.key, e.value) for e in i.external_data)["location"] == "segment.onnx.data" for i in external)
     status, figure, _ = _script(tmp_path / "repro")
     assert status == 1 and figure == pytest.approx(x.measured.max_abs, rel=1e-5)

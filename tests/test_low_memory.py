@@ -88,6 +88,7 @@ def test_a_planted_weight_fault_is_pinned_in_a_low_memory_run(llama, tmp_path):
     fd = bad.json["first_divergence"]
     assert fd["module"] == "model.layers.1.mlp.down_proj" and llama["node"] in fd["onnx_nodes"]
     assert fd["cause"] == "weight-mismatch" and fd["confirmed"] is True
+    assert "offload" in bad.json["timings"], "a low-memory run (the store was made under TMPDIR)"
     assert not list(scratch.iterdir()), "the activation store and the offloaded weights are removed"
 
 
@@ -213,3 +214,27 @@ def test_a_low_memory_run_keeps_its_activations_in_the_store(llama, monkeypatch)
     assert len(puts) > 10 and sum(puts) > 0
     fd = report.first_divergence
     assert fd is not None and fd.layer.pair.activation.module == "model.layers.1.mlp.down_proj"
+
+
+def test_the_local_run_of_a_file_with_a_free_batch_dimension_is_windowed_too(monkeypatch):
+    """The cut graph's own index keeps the file's free dimensions open; sized from it every tensor counted as
+    nothing and the local run went into one window. Its windows are sized from the shapes the sample pins."""
+    import onnx_bisect
+    from onnx_bisect.run import windows
+
+    path = os.path.join(os.path.dirname(__file__), "..", "fixtures", "onnx", "cnn.bn_eps.dynamo.onnx")
+    free = [d.dim_param for i in onnx.load(path, load_external_data=False).graph.input
+            for d in i.type.tensor_type.shape.dim if d.dim_param]
+    assert free, "the fixture has a free dimension"
+    runs = []
+    real = windows.run_windowed
+
+    def counting(backend, model, plan, *args, **kwargs):
+        runs.append(len(plan))
+        return real(backend, model, plan, *args, **kwargs)
+
+    monkeypatch.setattr(windows, "run_windowed", counting)
+    loaded, module = load_model(os.path.join(os.path.dirname(__file__), "..", "fixtures", "models", "cnn.py"))
+    report = onnx_bisect.bisect(loaded.module, module.get_inputs(), onnx=path, window_mb=0.005)
+    assert len(runs) == 2 and min(runs) > 1, runs
+    assert report.first_divergence is not None and report.first_divergence.cause.value == "batchnorm-fold"

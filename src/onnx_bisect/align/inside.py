@@ -215,12 +215,13 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
     taken = {id(m.op) for m in matched.values()}
     lineage = {a.index: ancestors(a, ops) for a in ops}
     direct = {a.index: read_values(a, ops) for a in ops}
+    elements: dict[int, np.ndarray] = {}  # op index -> its sorted elements, sorted once
     out: list[Candidate] = []
     for t in bad:
         v = values[t]
         node = graph.node_of(t)
         read = {matched[i].op.index for i in (node.inputs if node else ()) if i in matched}
-        elements = _sorted_elements(v)
+        mine = _sorted_elements(v)
         scored = []
         same = {id(a) for a in held[t].equal} if held and t in held else set()
         if same:
@@ -235,7 +236,7 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
                 continue
             near, perm = _nearest_layout(v, a)
             scored.append((-len(read & direct[a.index]), -len(read & lineage[a.index]),
-                           not _same_elements(elements, a.value), near, perm, a))
+                           not _same_elements(mine, elements, a), near, perm, a))
         scored.sort(key=lambda c: c[:4])
         for _, _, _, near, perm, a in scored[:CANDIDATES_PER_TENSOR]:
             # a wrong value says little about its layout: the elements in order first, the nearest layout next
@@ -249,10 +250,13 @@ def _sorted_elements(v: np.ndarray) -> np.ndarray:
     return np.sort(np.asarray(v, np.float64).ravel())
 
 
-def _same_elements(elements: np.ndarray, ref: np.ndarray) -> bool:
-    """Whether ``ref`` holds the (sorted) ``elements`` in some order, within float noise."""
-    other = _sorted_elements(ref)
-    return bool(np.all(elements == other)) or close(elements, other, float_noise(ref))
+def _same_elements(mine: np.ndarray, elements: dict[int, np.ndarray], a: Activation) -> bool:
+    """Whether op ``a`` holds the (sorted) elements ``mine`` in some order, within float noise (``elements``:
+    the ops' sorted elements, filled as they are needed)."""
+    if a.index not in elements:
+        elements[a.index] = _sorted_elements(a.value)
+    other = elements[a.index]
+    return bool(np.all(mine == other)) or close(mine, other, float_noise(a.value))
 
 
 def _nearest_layout(v: np.ndarray, a: Activation) -> tuple[float, tuple[int, ...] | None]:

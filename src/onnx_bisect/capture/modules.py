@@ -35,7 +35,7 @@ def capture_activations(model: torch.nn.Module, inputs: ModelInputs, store: Arra
         recorder = _record(model, inputs, copy=None, store=store, on_call=on_call)
         flat = list(flatten_outputs(recorder.output))
         return Capture(activations=tuple(recorder.activations),
-                       outputs=tuple(store.put(to_numpy(t)) for _, t in flat),
+                       outputs=tuple(recorder.stored(t) for _, t in flat),
                        output_names=tuple(path for path, _ in flat))
     recorder = _record(model, inputs, copy=frozenset(), on_call=on_call)
     changed = recorder.changed()
@@ -103,6 +103,12 @@ class _Recorder:
         # in-place module (ReLU(inplace=True)) returns its input object with a
         # new version, and must not count as returning its input unchanged.
         self._entered: dict[str, list[set[tuple[int, int]]]] = defaultdict(list)
+
+    def stored(self, tensor: torch.Tensor) -> np.ndarray:
+        """``tensor``'s value in the store: the copy its module's record made (the root module returns the
+        model's outputs, so they are there already), else a new one."""
+        kept = self._values.get((id(tensor), tensor._version))
+        return kept if kept is not None else self._store.put(to_numpy(tensor))
 
     def pre_hook(self, name: str):
         def _pre_hook(mod, args, kwargs):

@@ -1,9 +1,11 @@
-"""Preflight: what can be checked before any ONNX forward pass, reported as warnings with fixes.
+"""Preflight: what can be checked before any ONNX forward pass.
 
-The ONNX graph exported in training mode, a float64 model checked against a
-float32 graph, ``onnx.checker`` errors (full check), an IR version or opset the
-installed ONNX Runtime cannot load, inputs without a dynamic batch axis, and
-initializers that differ from the PyTorch parameters (a stale checkpoint).
+Warnings with fixes: the ONNX graph exported in training mode, a float64 model
+checked against a float32 graph, ``onnx.checker`` errors (full check).  An IR
+version or opset the installed ONNX Runtime cannot load is an error.  The
+initializers that differ from the PyTorch parameters (a stale checkpoint?) are
+returned, to be judged once the layers are measured; a fixed batch size
+(:func:`static_batch`) is a note the prepare step makes.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from ..errors import BackendError, OnnxLoadError
-from ..records import Capture, ExportedModel, LoadedModel, ModelInputs, ModuleKind, module_kind
+from ..records import Capture, LoadedModel, ModelInputs, ModuleKind, module_kind
 from .support.param_layouts import model_rnn_weights
 from ..records.graph import checkable_view
 from ..records.weights import Weights, release
@@ -36,7 +38,7 @@ class Preflight:
 
 
 def check_model(loaded: LoadedModel, inputs: ModelInputs, skeleton: onnx.ModelProto, weights: Weights,
-                exported: ExportedModel, backend=None, capture: Capture | None = None) -> Preflight:
+                backend=None, capture: Capture | None = None) -> Preflight:
     """Every preflight check.
 
     Raises ``OnnxLoadError`` when the backend cannot load a model of this IR

@@ -18,6 +18,15 @@ LOW_PRECISION_ULPS = 8.0
 #: above this many elements even the float32 fast path's whole-tensor temporaries are left to the blocks
 FAST_MAX = 1 << 26
 
+
+def shape_mismatch(actual: np.ndarray, expected: np.ndarray) -> TensorDiff:
+    """Two tensors whose shapes cannot be laid over each other: infinitely apart, ``actual_shape`` saying what
+    ONNX computed."""
+    inf = float("inf")
+    return TensorDiff(inf, inf, inf, 0.0, inf, False, tuple(expected.shape), dtype=str(actual.dtype),
+                      actual_shape=tuple(actual.shape))
+
+
 def compare_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) -> TensorDiff:
     """Compare an ONNX value with the PyTorch reference in float64.
 
@@ -36,8 +45,7 @@ def compare_tensors(actual: np.ndarray, expected: np.ndarray, tol: Tolerance) ->
         if actual.size == expected.size:
             actual = actual.reshape(expected.shape)
         else:
-            return TensorDiff(float("inf"), float("inf"), float("inf"), 0.0, float("inf"), False,
-                              tuple(expected.shape), dtype=str(actual.dtype), actual_shape=tuple(actual.shape))
+            return shape_mismatch(actual, expected)
     fast = _fast_path(actual, expected)
     if actual.size > streaming.BLOCK and (not fast or actual.size > FAST_MAX):
         # no whole-tensor float64 temporaries: block by block (the float32 fast path's temporaries are a few

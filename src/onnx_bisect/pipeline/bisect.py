@@ -110,7 +110,6 @@ def bisect_loaded(
         if low:
             exported = dataclasses.replace(exported, program=None)  # the exported program holds the weights
         prepared = prepare(loaded, inputs, captured, exported, backend=backend, save_onnx=save_onnx, progress=progress)
-        del exported
         if low:
             prepared = memory.release_pytorch(prepared, folder, progress, forced=bool(low_memory))
         budget = memory.window_budget(window_mb, low, memory.weight_bytes(loaded.module) if low else 0)

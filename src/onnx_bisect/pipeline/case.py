@@ -181,7 +181,7 @@ def read_once(compare_fn: Callable[[np.ndarray, np.ndarray], TensorDiff]
     return compare_and_release
 
 
-def cut_feeds(aligned: Alignment, model_feeds: dict[str, np.ndarray], index: GraphIndex | None = None) -> CutFeeds:
+def cut_feeds(aligned: Alignment, model_feeds: dict[str, np.ndarray], index: GraphIndex) -> CutFeeds:
     """The reference values to feed at the cut points; a tensor whose ONNX size differs from PyTorch's (a
     shape baked into the graph) cannot be fed its reference and is only observed.
 
@@ -194,7 +194,7 @@ def cut_feeds(aligned: Alignment, model_feeds: dict[str, np.ndarray], index: Gra
     references = {t: in_onnx_layout(q.reference(), probed[t]) for t, q in aligned.cuts.items()
                   if t in probed and probed[t].size == q.activation.value.size}
     unfed = tuple(t for t in aligned.cuts if t in probed and t not in references)
-    upcasts = _upcasts(index, references, aligned) if index is not None else {}
+    upcasts = _upcasts(index, references, aligned)
     for up, t in upcasts.items():
         q = aligned.cuts[t]
         references[up] = np.ascontiguousarray(q.reference().astype(np.float32).reshape(references[t].shape))

@@ -62,10 +62,9 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
         if traced is not None:
             amp, layer, cmp, tolerance = traced
             introduced = True
-    refined = None
-    if introduced:
-        twin = _float_twin(p, runner, layer, measured.layers, references, model_feeds, captured, inputs, tolerance, cmp)
-        refined = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp, progress, twin)
+    refined = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp, progress, lambda: _float_twin(
+        p, runner, layer, measured.layers, references, model_feeds, captured, inputs, tolerance, cmp)) \
+        if introduced else None
     if refined is not None:
         layer, references = refined.layer, refined.references
     earlier = policy.memo.get(layer.pair.tensor, introduced) if policy.memo is not None else None

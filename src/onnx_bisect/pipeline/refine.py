@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 import onnx
@@ -30,8 +31,8 @@ from ..align import inside
 from ..capture import dispatch
 from ..diagnose import FixedSegment
 from ..diagnose.support import segment as extract
-from ..records import (Activation, ErrorOrigin, LayerResult, MatchMethod, ModelInputs, Status, TensorDiff,
-                       TensorPair)
+from ..measure import compare as compare_module
+from ..records import Activation, ErrorOrigin, LayerResult, MatchMethod, ModelInputs, Status, TensorPair
 from ..records.graph import HALF_TYPES
 from ..records.weights import Weights
 from ..report.progress import Progress
@@ -61,14 +62,15 @@ class Refinement:
 
 def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str, np.ndarray],
            model_feeds: dict[str, np.ndarray], cuts: dict[str, TensorPair], inputs: ModelInputs, compare,
-           progress: Progress, twin: FixedSegment | None = None) -> Refinement | None:
+           progress: Progress, twin_of: Callable[[], FixedSegment | None] | None = None) -> Refinement | None:
     """Narrow ``layer`` (whose segment introduces the error) to the op where the error enters, or None.
 
-    ``twin``: a quantized segment's float twin (its Q/DQ pairs undone), searched in place of the file: its
+    ``twin_of()``: a quantized segment's float twin (its Q/DQ pairs undone), searched in place of the file: its
     tensors pair with PyTorch's ops at float noise where the quantized ones differ by the quantization step;
     the region found there is named by the file's own nodes (the twin keeps every node's name)."""
     if len(layer.segment) <= SMALL_SEGMENT or p.loaded.module is None or layer.pair.tensor not in p.index.producer:
         return None
+    twin = twin_of() if twin_of is not None else None
     if twin is not None:
         found = _search(_twin_of(p, twin), runner, layer, references, model_feeds, cuts, inputs, compare, progress)
         if found is not None:
@@ -137,7 +139,7 @@ def _capture(p: Prepared, layer: LayerResult, references, cuts: dict[str, Tensor
              inputs: ModelInputs) -> tuple[Activation, ...]:
     """PyTorch's ops between the segment's inputs and its output: the window opens when the earliest input
     activation's module call returns (at the start when the segment reads graph inputs) and closes when the
-    output's module call returns."""
+    output's module call returns (the forward itself, module '', for a model output)."""
     stops = frozenset(references)
     seg = set(layer.segment)
     boundary = {i for n in p.index.nodes if n.name in seg for i in n.inputs if i in stops}
@@ -145,7 +147,7 @@ def _capture(p: Prepared, layer: LayerResult, references, cuts: dict[str, Tensor
     first = min(feeding, key=lambda a: a.index, default=None)
     out = layer.pair.activation
     if out.op:
-        return ()  # the root's outputs (module '') close the window when the forward returns
+        return ()
     start = (first.module, first.call) if first is not None and first.index < out.index else None
     try:
         return dispatch.capture_window(p.loaded.module, inputs, start, (out.module, out.call), first_index=10 ** 9,
@@ -252,14 +254,6 @@ def _region(p: Prepared, candidate: inside.Candidate, strong: dict[str, inside.M
     return nodes
 
 
-def _shape_error(value: np.ndarray, op: Activation) -> TensorDiff:
-    """A tensor holding the op's elements in another shape (a Reshape to a wrong shape constant): as far apart
-    as tensors of different sizes are (the shape is the error; ``actual_shape`` names it)."""
-    inf = float("inf")
-    return TensorDiff(inf, inf, inf, 0.0, inf, False, tuple(op.value.shape), dtype=str(value.dtype),
-                      actual_shape=tuple(value.shape))
-
-
 def _rounded(index, tensor: str, op: Activation) -> bool:
     """Whether ``tensor`` holds ``op``'s float32 (or float64) value in half precision."""
     return index.elem_types.get(tensor) in HALF_TYPES and op.value is not None and op.value.dtype in (np.float32, np.float64)
@@ -300,7 +294,9 @@ def _refinement(p: Prepared, layer: LayerResult, found, matched: dict[str, insid
         # the region computes in half precision itself: its rounding is the error it introduces, judged at
         # float32 like the float32 value PyTorch computes, not excused as float16's resolution
         value = np.asarray(value)
-    local = _shape_error(value, op) if candidate.own_shape else compare(value, pair.reference())
+    # a tensor holding the op's elements in another shape (a Reshape to a wrong shape constant): the shape is the
+    # error, as far apart as tensors of different sizes
+    local = compare_module.shape_mismatch(value, op.value) if candidate.own_shape else compare(value, pair.reference())
     refined = LayerResult(pair=pair, diff=None, local=local, status=Status.DIVERGED, origin=ErrorOrigin.INTRODUCED,
                           segment=tuple(p.index.nodes[i].name for i in nodes),
                           segment_ops=tuple(p.index.nodes[i].op_type for i in nodes),

@@ -96,14 +96,14 @@ class Runner:
         if self._cut_at is not None and cut_at != self._cut_at:
             self._sessions.pop("local", None)
         self._cut_at = cut_at
-        if self.window_bytes is not None:
-            cut = expose.cut_at_tensors(self.prepared.skeleton, references)
+        cut = expose.cut_at_tensors(self.prepared.skeleton, references) if self.window_bytes is not None else None
+        if cut is not None:
             windowed = self._windowed(cut, graph.index_graph(cut), list(cut_at), ref_feeds)
             if windowed is not None:
                 return self._computed(windowed)
         with instrumented("cut at the aligned tensors"):
             session = self._session("local", lambda: (expose.expose_tensors(
-                expose.cut_at_tensors(self.prepared.skeleton, references), unfed), True))
+                cut if cut is not None else expose.cut_at_tensors(self.prepared.skeleton, references), unfed), True))
             values = session.run(ref_feeds, list(cut_at))
         del session
         self._done()
@@ -141,7 +141,10 @@ class Runner:
         window would hold them all)."""
         if self.window_bytes is None:
             return None
-        plan = windows.plan_windows(index, names, tensor_bytes(index), self.window_bytes)
+        # sizes from the index pinned to the sample (a derived graph's own index keeps free dimensions open,
+        # so its tensors would count as nothing and every plan be one window)
+        sizes = {**tensor_bytes(index), **tensor_bytes(self.prepared.index)}
+        plan = windows.plan_windows(index, names, sizes, self.window_bytes)
         if len(plan) < 2:
             return None
         keep = self.store.put if self.store is not None else (lambda a: a)

@@ -23,7 +23,6 @@ class Series:
     name: str
     colour: str
     values: tuple[float | None, ...]
-    dashed: bool = False
     line: bool = True  # False: dots only (a value per layer that does not flow from one to the next)
     zeros: bool = True  # False: an exact 0 is not drawn (the tooltip still says it)
 
@@ -110,8 +109,7 @@ def _line(s: Series, x, y, lo: float, hi: float) -> str:
         dots.append(f'<path d="M{px - 4:.1f},{py - 5:.1f}h8l-4,7z"/>' if not math.isfinite(v)
                     else f'<circle cx="{px:.1f}" cy="{py:.1f}" r="2.2"/>')
     runs += [current] if current else []
-    dash = ' stroke-dasharray="5 3"' if s.dashed else ""
-    lines = "".join(f'<polyline points="{" ".join(r)}" fill="none" stroke="{s.colour}" stroke-width="1.6"{dash}/>'
+    lines = "".join(f'<polyline points="{" ".join(r)}" fill="none" stroke="{s.colour}" stroke-width="1.6"/>'
                     for r in runs if len(r) > 1 and s.line)
     return f'<g class="series" data-name="{escape(s.name)}">{lines}<g fill="{s.colour}">{"".join(dots)}</g></g>'
 
@@ -139,9 +137,8 @@ def _bands(tooltips: list[str], x, targets: list[int] | None) -> str:
 def _legend(series: list[Series]) -> str:
     out, px = [], LEFT + 8
     for s in series:
-        dash = ' stroke-dasharray="5 3"' if s.dashed else ""
         key = (f'<line x1="{px}" x2="{px + 18}" y1="{TOP - 10}" y2="{TOP - 10}" stroke="{s.colour}" stroke-width="2"'
-               f'{dash}/>' if s.line else f'<circle cx="{px + 9}" cy="{TOP - 10}" r="3" fill="{s.colour}"/>')
+               '/>' if s.line else f'<circle cx="{px + 9}" cy="{TOP - 10}" r="3" fill="{s.colour}"/>')
         out.append(f'{key}<text x="{px + 22}" y="{TOP - 6}" class="legend">{escape(s.name)}</text>')
         px += 30 + 7 * len(s.name)
     return "".join(out)

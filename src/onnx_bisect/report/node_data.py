@@ -22,7 +22,7 @@ import math
 import sys
 from typing import Any
 
-from ..records import ErrorOrigin, LayerResult, Report
+from ..records import ErrorOrigin, LayerResult, Report, Status
 from .text import status_text
 from .files import write_atomic
 
@@ -31,9 +31,15 @@ THRESHOLDS = [(0.01, "#2e7d32"), (1.0, "#a5d6a7"), (10.0, "#ffcc80"), (1000.0, "
               (sys.float_info.max, "#b71c1c")]
 FIRST = "first divergence"
 IN_FIRST = "in the first divergent segment"
-STATUS_COLOURS = {"matched": "#a5d6a7", "fused": "#e0e0e0", "unmatched": "#fafafa", "diverged (inherited)": "#ffcc80",
-                  "diverged (introduced)": "#f4511e",
-                  "quantized": "#fff59d", FIRST: "#7b1fa2", IN_FIRST: "#ce93d8"}
+#: colours by status (a diverged layer by the origin of its error), and of the first divergence's nodes
+STATUS_COLOURS = {Status.MATCHED: "#a5d6a7", Status.FUSED: "#e0e0e0", Status.UNMATCHED: "#fafafa",
+                  Status.QUANTIZED: "#fff59d"}
+ORIGIN_COLOURS = {ErrorOrigin.INHERITED: "#ffcc80", ErrorOrigin.INTRODUCED: "#f4511e", ErrorOrigin.NONE: "#ffcc80"}
+FIRST_COLOURS = {FIRST: "#7b1fa2", IN_FIRST: "#ce93d8"}
+
+
+def _colour(r: LayerResult) -> str:
+    return ORIGIN_COLOURS[r.origin] if r.status is Status.DIVERGED else STATUS_COLOURS[r.status]
 
 
 def node_data_paths(path: str) -> tuple[str, str, str]:
@@ -47,17 +53,17 @@ def node_data(report: Report) -> tuple[dict[str, Any], dict[str, Any], dict[str,
     layers = _by_node(report)
     accumulated = {n: _number(r.diff.tol_ratio) for n, r in layers.items() if r.diff is not None}
     local = {n: _number(r.local.tol_ratio) for n, r in layers.items() if r.local is not None}
-    status = {n: status_text(r) for n, r in layers.items()}
+    status = {n: (status_text(r), _colour(r)) for n, r in layers.items()}
     fd = report.first_divergence
     if fd is not None:
-        status.update({n: IN_FIRST for n in fd.layer.segment if n and n not in layers})
+        status.update({n: (IN_FIRST, FIRST_COLOURS[IN_FIRST]) for n in fd.layer.segment if n and n not in layers})
         if fd.layer.pair.node:
-            status[fd.layer.pair.node] = FIRST
+            status[fd.layer.pair.node] = (FIRST, FIRST_COLOURS[FIRST])
     thresholds = [{"value": v, "bgColor": c} for v, c in THRESHOLDS]
     graph_id = report.graph_name or "<main>"  # as the ONNX adapter names the graph
     numeric = [_graph({n: {"value": v} for n, v in values.items()}, graph_id, thresholds=thresholds)
                for values in (accumulated, local)]
-    labels = _graph({n: {"value": s, "bgColor": STATUS_COLOURS[s]} for n, s in status.items()}, graph_id,
+    labels = _graph({n: {"value": s, "bgColor": c} for n, (s, c) in status.items()}, graph_id,
                     showExpandedSummaryOnGroupNode=True, showLabelCountColumnsInChildrenStatsTable=True)
     return numeric[0], numeric[1], labels
 

@@ -16,7 +16,8 @@ from onnx import helper
 
 from .. import __version__
 from ..records import Extraction, Report, Repro, StandaloneSegment
-from .text import computing_nodes, fmt_num
+from ..records.matrix import OptLevel
+from .text import divergence_where, fmt_num, narrowed_text
 
 SEGMENT = "segment.onnx"
 FIXED = "fixed.onnx"
@@ -27,8 +28,8 @@ SCRIPT = "repro.py"
 EXTERNAL_BYTES = 64 << 20
 
 #: ONNX Runtime's name of each graph optimization level
-ORT_LEVELS = {"disable": "ORT_DISABLE_ALL", "basic": "ORT_ENABLE_BASIC", "extended": "ORT_ENABLE_EXTENDED",
-              "all": "ORT_ENABLE_ALL"}
+ORT_LEVELS = {OptLevel.DISABLE: "ORT_DISABLE_ALL", OptLevel.BASIC: "ORT_ENABLE_BASIC",
+              OptLevel.EXTENDED: "ORT_ENABLE_EXTENDED", OptLevel.ALL: "ORT_ENABLE_ALL"}
 
 
 def write_files(repro: Repro, folder: Path, header: list[str], external_bytes: int = EXTERNAL_BYTES) -> list[str]:
@@ -54,7 +55,8 @@ def write_files(repro: Repro, folder: Path, header: list[str], external_bytes: i
 
 
 def write_model(segment: StandaloneSegment, path: Path, external_bytes: int = EXTERNAL_BYTES) -> list[str]:
-    """``segment``'s model with its weights put back, as ``path`` (and ``path.data`` when they are large)."""
+    """``segment``'s model with its weights put back, as ``path`` (and ``path.data`` when they exceed
+    ``external_bytes``: every initializer then goes there); the names of the files written."""
     model = onnx.ModelProto()
     model.CopyFrom(segment.model)
     model.producer_name = "onnx-bisect"
@@ -66,7 +68,7 @@ def write_model(segment: StandaloneSegment, path: Path, external_bytes: int = EX
         path.write_bytes(model.SerializeToString())
         return [path.name]
     onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location=path.name + ".data", size_threshold=1024)
+                    location=path.name + ".data", size_threshold=0)
     return [path.name, path.name + ".data"]
 
 
@@ -102,7 +104,7 @@ MEASURED_WITH = {"session.disable_prepacking": "1"}
 
 def _run(repro: Repro, segment: StandaloneSegment, inputs: str, expected: str) -> tuple:
     """``(inputs file, expected file, optimization level, session entries)`` of one model in the script."""
-    level = ORT_LEVELS[repro.runtime.opt_level.value] if segment.optimize else "ORT_DISABLE_ALL"
+    level = ORT_LEVELS[repro.runtime.opt_level] if segment.optimize else "ORT_DISABLE_ALL"
     return inputs, expected, level, {**dict(repro.runtime.session_config), **MEASURED_WITH}
 
 
@@ -164,17 +166,15 @@ def _printable(text: str) -> str:
 def script_header(report: Report) -> list[str]:
     """What the script's comment says of the divergence: where, its error as the report states it, the cause."""
     fd, repro = report.first_divergence, report.repro
-    p = fd.layer.pair
-    who = (f"op {p.activation.module_type} in module {p.activation.module or '<model>'}" if p.activation.op
-           else f"module {p.activation.name} ({p.activation.module_type})")
     kind = "local error (the segment fed PyTorch's values)" if repro.introduced else \
         "accumulated error (no single segment exceeds the tolerance: everything upstream, from the graph inputs)"
-    lines = [f"onnx-bisect {__version__}: {report.model_name}, the first divergence: {who} -> ONNX node {p.node} "
-             f"({p.op_type}), tensor {p.tensor!r}.",
+    lines = [f"onnx-bisect {__version__}: {report.model_name}, the first divergence: "
+             f"{divergence_where(fd).replace('→', '->')}.",
              f"The report's {kind}: max abs {fmt_num(repro.error.max_abs)}, {fmt_num(repro.error.tol_ratio)}x the "
              "tolerance."]
     if fd.within is not None:
-        lines.append(f"Narrowed from the {len(computing_nodes(fd.within))}-node segment computing {fd.within.pair.activation.name}.")
+        text = narrowed_text(fd).strip()[1:-1]  # "narrowed from the N-node segment computing X"
+        lines.append(text[0].upper() + text[1:] + ".")
     if repro.random_ops:
         lines.append(f"Random ops ({', '.join(repro.random_ops)}) are seeded here (seed 0): the error differs from the "
                      "report's run, which drew its own numbers, but it diverges the same way.")

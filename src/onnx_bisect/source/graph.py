@@ -66,7 +66,6 @@ _VALUE_MOVING = frozenset({
     "GatherND", "Expand", "Tile", "Split", "Concat", "Pad", "DepthToSpace", "SpaceToDepth", "MaxPool", "Relu",
     "ReduceMax", "ReduceMin", "Neg", "Abs",
 })
-_HALF = HALF_TYPES
 _WIDE = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE)
 
 
@@ -89,9 +88,9 @@ def _half_resolution(nodes: list[NodeInfo], elem_types: dict[str, int], consumer
     for node in nodes:
         if not node.inputs or node.domain not in ("", "ai.onnx"):
             continue
-        data = [i for i in node.inputs if i and elem_types.get(i) in _WIDE + _HALF]
+        data = [i for i in node.inputs if i and elem_types.get(i) in _WIDE + HALF_TYPES]
         if node.op_type == "Cast":
-            from_half = bool(data) and (elem_types.get(data[0]) in _HALF or data[0] in half)
+            from_half = bool(data) and (elem_types.get(data[0]) in HALF_TYPES or data[0] in half)
         elif node.op_type in _VALUE_MOVING:
             data = data if node.op_type == "Concat" else data[:1]
             from_half = bool(data) and all(i in half for i in data)
@@ -102,7 +101,7 @@ def _half_resolution(nodes: list[NodeInfo], elem_types: dict[str, int], consumer
                 continue
             readers = [nodes[i] for i in consumers.get(out, ())]
             narrowed = bool(readers) and out not in outputs and all(
-                r.op_type == "Cast" and any(elem_types.get(o) in _HALF for o in r.outputs) for r in readers)
+                r.op_type == "Cast" and any(elem_types.get(o) in HALF_TYPES for o in r.outputs) for r in readers)
             if from_half or narrowed:
                 half.add(out)
     return frozenset(half)

@@ -39,7 +39,7 @@ class Quantization(Rule):
                    + ("; ".join(parts) or "the quantized values differ from PyTorch's")
                    + f". Local max abs {ctx.layer.local.max_abs:.2g}.")
         evidence = {"activations": acts, "weights": weights, "quantized_nodes": compute}
-        relu = {a["node"] for a in acts if a["acts_as_relu"]}
+        relu = _relu_like(acts)
         return Finding(self.cause, 0.9, summary, advice, evidence,
                        counterfactual=lambda c: _dequantized(c, protos, relu))
 
@@ -53,8 +53,11 @@ def _activations(ctx: DiagnosisContext, quantizers) -> list[dict]:
 
 def _absorbing_relu(ctx: DiagnosisContext, protos) -> set[str]:
     """The quantizers whose zero point at the bottom of the range clips like a Relu the graph folded into them."""
-    return {a["node"] for a in _activations(ctx, [p for p in protos if p.op_type == "QuantizeLinear"])
-            if a["acts_as_relu"]}
+    return _relu_like(_activations(ctx, [p for p in protos if p.op_type == "QuantizeLinear"]))
+
+
+def _relu_like(acts: list[dict]) -> set[str]:
+    return {a["node"] for a in acts if a["acts_as_relu"]}
 
 
 def _activation(ctx: DiagnosisContext, q, x: np.ndarray) -> dict | None:
@@ -112,12 +115,18 @@ def dequantized_weight(ctx: DiagnosisContext, dq) -> np.ndarray | None:
     if q is None or scale is None or np.issubdtype(q.dtype, np.floating):
         return None
     zp = ctx.constant(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else np.zeros((), q.dtype)
-    axis = attribute(dq, "axis", 1)
-    shape = [1] * q.ndim
-    if scale.size > 1:
-        shape[axis % q.ndim] = scale.size
+    shape = _scale_shape(dq, q, scale)
     return (q.astype(np.float64) - zp.astype(np.float64).reshape(shape if zp.size > 1 else [1] * q.ndim)) \
         * scale.astype(np.float64).reshape(shape)
+
+
+def _scale_shape(dq, q: np.ndarray, scale: np.ndarray) -> list[int]:
+    """The shape a DequantizeLinear's scale (or zero point) broadcasts to over ``q``: one value per slice
+    along its axis, or one for all."""
+    shape = [1] * q.ndim
+    if scale.size > 1:
+        shape[attribute(dq, "axis", 1) % q.ndim] = scale.size
+    return shape
 
 
 #: a quantized weight differs from PyTorch's when more of its elements than this lie beyond rounding's reach
@@ -130,23 +139,20 @@ def beyond_rounding(ctx: DiagnosisContext, dq, w: np.ndarray, ref: np.ndarray) -
     quantizing PyTorch's weight cannot produce (a weight from another checkpoint, noise written into it)."""
     q = ctx.initializer(dq.input[0])
     scale = np.abs(ctx.constant(dq.input[1]).astype(np.float64))
-    shape = [1] * q.ndim
-    if scale.size > 1:
-        shape[attribute(dq, "axis", 1) % q.ndim] = scale.size
-    step = scale.reshape(shape) if scale.size > 1 else scale.reshape(())
+    step = scale.reshape(_scale_shape(dq, q, scale))
     low, high = RANGES.get(q.dtype, (None, None))
     clipped = (q == low) | (q == high) if low is not None else np.zeros(q.shape, bool)
     beyond = np.abs(w - ref) > 0.5 * step * (1 + 1e-3) + 1e-12
     return float(np.mean(beyond & ~clipped))
 
 
-def dequantized_weights(ctx: DiagnosisContext) -> list[tuple[str, np.ndarray, object]]:
-    """``(DequantizeLinear node, float weight, the node)`` of the segment's integer initializers."""
+def dequantized_weights(ctx: DiagnosisContext) -> list[tuple[np.ndarray, object]]:
+    """``(float weight, DequantizeLinear node)`` of the segment's integer initializers."""
     out = []
     for dq in (p for p in ctx.segment_protos if p.op_type == "DequantizeLinear"):
         w = dequantized_weight(ctx, dq)
         if w is not None and w.size >= 2:
-            out.append((dq.name, w, dq))
+            out.append((w, dq))
     return out
 
 
@@ -241,11 +247,10 @@ def explained_by_quantization(ctx: DiagnosisContext) -> bool:
     """Whether the segment's own error is its quantization: with its activation Q/DQ pairs made identities and
     its quantized weights replaced by PyTorch's, re-run from the same PyTorch inputs, it agrees (a clean
     quantized model's layers differ from PyTorch by that much, and that is no fault)."""
-    protos = [p for p in ctx.segment_protos if p.op_type in QUANT_OPS]
-    if not protos:
-        return False
     try:
-        fixed = _dequantized(ctx, protos, _absorbing_relu(ctx, protos))
+        fixed = float_twin(ctx)
+        if fixed is None:
+            return False
         values = ctx.run_segment(fixed.model, fixed.weights, feeds=fixed.feeds)
     except Exception:  # noqa: BLE001 - a segment that cannot be re-run is not explained
         return False

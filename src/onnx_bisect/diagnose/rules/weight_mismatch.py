@@ -174,7 +174,7 @@ def _quantized(ctx: DiagnosisContext, candidates) -> list:
     from the PyTorch tensor they pair with by more than quantizing it explains, as ``(integer initializer,
     parameter, relation, torch value)`` rows."""
     out = []
-    for _, w, dq in quantization.dequantized_weights(ctx):
+    for w, dq in quantization.dequantized_weights(ctx):
         best = _best(w, dq.input[0], candidates)
         if best is None or not best[1].related:
             continue
@@ -186,7 +186,7 @@ def _quantized(ctx: DiagnosisContext, candidates) -> list:
 
 def _restore(ctx: DiagnosisContext, differing) -> FixedSegment:
     model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
-    quantized = {dq.input[0]: dq for _, _, dq in quantization.dequantized_weights(ctx)}
+    quantized = {p.input[0]: p for p in ctx.segment_protos if p.op_type == "DequantizeLinear"}
     for name, _, rel, tensor in differing:
         if name in quantized:  # a quantized weight: its DequantizeLinear hands on PyTorch's float weight
             dq = quantized[name]
