@@ -157,11 +157,11 @@ def test_low_memory_is_automatic_when_the_weights_take_a_quarter_of_the_availabl
     assert not memory.wants_low_memory(model, None) and memory.wants_low_memory(model, True)
 
 
-def test_windows_expose_the_same_values_as_one_run(llama, monkeypatch):
-    import onnx_bisect
+def _count_windows(monkeypatch) -> list[int]:
+    """The number of windows of each windowed run from now on (filled as they run)."""
     from onnx_bisect.run import windows
 
-    runs = []
+    runs: list[int] = []
     real = windows.run_windowed
 
     def counting(backend, model, plan, *args, **kwargs):
@@ -169,6 +169,13 @@ def test_windows_expose_the_same_values_as_one_run(llama, monkeypatch):
         return real(backend, model, plan, *args, **kwargs)
 
     monkeypatch.setattr(windows, "run_windowed", counting)
+    return runs
+
+
+def test_windows_expose_the_same_values_as_one_run(llama, monkeypatch):
+    import onnx_bisect
+
+    runs = _count_windows(monkeypatch)
     loaded, module = load_model(str(llama["source"]))
     whole = onnx_bisect.bisect(loaded.module, module.get_inputs(), onnx=str(llama["bad"]))
     assert not runs
@@ -220,20 +227,12 @@ def test_the_local_run_of_a_file_with_a_free_batch_dimension_is_windowed_too(mon
     """The cut graph's own index keeps the file's free dimensions open; sized from it every tensor counted as
     nothing and the local run went into one window. Its windows are sized from the shapes the sample pins."""
     import onnx_bisect
-    from onnx_bisect.run import windows
 
     path = os.path.join(os.path.dirname(__file__), "..", "fixtures", "onnx", "cnn.bn_eps.dynamo.onnx")
     free = [d.dim_param for i in onnx.load(path, load_external_data=False).graph.input
             for d in i.type.tensor_type.shape.dim if d.dim_param]
     assert free, "the fixture has a free dimension"
-    runs = []
-    real = windows.run_windowed
-
-    def counting(backend, model, plan, *args, **kwargs):
-        runs.append(len(plan))
-        return real(backend, model, plan, *args, **kwargs)
-
-    monkeypatch.setattr(windows, "run_windowed", counting)
+    runs = _count_windows(monkeypatch)
     loaded, module = load_model(os.path.join(os.path.dirname(__file__), "..", "fixtures", "models", "cnn.py"))
     report = onnx_bisect.bisect(loaded.module, module.get_inputs(), onnx=path, window_mb=0.005)
     assert len(runs) == 2 and min(runs) > 1, runs
