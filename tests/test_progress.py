@@ -39,3 +39,52 @@ def test_the_time_left_is_the_mean_time_of_a_part_times_the_parts_left_at_most_t
     progress.advance(3, 4)  # 4 s for three parts, 1 left
     text = out.getvalue()
     assert "1/4, about 6 s left" in text and "2/4" not in text and "3/4, about 1 s left" in text
+
+
+def test_a_phase_restarts_the_estimate_and_names_itself_and_an_unknown_total_gives_no_estimate(monkeypatch):
+    from onnx_bisect.report import progress as module
+
+    clock = iter([20.0, 21.0, 30.0, 31.0, 32.0, 40.0])
+    monkeypatch.setattr(module.time, "perf_counter", lambda: next(clock))
+    out = io.StringIO()
+    progress = Progress(enabled=True, stream=out)
+    progress._current = ("exporting", 0.0)
+    progress.advance(1, 0, "translating")  # 20.0: the phase starts; its total is not known yet
+    progress.advance(2, 10, "tracing")  # 21.0: a new phase, its clock starts here
+    progress.advance(10, 10, "tracing")  # 30.0: 9 s for 10 calls from 21.0
+    progress.advance(11, 10, "tracing")  # past the total: nothing new
+    progress.advance(0, 0, "optimizing")  # 31.0: a phase without counts is named at once
+    lines = out.getvalue().split("\r")[1:]
+    assert lines[0].startswith("[onnx-bisect] exporting… translating: 1 ") and "left" not in lines[0]
+    assert lines[1].startswith("[onnx-bisect] exporting… tracing: 2/10, about 0 s left")
+    assert lines[2].startswith("[onnx-bisect] exporting… tracing: 10/10, about 0 s left")
+    assert lines[3].startswith("[onnx-bisect] exporting… optimizing…") and len(lines) == 4
+    assert len(lines[3]) >= len(lines[2])  # a shorter line pads over the longer one before it
+
+
+def test_an_export_tells_its_module_calls_its_translated_nodes_and_its_phases_and_leaves_logging_as_it_was(
+        tmp_path, caplog):
+    import logging
+
+    import torch
+
+    from onnx_bisect.records import Exporter, LoadedModel, ModelInputs
+    from onnx_bisect.source import export_progress as ep
+    from onnx_bisect.source.export import export_model
+
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.GELU(), torch.nn.Sequential(torch.nn.Linear(8, 2)))
+    loaded = LoadedModel(module=model, name="m", source="inline", was_training=False, forward_params=("x",))
+    heard: list[tuple[str, int, int]] = []
+    logger = logging.getLogger(ep.TRANSLATION_LOGGER)
+    level, filters = logger.level, list(logger.filters)
+    with caplog.at_level(logging.INFO):
+        export_model(loaded, ModelInputs((torch.randn(3, 4),), {}, ("x",)), Exporter.DYNAMO, folder=tmp_path,
+                     on_progress=lambda *event: heard.append(event))
+    phases = list(dict.fromkeys(p for p, _, _ in heard))
+    assert phases == [ep.TRACING, ep.TRANSLATING, ep.OPTIMIZING, ep.WRITING]
+    traced = [(d, t) for p, d, t in heard if p == ep.TRACING]
+    assert traced[-1] == (5, 5)  # the root, the two Linears, the GELU, the inner Sequential
+    translated = [(d, t) for p, d, t in heard if p == ep.TRANSLATING and t]
+    assert translated and translated[-1][0] == translated[-1][1] >= 4  # every FX node, out of the graph's
+    assert logger.level == level and logger.filters == filters
+    assert not [r for r in caplog.records if r.name == ep.TRANSLATION_LOGGER]  # none of its records leaked

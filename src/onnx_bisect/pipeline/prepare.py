@@ -91,7 +91,8 @@ def obtain_onnx(loaded: LoadedModel, inputs: ModelInputs, onnx_path: str | onnx.
     if onnx_path is None:
         with progress.step("export", f"exporting to ONNX ({(exporter or Exporter.DYNAMO).value})"):
             try:
-                return export.export_model(loaded, inputs, exporter, opset, dynamic_axes, folder)
+                return export.export_model(loaded, inputs, exporter, opset, dynamic_axes, folder,
+                                           on_progress=lambda phase, done, total: progress.advance(done, total, phase))
             except ExportError as exc:
                 raise _triaged(exc, loaded, inputs) from exc.__cause__
     if isinstance(onnx_path, str):

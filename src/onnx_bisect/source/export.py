@@ -21,6 +21,7 @@ from torch.utils._pytree import tree_map_only
 from ..errors import ExportError
 from ..records import Exporter, ExportedModel, LoadedModel, ModelInputs
 from .caches import register_caches
+from .export_progress import OPTIMIZING, WRITING, OnProgress, counting_module_calls, counting_translation, phase
 from .onnx_file import opset_of
 from .weights import split_weights_from_file
 
@@ -31,6 +32,7 @@ DEFAULT_TORCHSCRIPT_OPSET = 17
 def export_model(
     loaded: LoadedModel, inputs: ModelInputs, exporter: Exporter | None = None, opset: int | None = None,
     dynamic_axes: dict[str, dict[int, str]] | None = None, folder: str | os.PathLike | None = None,
+    on_progress: OnProgress | None = None,
 ) -> ExportedModel:
     """Export with the dynamo exporter, falling back to TorchScript when it fails.
 
@@ -45,6 +47,8 @@ def export_model(
     there, its weights as external data (:data:`EXPORT_NAME` and its ``.data``
     file), and comes back as a skeleton with its weights memory-mapped: no
     ModelProto ever holds them, so exporting costs no second copy of the weights.
+
+    ``on_progress(phase, done, total)`` hears what the export is doing (:mod:`.export_progress`).
     """
     model = loaded.module
     model.eval()
@@ -57,7 +61,7 @@ def export_model(
     failures: list[tuple[Exporter, BaseException]] = []
     for which in order:
         try:
-            written = _export_with(which, model, inputs, opset, dynamic_axes, folder)
+            written = _export_with(which, model, inputs, opset, dynamic_axes, folder, on_progress)
         except Exception as exc:  # exporters raise a zoo of types
             failures.append((which, exc))
             continue
@@ -73,21 +77,23 @@ def export_model(
 EXPORT_NAME = "model.onnx"
 
 
-def _export_with(which: Exporter, model, inputs: ModelInputs, opset, dynamic_axes, folder) -> ExportedModel:
+def _export_with(which: Exporter, model, inputs: ModelInputs, opset, dynamic_axes, folder,
+                 on_progress: OnProgress | None = None) -> ExportedModel:
     """One exporter's model: in memory, or written to ``folder`` and read back with its weights mapped."""
     path = None if folder is None else os.path.join(folder, EXPORT_NAME)
     if path is not None and os.path.exists(path):
         raise ExportError(f"'{path}' exists already: onnx-bisect writes one export per private folder.")
     if which is Exporter.DYNAMO:
-        model_ir, program = export_dynamo(model, inputs, opset, dynamic_axes)
+        model_ir, program = export_dynamo(model, inputs, opset, dynamic_axes, on_progress)
         if path is None:
             proto = ir.serde.serialize_model(model_ir)
             return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), program=program)
+        phase(on_progress, WRITING)
         ir.save(model_ir, path, external_data=EXPORT_NAME + ".data", alignment=ALIGNMENT)
         let_go(model_ir)
     else:
         program = None
-        proto = export_torchscript(model, inputs, opset, dynamic_axes, path=path)
+        proto = export_torchscript(model, inputs, opset, dynamic_axes, path=path, on_progress=on_progress)
         if path is None:
             return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto))
     skeleton, store = split_weights_from_file(path)
@@ -139,7 +145,8 @@ def _spec_types(spec) -> list[type]:
     return found
 
 
-def export_dynamo(model, inputs: ModelInputs, opset: int | None = None, dynamic_axes=None):
+def export_dynamo(model, inputs: ModelInputs, opset: int | None = None, dynamic_axes=None,
+                  on_progress: OnProgress | None = None):
     """``(ONNX IR model, torch.export ExportedProgram)`` from the dynamo exporter, optimized as
     ``torch.onnx.export`` optimizes it — except that the transposes of large weights it folds are left to be
     computed one at a time when the model is written (:func:`defer_transposes`): the folded copies of every
@@ -151,14 +158,16 @@ def export_dynamo(model, inputs: ModelInputs, opset: int | None = None, dynamic_
         given = list(inputs.names) + list(inputs.kwargs)
         shapes = {name: ({axis: torch.export.Dim.DYNAMIC for axis in dynamic_axes[name]} if name in dynamic_axes
                          else None) for name in given}
-    with quiet():
+    with quiet(), counting_module_calls(model, on_progress), counting_translation(on_progress):
         program = torch.onnx.export(
             model, positional(inputs.args, inputs.kwargs), kwargs=dict(inputs.kwargs) or None, dynamo=True,
             opset_version=opset, verbose=False, report=False, dynamic_shapes=shapes, optimize=False,
         )
+    with quiet():
         # every initializer, also those the optimizer replaces: see let_go
         program.model.meta[INITIAL_VALUES] = list(program.model.graph.initializers.values())
         defer_transposes(program.model.graph)
+        phase(on_progress, OPTIMIZING)
         program.optimize()
     return program.model, program.exported_program
 
@@ -250,7 +259,8 @@ class KeywordAdapter(torch.nn.Module):
 
 
 def export_torchscript(model, inputs: ModelInputs, opset: int | None = None, dynamic_axes=None,
-                       silence_warnings: bool = True, path: str | None = None) -> onnx.ModelProto | None:
+                       silence_warnings: bool = True, path: str | None = None,
+                       on_progress: OnProgress | None = None) -> onnx.ModelProto | None:
     """The TorchScript exporter's ONNX model (through :class:`KeywordAdapter` when the forward refuses
     positional arguments).  ``silence_warnings=False`` lets the tracer's warnings reach the caller.  With
     ``path`` the model is written there instead (external data beside it when it needs some)."""
@@ -263,12 +273,13 @@ def export_torchscript(model, inputs: ModelInputs, opset: int | None = None, dyn
                               "inputs; pass the inputs positionally or use the dynamo exporter.")
         # graph inputs named after the forward parameters, so dynamic_axes can name them
         naming = {"input_names": list(inputs.names), "dynamic_axes": {n: dict(a) for n, a in dynamic_axes.items()}}
-    try:
-        return _trace(model, args, opset, silence_warnings, path, **naming)
-    except TypeError:
-        if kwargs:
-            raise
-        return _trace(KeywordAdapter(model, inputs.names), args, opset, silence_warnings, path, **naming)
+    with counting_module_calls(model, on_progress):
+        try:
+            return _trace(model, args, opset, silence_warnings, path, **naming)
+        except TypeError:
+            if kwargs:
+                raise
+            return _trace(KeywordAdapter(model, inputs.names), args, opset, silence_warnings, path, **naming)
 
 
 def _trace(model, args, opset, silence_warnings: bool, path: str | None = None, **naming) -> onnx.ModelProto | None:
