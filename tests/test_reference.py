@@ -44,6 +44,30 @@ def test_planted_weight_change_is_pinned_to_its_node(conv):
     assert "the reference" in report.reference
 
 
+def test_windowed_reference_finds_the_same_node_with_the_same_numbers_and_runs_in_windows(monkeypatch):
+    from onnx_bisect.run import windows
+
+    reference = onnx.load(BERT)
+    bad = plant.perturb_initializer(reference, plant.weight_of(reference, _a_matmul(reference, 3)), rel=0.05)
+    ids = np.load(FIXTURES / "inputs" / "bert.npy")
+    whole = bisect_onnx(reference, bad, (ids,))
+    planned = []
+    plan = windows.plan_windows
+    monkeypatch.setattr(windows, "plan_windows", lambda *a: planned.append(plan(*a)) or planned[-1])
+    windowed = bisect_onnx(reference, bad, (ids,), window_mb=0.05)
+    assert len(planned) >= 2 and all(len(p) >= 3 for p in planned[:2]), "the reference and the candidate in windows"
+    fd, fw = whole.first_divergence, windowed.first_divergence
+    assert fd.layer.pair.node == fw.layer.pair.node and fd.cause == fw.cause == "weight-mismatch"
+    assert fw.layer.diff.max_abs == pytest.approx(fd.layer.diff.max_abs, rel=1e-4)
+    assert [r.pair.tensor for r in windowed.layers] == [r.pair.tensor for r in whole.layers]
+
+
+def _a_matmul(model: onnx.ModelProto, k: int) -> str:
+    """The k-th MatMul node that reads a weight."""
+    inits = {i.name for i in model.graph.initializer}
+    return [n.name for n in model.graph.node if n.op_type == "MatMul" and any(i in inits for i in n.input)][k]
+
+
 def test_float16_conversion_blames_half_precision_and_passes_at_a_float16_tolerance():
     reference = onnx.load(BERT)
     half = plant.to_float16(reference)

@@ -124,10 +124,10 @@ def config_from_args(args: argparse.Namespace):
     )
     if args.window_mb is not None and not args.window_mb > 0:
         raise UsageError(f"--window-mb must be a positive number of MiB (got {args.window_mb:g}).")
-    if (config.low_memory or config.window_mb) and (config.is_matrix or config.reference):
+    if (config.low_memory or config.window_mb) and config.is_matrix:
         raise UsageError("--low-memory and --window-mb apply to a single bisection (one input case, one runtime "
-                         "setting, PyTorch as the reference); drop them, or the configuration options, --dataset and "
-                         "--reference.")
+                         "setting), not to the configuration matrix, which keeps a session per runtime setting; drop "
+                         "them, or the configuration options and --dataset.")
     return config
 
 

@@ -24,13 +24,16 @@ from .. import align
 from ..errors import BackendError, InputError, RuntimeFailure, UsageError
 from ..records.graph import GraphIndex
 from ..report.progress import Progress
-from ..run import expose
+from ..records.store import ArrayStore
+from ..run import expose, windows
 from ..run.backend import Backend, make_backend
 from ..source import feeds, graph, load, onnx_file, weights
 from .case import bisect_case, paired_tensors
 from .config import CasePolicy, Config
 from .prepare import Prepared
-from .runner import Runner
+from . import memory
+from .runner import Runner, tensor_bytes
+from .workspace import workspace
 from ..records import (Activation, Capture, Exporter, ExportedModel, LoadedModel, MatchMethod, ModelInputs, Report,
                       RuntimeSettings, TensorPair, Tolerance)
 
@@ -45,7 +48,8 @@ VALUE_CANDIDATES = 8  # same-sized tensors after the inputs' pairs that a value 
 def run(config: Config, progress: Progress | None = None) -> Report:
     """Bisect ``config.model`` (an ONNX file) against ``config.reference``."""
     return bisect_onnx(config.reference, config.model, config.inputs, tolerance=config.tolerance,
-                       runtime=config.runtime, progress=progress, extractable=config.keep_repro)
+                       runtime=config.runtime, progress=progress, extractable=config.keep_repro,
+                       low_memory=config.low_memory, window_mb=config.window_mb)
 
 
 def bisect_onnx(
@@ -57,6 +61,8 @@ def bisect_onnx(
     runtime: RuntimeSettings | None = None,
     progress: Progress | None = None,
     extractable: bool = True,
+    low_memory: bool | None = None,
+    window_mb: float | None = None,
 ) -> Report:
     """Bisect ONNX model ``candidate`` against ONNX model ``reference`` on ``inputs``.
 
@@ -64,6 +70,11 @@ def bisect_onnx(
     name), arrays/tensors (a tuple in graph-input order, or a dict by name), or
     empty: seeded random inputs are then made from the reference's input types.
     ``extractable`` keeps the divergent segment for ``report.extract(folder)``.
+
+    The two files never run at once (the reference first, then the candidate).  Each is exposed in windows of
+    at most ``window_mb`` MiB of tensors, the values kept in memory-mapped files; without ``window_mb``,
+    windows are automatic (``low_memory`` None) when the reference's weights take more than a quarter of the
+    available memory, or forced by ``low_memory=True`` (sized as in a PyTorch low-memory run).
     """
     progress = progress or Progress(enabled=False)
     backend = make_backend(runtime)
@@ -73,25 +84,37 @@ def bisect_onnx(
         loaded = LoadedModel(module=None, name=f"{_name(cand)} against {_name(ref)}", source=_name(ref),
                              was_training=False, forward_params=_graph_inputs(ref.proto))
         model_inputs, generated = _inputs(inputs, loaded, ref.proto)
-    with progress.step("capture", "running the reference with every tensor exposed"):
-        captured = capture_reference(ref, model_inputs, loaded, backend)
-    with progress.step("prepare", "indexing the ONNX graph"):
-        prepared = dataclasses.replace(_prepare(loaded, cand, model_inputs, generated),
-                                       reference_weights=_initializers(ref))
-    runner = Runner(prepared, backend)
-    model_feeds, _ = feeds.make_feeds(model_inputs, prepared.skeleton, loaded.forward_params)
-    with progress.step("probe", "running the candidate with every tensor exposed"):
-        try:
-            probed = runner.probe(model_feeds)
-        except RuntimeFailure:
-            runner.final(model_feeds)  # raises when the file itself does not run: the input's problem, not ours
-            raise
-    with progress.step("align", "pairing the two models' tensors"):
-        pairs = pair_tensors(captured, prepared.index, probed)
-        runner.narrow(paired_tensors(pairs, prepared.index))
-    policy = CasePolicy(tolerance, template=pairs, keep_repro=extractable)
-    report = bisect_case(prepared, runner, model_inputs, captured, policy=policy, progress=progress).report
+    budget = _window_budget(ref, low_memory, window_mb)
+    with workspace() as folder:
+        store = ArrayStore(folder) if budget is not None else None
+        with progress.step("capture", "running the reference with every tensor exposed"):
+            captured = capture_reference(ref, model_inputs, loaded, backend, budget, store, progress)
+        with progress.step("prepare", "indexing the ONNX graph"):
+            prepared = dataclasses.replace(_prepare(loaded, cand, model_inputs, generated),
+                                           reference_weights=_initializers(ref))
+        runner = Runner(prepared, backend, window_bytes=budget, store=store, progress=progress)
+        model_feeds, _ = feeds.make_feeds(model_inputs, prepared.skeleton, loaded.forward_params)
+        with progress.step("probe", "running the candidate with every tensor exposed"):
+            try:
+                probed = runner.probe(model_feeds)
+            except RuntimeFailure:
+                runner.final(model_feeds)  # raises when the file itself does not run: the input's problem
+                raise
+        with progress.step("align", "pairing the two models' tensors"):
+            pairs = pair_tensors(captured, prepared.index, probed)
+            runner.narrow(paired_tensors(pairs, prepared.index))
+        policy = CasePolicy(tolerance, template=pairs, keep_repro=extractable)
+        report = bisect_case(prepared, runner, model_inputs, captured, policy=policy, progress=progress).report
     return dataclasses.replace(report, reference=f"the reference {_name(ref)}")
+
+
+def _window_budget(ref: ExportedModel, low_memory: bool | None, window_mb: float | None) -> int | None:
+    """The bytes one window of exposed tensors may take (None: no windows): ``window_mb``, else sized from the
+    reference's weights when they are large (or ``low_memory`` says so)."""
+    size = sum(a.nbytes for a in ref.weights.arrays.values()) if ref.weights is not None else 0
+    available = memory.available_memory()
+    low = low_memory if low_memory is not None else (available is not None and size > memory.AUTO_SHARE * available)
+    return memory.window_budget(window_mb, low, size)
 
 
 def _load(source: str | onnx.ModelProto, what: str) -> ExportedModel:
@@ -156,18 +179,23 @@ def _generated(proto: onnx.ModelProto, names: tuple[str, ...]) -> ModelInputs:
     return ModelInputs(args=tuple(args), names=names)
 
 
-def capture_reference(ref: ExportedModel, inputs: ModelInputs, loaded: LoadedModel, backend: Backend) -> Capture:
-    """Every floating-point tensor the reference computes, as activations in graph order."""
-    skeleton, store = (ref.proto, ref.weights) if ref.weights is not None else weights.split_weights(ref.proto)
+def capture_reference(ref: ExportedModel, inputs: ModelInputs, loaded: LoadedModel, backend: Backend,
+                      window_bytes: int | None = None, store: ArrayStore | None = None,
+                      progress: Progress | None = None) -> Capture:
+    """Every floating-point tensor the reference computes, as activations in graph order (exposed in windows of
+    at most ``window_bytes``, the values put into ``store``, when given)."""
+    skeleton, weights_ = (ref.proto, ref.weights) if ref.weights is not None else weights.split_weights(ref.proto)
     model_feeds, _ = feeds.make_feeds(inputs, skeleton, loaded.forward_params)
     index = graph.index_graph(skeleton)
     wanted = [t for n in index.nodes if n.op_type not in SKIPPED_OPS for t in n.outputs if t]
     try:
-        values = backend.run(expose.expose_tensors(skeleton, wanted), model_feeds, None, store, one_shot=True,
-                             optimize=False)
+        values = _windowed(skeleton, wanted, model_feeds, weights_, backend, window_bytes, store, progress)
+        if values is None:
+            values = backend.run(expose.expose_tensors(skeleton, wanted), model_feeds, None, weights_,
+                                 one_shot=True, optimize=False)
     except BackendError as exc:
         try:
-            backend.run(skeleton, model_feeds, None, store, one_shot=True, optimize=False)
+            backend.run(skeleton, model_feeds, None, weights_, one_shot=True, optimize=False)
         except BackendError as plain:  # the file itself does not run: the input's problem
             raise BackendError(f"The --reference model: {plain}") from plain
         raise RuntimeFailure(
@@ -190,6 +218,21 @@ def capture_reference(ref: ExportedModel, inputs: ModelInputs, loaded: LoadedMod
     outputs = index.graph_outputs
     return Capture(activations=tuple(activations), outputs=tuple(values[t] for t in outputs),
                    output_names=tuple(outputs))
+
+
+def _windowed(skeleton: onnx.ModelProto, wanted: list[str], model_feeds, file_weights, backend: Backend,
+              window_bytes: int | None, kept: ArrayStore | None, progress: Progress | None):
+    """The reference's ``wanted`` tensors run in windows (graph optimizations off, as its plain run); None when
+    windows are off or one window would hold them all."""
+    if window_bytes is None:
+        return None
+    pinned = graph.index_graph(onnx_file.pin_shapes(skeleton, {k: v.shape for k, v in model_feeds.items()},
+                                                    "The --reference model"))
+    plan = windows.plan_windows(pinned, wanted, tensor_bytes(pinned), window_bytes)
+    if len(plan) < 2:
+        return None
+    return windows.run_windowed(backend, skeleton, plan, model_feeds, file_weights, kept.put if kept else (lambda a: a),
+                                progress.advance if progress else None, optimize=False)
 
 
 def _initializers(model: ExportedModel) -> dict[str, np.ndarray]:

@@ -88,9 +88,10 @@ def window_model(model: onnx.ModelProto, window: Window, input_types: Mapping[st
 
 def run_windowed(backend: Backend, model: onnx.ModelProto, windows: Sequence[Window], feeds: Mapping[str, np.ndarray],
                  weights: Weights | None, keep: Callable[[np.ndarray], np.ndarray] = lambda a: a,
-                 on_window: Callable[[int, int], None] | None = None) -> dict[str, np.ndarray]:
+                 on_window: Callable[[int, int], None] | None = None, optimize: bool = True) -> dict[str, np.ndarray]:
     """Run ``model`` window by window and return every window's exposed tensors (each passed through ``keep``:
-    e.g. into the activation store); carried tensors are dropped once no later window reads them."""
+    e.g. into the activation store); carried tensors are dropped once no later window reads them.  ``optimize``
+    False: ONNX Runtime's graph optimizations off (a reference file's plain semantics)."""
     carried: dict[str, np.ndarray] = dict(feeds)
     last_read = {t: k for k, w in enumerate(windows) for t in w.inputs}
     values: dict[str, np.ndarray] = {}
@@ -98,7 +99,8 @@ def run_windowed(backend: Backend, model: onnx.ModelProto, windows: Sequence[Win
         part = window_model(model, window, carried)
         names = {i.name for i in part.graph.initializer}
         store = None if weights is None else Weights({n: a for n, a in weights.arrays.items() if n in names})
-        got = backend.run(part, {t: carried[t] for t in window.inputs}, list(window.outputs), store, one_shot=True)
+        got = backend.run(part, {t: carried[t] for t in window.inputs}, list(window.outputs), store, one_shot=True,
+                          optimize=optimize)
         trim_heap()  # the window's session is gone: its weights' memory goes back to the system
         for t in window.exposed:
             values[t] = keep(got[t])
