@@ -112,3 +112,37 @@ def test_a_weight_whose_module_output_was_fused_away_is_named_with_its_module():
     assert fd.evidence["parameters"][0]["parameter"] == "bert.encoder.layer.0.intermediate.dense.weight"
     if fd.layer.pair.activation.module != "bert.encoder.layer.0.intermediate.dense":
         assert "The weight belongs to bert.encoder.layer.0.intermediate.dense" in fd.explanation
+
+
+def test_folds_found_by_the_weights_names_in_a_file_without_scopes(monkeypatch):
+    """A file without scopes (onnxslim drops them) still names its folded Conv weights after the Conv: each
+    one's BatchNorm fold is a candidate, so folds that differ from the Conv's own weight by the fold's factor
+    (1/sqrt(1 + eps) with fresh running statistics: relative 5e-6) are not claimed as stale weights."""
+    import torch
+
+    from onnx_bisect.diagnose.context import DiagnosisContext
+    from onnx_bisect.diagnose.support import layout
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.Linear(8 * 4 * 4, 4)).eval()
+    x = torch.randn(1, 3, 8, 8)
+    proto = torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto
+    head = next(n for n in proto.graph.node if n.op_type == "Gemm")
+    case = dc.Case("no-scopes", "weight-mismatch", "cnn", "dynamo", model, (x,),
+                   dc.plant.perturb_initializer(proto, head.input[1], rel=0.05))
+    _, ctx = bisect_case(case)
+    folded = [n for n in proto.graph.node if n.op_type == "Conv"]
+    assert all(n.input[1] in ("0.weight", "3.weight") for n in folded)
+    monkeypatch.setattr(DiagnosisContext, "module_of", lambda self, node: (None, None))  # no scopes
+    monkeypatch.setattr(DiagnosisContext, "segment_protos", property(lambda self: [
+        p for p in self.onnx.skeleton.graph.node if p.op_type in ("Conv", "Gemm")]))
+    pairs = {(conv, bn) for conv, _, bn, _ in layout.conv_bn_pairs(ctx)}
+    assert pairs == {("0", "1"), ("3", "4")}
+    candidates = layout.torch_candidates(ctx)
+    for n in folded:
+        value = ctx.initializer(n.input[1])
+        assert any(layout.relate(value, c) is not None and layout.relate(value, c).equal for c in candidates.values())
+    row = WeightMismatch().match(ctx).evidence["parameters"]
+    assert [r["initializer"] for r in row] == [head.input[1]]  # the planted one alone

@@ -52,3 +52,26 @@ def test_cut_feeds_consumers_the_reference_value():
     np.testing.assert_allclose(out["a"], [0.0, 0.5, 2.0])  # Relu(x)
     np.testing.assert_allclose(out["b"], ref_a * 2)  # Mul reads a's reference
     np.testing.assert_allclose(out["y"], ref_b + 1)  # Add reads b's reference
+
+
+def test_a_cut_at_a_tensor_whose_value_info_is_stale_declares_the_fed_shape():
+    """An edited Transpose computes (2, 3) where the file's value info still says (3, 2): the reference input
+    declares the shape fed, else ONNX Runtime refuses the feed. Agreeing and symbolic dimensions are kept."""
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], name="transpose", perm=[0, 1]),
+             helper.make_node("Relu", ["t"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "stale", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              value_info=[helper.make_tensor_value_info("t", TensorProto.FLOAT, [3, "n"])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    ref = -np.ones((2, 3), np.float32)
+    cut = cut_at_tensors(model, {"t": ref})
+    declared = next(i for i in cut.graph.input if i.name == reference_input_name("t"))
+    assert [d.dim_value for d in declared.type.tensor_type.shape.dim] == [2, 3]
+    out = _run(cut, {"x": np.ones((2, 3), np.float32), reference_input_name("t"): ref})
+    assert np.array_equal(out["y"], np.zeros((2, 3), np.float32))
+
+    agreeing = helper.make_tensor_value_info("t", TensorProto.FLOAT, ["n", 3])
+    del model.graph.value_info[:]
+    model.graph.value_info.append(agreeing)
+    kept = next(i for i in cut_at_tensors(model, {"t": ref}).graph.input if i.name == reference_input_name("t"))
+    assert kept.type.tensor_type.shape.dim[0].dim_param == "n"

@@ -121,3 +121,47 @@ def test_every_output_of_a_split_is_recorded():
     assert len(splits) == 3 and [a.value.shape for a in splits] == [(2, 4)] * 3
     exp = next(a for a in ops if a.module_type.startswith("aten.exp"))
     assert exp.inputs == (splits[1].index,)
+
+
+class PatchAttention(torch.nn.Module):
+    """MobileViT's shape: patches unfolded by a Transpose, attention over one token per patch (its Softmax is
+    all ones whatever its inputs), a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.qkv = torch.nn.Linear(8, 24)
+        self.proj = torch.nn.Linear(8, 8)
+        self.head = torch.nn.Linear(128, 5)
+
+    def forward(self, x):
+        tokens = self.conv(x).reshape(1, 8, 16).transpose(1, 2).reshape(16, 1, 8)
+        q, k, v = self.qkv(tokens).chunk(3, dim=-1)
+        attention = torch.softmax(q @ k.transpose(-2, -1) * 0.35, dim=-1)  # (16, 1, 1): ones
+        return self.head(self.proj(attention @ v).reshape(1, 128))
+
+
+def test_a_match_that_is_one_number_repeated_vouches_for_nothing_and_a_transpose_takes_its_ops_perm(tmp_path):
+    """A wrong perm on the patch Transpose of a file whose names say nothing (dynamo, every node and tensor
+    renamed): after it only the all-ones Softmax still matches PyTorch, and it must not make the tensors it was
+    computed from look right. The Transpose is found, and its perm is the one aten.transpose's axes imply."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from fault_sweep import rename
+
+    model, x = PatchAttention().eval(), torch.randn(1, 3, 4, 4)
+    proto = torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto
+    transpose = next(n for n in proto.graph.node if n.op_type == "Transpose"
+                     and list(next(a.ints for a in n.attribute if a.name == "perm")) == [0, 2, 1])
+    onnx.save(plant.set_attribute(proto, transpose.name, "perm", [0, 1, 2]), tmp_path / "bad.onnx")
+    rename(tmp_path / "bad.onnx", tmp_path / "renamed.onnx")
+    renamed = onnx.load(tmp_path / "renamed.onnx")
+    planted = next(n.name for n in renamed.graph.node if n.op_type == "Transpose"
+                   and list(next(a.ints for a in n.attribute if a.name == "perm")) == [0, 1, 2])
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=str(tmp_path / "renamed.onnx"))
+    fd = report.first_divergence
+    assert not report.ok and planted in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    row = fd.evidence["attributes"][0]
+    assert row["onnx_node"] == planted and row["expected"] == [0, 2, 1] and "aten.transpose.int" in row["source"]

@@ -194,13 +194,23 @@ def close(v: np.ndarray, ref: np.ndarray, rtol: float) -> bool:
 def bad_tensors(tensors: list[str], matched: dict[str, Match], graph: GraphIndex, within: set[str],
                 values: dict[str, np.ndarray]) -> list[str]:
     """The floating-point ``tensors`` (graph order) that hold no op's value and feed no tensor that does,
-    inside the tensors ``within`` (the segment's)."""
+    inside the tensors ``within`` (the segment's).  A match whose value is one number repeated (a Softmax
+    over an axis of size 1, a mask of ones) says nothing of the values it was computed from: it is no bad
+    tensor itself, but it vouches for none of its producers."""
     feeds_good: set[str] = set()
     for t in reversed(tensors):  # reverse graph order: consumers before producers
-        if t in matched or any(o in feeds_good for i in graph.consumers.get(t, ())
-                               for o in graph.nodes[i].outputs if o in within):
+        if (t in matched and _informative(values.get(t))) or any(
+                o in feeds_good for i in graph.consumers.get(t, ()) for o in graph.nodes[i].outputs if o in within):
             feeds_good.add(t)
-    return [t for t in tensors if t not in feeds_good and t in values and kind(values[t]) == "f"]
+    return [t for t in tensors if t not in feeds_good and t not in matched and t in values and kind(values[t]) == "f"]
+
+
+def _informative(value: np.ndarray | None) -> bool:
+    """Whether a value holds more than one distinct number (an unknown value counts as informative)."""
+    if value is None or value.size < 2:
+        return value is None
+    flat = value.reshape(-1)
+    return bool(np.any(flat != flat[0]))
 
 
 def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np.ndarray],

@@ -47,8 +47,7 @@ def cut_at_tensors(model: onnx.ModelProto, references: Mapping[str, np.ndarray])
         t = tensors.get(name)
         if t is None or isinstance(t, gs.Constant) or t in graph.inputs:
             continue
-        declared = t.shape if t.shape is not None and len(t.shape) == value.ndim else None
-        ref = gs.Variable(name + REF_SUFFIX, dtype=value.dtype, shape=list(declared or value.shape))
+        ref = gs.Variable(name + REF_SUFFIX, dtype=value.dtype, shape=_reference_shape(t, value))
         for node in list(t.outputs):
             node.inputs = [ref if x is t else x for x in node.inputs]
             _rename_outer(node, t.name, ref.name)
@@ -60,6 +59,19 @@ def cut_at_tensors(model: onnx.ModelProto, references: Mapping[str, np.ndarray])
 
 
 SWITCH_SUFFIX = "::cut"
+
+
+def _reference_shape(tensor: gs.Variable, value: np.ndarray) -> list:
+    """The shape a reference input for ``tensor`` declares: the tensor's own where it agrees with the value fed
+    (symbolic dimensions kept, so one cut graph serves every input size), else the value's — a file's value
+    info can be stale (an edited node computes another shape than the one recorded), and ONNX Runtime refuses a
+    feed that contradicts the declared input."""
+    declared = tensor.shape
+    if declared is None or len(declared) != value.ndim:
+        return list(value.shape)
+    if any(isinstance(d, int) and d >= 0 and d != v for d, v in zip(declared, value.shape)):
+        return list(value.shape)
+    return list(declared)
 
 
 def switch_at_tensors(model: onnx.ModelProto, references: Mapping[str, np.ndarray]) -> onnx.ModelProto:
@@ -74,10 +86,10 @@ def switch_at_tensors(model: onnx.ModelProto, references: Mapping[str, np.ndarra
         t = tensors.get(name)
         if t is None or isinstance(t, gs.Constant) or t in graph.inputs or not t.outputs:
             continue
-        declared = t.shape if t.shape is not None and len(t.shape) == value.ndim else None
-        ref = gs.Variable(name + REF_SUFFIX, dtype=value.dtype, shape=list(declared or value.shape))
+        shape = _reference_shape(t, value)
+        ref = gs.Variable(name + REF_SUFFIX, dtype=value.dtype, shape=shape)
         flag = gs.Variable(name + SWITCH_SUFFIX, dtype=np.bool_, shape=[])
-        chosen = gs.Variable(name + "::switched", dtype=value.dtype, shape=list(declared or value.shape))
+        chosen = gs.Variable(name + "::switched", dtype=value.dtype, shape=list(shape))
         consumers = list(t.outputs)
         graph.nodes.append(gs.Node("Where", name=name + "::switch", inputs=[flag, ref, t], outputs=[chosen]))
         for node in consumers:

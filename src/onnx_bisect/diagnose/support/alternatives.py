@@ -55,7 +55,7 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
     if op in ("Softmax", "LogSoftmax", "Hardmax"):
         yield from _axis(ctx, proto, shape_of)
     elif op == "Transpose":
-        yield from _perm(proto, shape_of)
+        yield from _perm(ctx, proto, shape_of)
     elif op == "Pad":
         have = attribute(proto, "mode", "constant")
         yield from (attribute_change(proto.name, "mode", have, m, "the PyTorch output")
@@ -87,18 +87,47 @@ def _axis(ctx, proto, shape_of) -> Iterator[Alternative]:
     yield from (attribute_change(proto.name, "axis", have, a, "the PyTorch output") for a in range(rank) if a != have)
 
 
-def _perm(proto, shape_of) -> Iterator[Alternative]:
+def _perm(ctx, proto, shape_of) -> Iterator[Alternative]:
+    """The permutation PyTorch's op ran (``aten.permute``'s dims, ``aten.transpose``'s two axes) where the
+    node's input has that op's rank, then the perms two swapped axes away that keep the node's output shape or
+    give PyTorch's (a wrong perm may change the shape)."""
     shape = shape_of(proto.input[0]) if proto.input else None
     if not shape:
         return
     rank = len(shape)
     have = list(attribute(proto, "perm", list(range(rank))[::-1]))
-    out = [shape[i] for i in have]
+    activation = ctx.layer.pair.activation
+    tried = [have]
+    implied = _op_perm(activation, rank)
+    if implied is not None and implied not in tried:
+        tried.append(implied)
+        call = f"{activation.module_type}({', '.join(str(a) for _, a in activation.args)})"
+        yield attribute_change(proto.name, "perm", have, implied, f"the call {call}")
+    shapes = [[shape[i] for i in have]]
+    if proto.output[0] == ctx.tensor:
+        shapes.append(list(activation.value.shape))
     for i, j in itertools.combinations(range(rank), 2):
         perm = list(have)
         perm[i], perm[j] = perm[j], perm[i]
-        if [shape[k] for k in perm] == out:
+        if perm not in tried and [shape[k] for k in perm] in shapes:
+            tried.append(perm)
             yield attribute_change(proto.name, "perm", have, perm, "the PyTorch output")
+
+
+def _op_perm(activation, rank: int) -> list[int] | None:
+    """The permutation an ATen permute/transpose ran, from its arguments (None for another op or rank)."""
+    op = activation.module_type
+    numbers = [a for _, a in activation.args]
+    if op.startswith("aten.permute") and numbers and isinstance(numbers[0], tuple) and len(numbers[0]) == rank:
+        perm = [int(d) % rank for d in numbers[0]]
+        return perm if sorted(perm) == list(range(rank)) else None
+    if op.startswith(("aten.transpose", "aten.swapaxes")) and len(numbers) >= 2 and all(
+            isinstance(d, int) and not isinstance(d, bool) for d in numbers[:2]):
+        perm = list(range(rank))
+        i, j = numbers[0] % rank, numbers[1] % rank
+        perm[i], perm[j] = perm[j], perm[i]
+        return perm
+    return None
 
 
 def _swapped_branches(proto) -> Alternative:

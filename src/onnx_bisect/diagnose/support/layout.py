@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from .param_layouts import model_rnn_weights, rnn_weights
+from .param_layouts import model_rnn_weights, owner_of, rnn_weights
 from . import edits
 from ...records import Layout, ModuleKind
 from ..context import DiagnosisContext, attribute
@@ -86,24 +86,35 @@ def add_bias(model: onnx.ModelProto, site: WeightSite, bias: np.ndarray) -> None
 
 def conv_bn_pair(ctx: DiagnosisContext):
     """``(conv name, conv, bn name, bn)`` when the divergent layer is a Conv/Linear followed by a BatchNorm."""
+    return next(conv_bn_pairs(ctx), None)
+
+
+def conv_bn_pairs(ctx: DiagnosisContext):
+    """Every ``(conv name, conv, bn name, bn)`` of a Conv/Linear followed by a BatchNorm among the divergent
+    layer, the modules the segment's nodes belong to and the modules owning the weights it reads by name (a
+    file without scopes keeps its initializers' names), the divergent layer's first."""
     acts = ctx.baseline.capture.activations
     candidates = [ctx.layer.pair.activation]
-    for n in ctx.segment_nodes:
-        name, _ = ctx.module_of(n)
-        act = ctx.activation_of(name) if name is not None else None
+    owners = [ctx.module_of(n)[0] for n in ctx.segment_nodes]
+    owners += [owner_of(t) for p in ctx.segment_protos for t in p.input[1:] if "." in t]
+    for name in dict.fromkeys(o for o in owners if o):
+        act = ctx.activation_of(name)
         if act is not None:
             candidates.append(act)
+    seen = set()
     for act in candidates:
+        found = None
         if act.kind is ModuleKind.BATCHNORM:
-            for i in act.inputs:
-                src = acts[i]
-                if src.kind.folds_batchnorm:
-                    return src.module, ctx.torch_module(src.module), act.module, ctx.torch_module(act.module)
+            src = next((acts[i] for i in act.inputs if acts[i].kind.folds_batchnorm), None)
+            found = (src, act) if src is not None else None
         elif act.kind.folds_batchnorm:
-            for later in acts[act.index + 1:]:
-                if act.index in later.inputs and later.kind is ModuleKind.BATCHNORM:
-                    return act.module, ctx.torch_module(act.module), later.module, ctx.torch_module(later.module)
-    return None
+            bn = next((later for later in acts[act.index + 1:]
+                       if act.index in later.inputs and later.kind is ModuleKind.BATCHNORM), None)
+            found = (act, bn) if bn is not None else None
+        if found is not None and (found[0].module, found[1].module) not in seen:
+            seen.add((found[0].module, found[1].module))
+            conv, bn = found
+            yield conv.module, ctx.torch_module(conv.module), bn.module, ctx.torch_module(bn.module)
 
 
 def conv_bn_arrays(conv, bn):
@@ -196,7 +207,7 @@ def _correlation(o: np.ndarray, ref: np.ndarray) -> float:
 
 def torch_candidates(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
     """PyTorch tensors the segment's initializers may come from (float64): the parameters and buffers of
-    the modules near the divergence, and the Conv/Linear + BatchNorm fold when there is one."""
+    the modules near the divergence, and the Conv/Linear + BatchNorm folds of the segment."""
     if ctx.baseline.loaded.module is None:
         return reference_tensors(ctx)
     out: dict[str, np.ndarray] = {}
@@ -205,8 +216,7 @@ def torch_candidates(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
             if tensor is not None and tensor.is_floating_point():
                 out[f"{qualname}.{pname}" if qualname else pname] = tensor.detach().double().cpu().numpy()
         out.update(rnn_weights(qualname, module))
-    pair = conv_bn_pair(ctx)
-    if pair is not None:
+    for pair in conv_bn_pairs(ctx):  # every fold of the segment: a long one holds many
         out.update(folds(*pair))
     return out
 
