@@ -13,6 +13,7 @@ import torch
 import onnx_bisect
 from onnx_bisect.capture import dispatch
 from onnx_bisect.records import ModelInputs
+from onnx_bisect.report.text import computing_nodes
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
@@ -165,3 +166,40 @@ def test_a_match_that_is_one_number_repeated_vouches_for_nothing_and_a_transpose
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     row = fd.evidence["attributes"][0]
     assert row["onnx_node"] == planted and row["expected"] == [0, 2, 1] and "aten.transpose.int" in row["source"]
+
+
+class Tagger(torch.nn.Module):
+    """An embedding projection, a 2-layer LSTM (its initial states zeros the file expands to the batch's shape),
+    a classifier per step."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(1)
+        self.proj = torch.nn.Linear(6, 16)
+        self.lstm = torch.nn.LSTM(16, 16, num_layers=2, batch_first=True)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.head(self.lstm(torch.relu(self.proj(x)))[0])
+
+
+def test_zeros_matching_every_initial_state_do_not_undo_the_matches_of_a_quantized_lstm():
+    """In a quantized 2-layer LSTM whose second layer's recurrence weights are not PyTorch's, the initial states
+    (zeros: they equal every zero state PyTorch selects) must not make the first layer's good values look out of
+    order: the region is the second layer, not both."""
+    model, x = Tagger().eval(), torch.randn(2, 5, 6)
+    proto = dc.export(model, (x,), "torchscript")
+    quantized = plant.quantize_static_qdq(proto, {proto.graph.input[0].name: x.numpy()})
+    lstms = [n for n in quantized.graph.node if n.op_type == "LSTM"]
+    second = lstms[1]
+    bad = plant.perturb_initializer(quantized, second.input[1], rel=1.0)  # W: the input weights
+    tol = 0.01
+    with dc.quiet():
+        while any(r.diff is not None and not r.diff.ok for r in
+                  onnx_bisect.bisect(model, (x,), onnx=quantized, atol=tol, rtol=0.0).layers):
+            tol *= 2  # the smallest tolerance (by doubling) at which no layer of the clean file diverges
+        report = onnx_bisect.bisect(model, (x,), onnx=bad, atol=tol, rtol=0.0)
+    fd = report.first_divergence
+    assert not report.ok and fd is not None and fd.layer.pair.activation.module_type.startswith("aten.mkldnn_rnn")
+    assert second.name in fd.layer.segment and lstms[0].name not in fd.layer.segment, fd.layer.segment
+    assert len(computing_nodes(fd.layer)) <= 12 and fd.cause == "weight-mismatch"

@@ -110,12 +110,16 @@ def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activat
     lineage = {a.index: ancestors(a, ops) for a in ops}
     within = set(tensors)
     good = dict(matched)
-    upstream = {t: _matched_ancestors(t, matched, graph, within) for t in tensors if t in matched}  # fixed
+    # a value that is one number repeated (zeros for an initial state, a mask of ones) matches every op holding
+    # it: which one it stands for is a guess, and a guess must not drop the matches computed from it
+    vague = {t for t, m in matched.items() if not _informative(m.op.value)}
+    upstream = {t: _matched_ancestors(t, matched, graph, within) - vague
+                for t in tensors if t in matched}  # fixed
     changed = True
     while changed:
         changed = False
         for t in tensors:
-            if t not in good:
+            if t not in good or t in vague:
                 continue
             ins = upstream[t]
             if any(i not in good for i in ins):

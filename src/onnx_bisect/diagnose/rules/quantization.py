@@ -87,10 +87,13 @@ def _activation(ctx: DiagnosisContext, q, x: np.ndarray) -> dict | None:
 
 
 def _reference_nonnegative(ctx: DiagnosisContext, q) -> bool:
-    """Whether the DequantizeLinear after ``q`` computes the divergent tensor and its reference is >= 0."""
+    """Whether PyTorch's value after ``q`` is >= 0: the reference, where the DequantizeLinear after ``q`` computes
+    the divergent tensor; inside the segment, the calibration's word (a range starting at exactly 0 in front of
+    a tensor with negatives: the calibrator saw only the Relu's output, and the quantizer dropped the Relu)."""
     after = [ctx.onnx.graph.nodes[i] for i in ctx.onnx.graph.consumers.get(q.output[0], ())]
-    return any(n.op_type == "DequantizeLinear" and n.outputs[0] == ctx.tensor for n in after) \
-        and float(np.min(ctx.reference)) >= 0
+    if any(n.op_type == "DequantizeLinear" and n.outputs[0] == ctx.tensor for n in after):
+        return float(np.min(ctx.reference)) >= 0
+    return any(n.op_type == "DequantizeLinear" for n in after)
 
 
 def _weight(ctx: DiagnosisContext, dq) -> dict | None:
