@@ -151,3 +151,39 @@ def test_clean_export_is_not_bisected(exported):
     result = run_cli(source, "--onnx", clean, "--json", folder / "clean.json")
     assert result.exit_status == 0, result.stdout + result.stderr
     assert result.json["first_divergence"] is None and "amplify" not in result.json["timings"]
+
+
+class OwnOps(torch.nn.Module):
+    """A module computing with its own parameters (no child module between them): a MatMul of small weights,
+    a LayerNorm that divides by their outputs' small spread, more of its own ops, then a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.w = torch.nn.Parameter(torch.randn(16, 32) * 0.01)
+        self.w2 = torch.nn.Parameter(torch.randn(32, 32) * 0.2)
+        self.head = torch.nn.Linear(32, 8)
+
+    def forward(self, x):
+        h = torch.nn.functional.layer_norm(x @ self.w, (32,))
+        h = torch.nn.functional.gelu(h) @ self.w2
+        return self.head(torch.nn.functional.layer_norm(torch.tanh(h) + h, (32,)))
+
+
+def test_an_op_whose_own_error_is_below_the_tolerance_inside_a_segment_above_it_is_judged_like_an_amplified_one():
+    """Weight noise on the first MatMul: the segment of the module's own ops exceeds the tolerance (the
+    LayerNorm after the MatMul amplifies), the MatMul alone does not. Narrowed to the MatMul, the cause is still
+    named: it is judged against the tolerance divided by what the rest of the segment amplifies."""
+    import onnx_bisect
+
+    model, x = OwnOps().eval(), torch.randn(4, 16)
+    proto = torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto
+    matmul = next(n for n in proto.graph.node if n.op_type == "MatMul" and "w" in n.input)
+    report = onnx_bisect.bisect(model, (x,), onnx=plant.perturb_initializer(proto, "w", rel=0.0005))
+    fd = report.first_divergence
+    assert not report.ok and fd.layer.segment == (matmul.name,) and len(fd.within.segment) > 3
+    within = fd.within.local.tol_ratio
+    assert within > 1, "the segment of the module's own ops exceeds the tolerance"
+    assert fd.layer.local.tol_ratio == pytest.approx(within) and not fd.layer.local.ok  # restated against the gain
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert fd.evidence["parameters"][0]["parameter"] == "w"

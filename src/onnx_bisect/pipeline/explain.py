@@ -11,7 +11,7 @@ import onnx
 from ..diagnose import Baseline, CutRun, DiagnosisContext, OnnxModel, diagnose, explained_by_quantization, float_twin
 from ..measure import localize, observe
 from ..records import (Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Repro, Reproduction, Status,
-                       TensorPair)
+                       TensorPair, Tolerance)
 from ..report.progress import Progress
 from ..run import expose
 from .config import CasePolicy
@@ -67,6 +67,7 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
         if introduced else None
     if refined is not None:
         layer, references = refined.layer, refined.references
+        layer, tolerance, cmp = _within_tolerance(refined.within, layer, tolerance, cmp)
     earlier = policy.memo.get(layer.pair.tensor, introduced) if policy.memo is not None else None
     if earlier is not None:
         first = dataclasses.replace(
@@ -86,6 +87,20 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
     if policy.memo is not None:
         policy.memo.keep(first)
     return Explanation(first, faithful, repro=repro)
+
+
+def _within_tolerance(outer: LayerResult, region: LayerResult, tolerance: Tolerance, cmp):
+    """A region whose own error is below the tolerance, found where the error of a segment that exceeds it
+    enters (the rest of that segment amplifies it): judged, like an amplified error, against the tolerance
+    divided by that gain, its local error restated against it.  ``(region, tolerance, compare)``, unchanged
+    when the region exceeds the tolerance itself."""
+    if (region.local is None or outer.local is None or not region.local.ok or not region.local.tol_ratio > 0
+            or not outer.local.tol_ratio > 1):
+        return region, tolerance, cmp
+    scale = region.local.tol_ratio / outer.local.tol_ratio
+    scaled = Tolerance(atol=tolerance.atol * scale, rtol=tolerance.rtol * scale)
+    local = dataclasses.replace(region.local, tol_ratio=outer.local.tol_ratio, ok=False)
+    return dataclasses.replace(region, local=local), scaled, amplify.plain_compare(scaled)
 
 
 def trace_amplification(p: Prepared, runner: Runner, measured, captured, tolerance, progress: Progress):
