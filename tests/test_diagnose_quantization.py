@@ -48,3 +48,23 @@ def test_a_clean_quantized_model_whose_outputs_agree_is_not_said_to_hide_a_fault
     doc = node_data(loose)[2]
     results = doc["results"] if "results" in doc else next(iter(doc.values()))["results"]
     assert "quantized" in {r["value"] for r in results.values()}
+
+
+def test_layers_that_differ_by_their_quantization_alone_are_passed_over_for_the_fault_after_them():
+    """A quantized MLP with a Resize set to align_corners: at this tolerance fc1, bn1 and norm already exceed it
+    by their quantization step (their float twins agree with PyTorch), which is the quantized model; the first
+    layer whose own error quantization does not explain is the Resize, and a warning names those passed over."""
+    plant = dc.plant
+    model, inputs, proto = dc.clean("mlp", "torchscript")
+    with dc.quiet():
+        quantized = plant.quantize_static_qdq(proto, {proto.graph.input[0].name: inputs[0].numpy()})
+    resize = plant.find_node(quantized, "Resize", "up")
+    bad = plant.set_attribute(quantized, resize.name, "coordinate_transformation_mode", "align_corners")
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=bad, atol=0.008, rtol=0.008)
+    fd = report.first_divergence
+    assert not report.ok and resize.name in fd.layer.segment and fd.cause == "resize-mode", fd.explanation
+    [warning] = [w for w in report.warnings if "by their quantization alone" in w]
+    assert "fc1" in warning and "norm" in warning
+    earlier = [r for r in report.layers if r.pair.activation.module in ("fc1", "norm") and r.local is not None]
+    assert earlier and all(not r.local.ok for r in earlier), "they do exceed the tolerance"

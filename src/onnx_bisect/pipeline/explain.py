@@ -43,6 +43,9 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
             layers = _without_quantization_noise(p, runner, model_feeds, measured, captured, inputs, policy)
         return Explanation(warnings=tuple(hidden_divergence(layers or measured.layers)), layers=layers)
     layer, introduced = localize.first_divergence(measured.layers)
+    skipped: tuple[str, ...] = ()
+    if introduced and _quantized(p):
+        layer, skipped = _beyond_quantization(p, runner, layer, measured, model_feeds, captured, inputs, policy)
     references, faithful = measured.cut.references, None
     if measured.reproduction is Reproduction.DIFFERENT:
         with progress.step("observe", "locating the divergence with faithful exposures"):
@@ -86,7 +89,17 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
         first = dataclasses.replace(first, within=refined.within if refined else None, amplification=amp)
     if policy.memo is not None:
         policy.memo.keep(first)
-    return Explanation(first, faithful, repro=repro)
+    return Explanation(first, faithful, warnings=_passed_over(skipped), repro=repro)
+
+
+def _passed_over(modules: tuple[str, ...]) -> tuple[str, ...]:
+    if not modules:
+        return ()
+    listed = ", ".join(modules[:3]) + (f" and {len(modules) - 3} more" if len(modules) > 3 else "")
+    return (f"{len(modules)} layer(s) before the first divergence exceed the tolerance by their quantization alone "
+            f"({listed}): re-run without their Q/DQ pairs they agree with PyTorch, so that is the quantized model, "
+            "not the fault. Raise the tolerance to the quantization's error to compare only what quantization "
+            "does not explain.",)
 
 
 def _within_tolerance(outer: LayerResult, region: LayerResult, tolerance: Tolerance, cmp):
@@ -155,6 +168,33 @@ MAX_QUANTIZED_RERUNS = 8
 
 def _quantized(p: Prepared) -> bool:
     return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in p.index.nodes)
+
+
+#: at most this many layers of a diverging quantized model are re-run without their quantization to find the
+#: first whose own error its quantization does not explain
+MAX_QUANTIZED_SKIPS = 24
+
+
+def _beyond_quantization(p: Prepared, runner: Runner, first: LayerResult, measured, model_feeds, captured, inputs,
+                         policy: CasePolicy) -> tuple[LayerResult, tuple[str, ...]]:
+    """In a quantized model, the first layer whose own error beyond the tolerance its quantization does not
+    explain (re-run without its Q/DQ pairs, with PyTorch's weights where rounding explains the file's, it still
+    differs): layers before it differ by their quantization step, which is the model, not the fault.  ``first``
+    when every such error is quantization's (a clipping scale is then the fault, and named there).  With the
+    modules of the layers passed over."""
+    rows = sorted((r for r in measured.layers if r.origin is ErrorOrigin.INTRODUCED), key=lambda r: r.order)
+    by_tensor: dict[str, list[LayerResult]] = {}
+    for r in rows:
+        by_tensor.setdefault(r.pair.tensor, []).append(r)
+    passed: list[str] = []
+    for tensor, same in list(by_tensor.items())[:MAX_QUANTIZED_SKIPS]:
+        row = first if first.pair.tensor == tensor else same[-1]
+        ctx = _context(p, runner, row, True, measured.layers, measured.cut.references, model_feeds, captured, inputs,
+                       policy.tolerance, measured.compare)
+        if not explained_by_quantization(ctx):
+            return (row if row is first else localize.first_divergence(tuple(same))[0]), tuple(passed)
+        passed.append(row.pair.activation.module or "<model>")
+    return first, ()
 
 
 def _without_quantization_noise(p: Prepared, runner: Runner, model_feeds, measured, captured, inputs,
