@@ -203,3 +203,47 @@ def test_zeros_matching_every_initial_state_do_not_undo_the_matches_of_a_quantiz
     assert not report.ok and fd is not None and fd.layer.pair.activation.module_type.startswith("aten.mkldnn_rnn")
     assert second.name in fd.layer.segment and lstms[0].name not in fd.layer.segment, fd.layer.segment
     assert len(computing_nodes(fd.layer)) <= 12 and fd.cause == "weight-mismatch"
+
+
+class WindowAttention(torch.nn.Module):
+    """Swin's attention: a relative position bias gathered from a table (the TorchScript exporter folds it into
+    one initializer, which the quantizer then quantizes: no PyTorch parameter holds that constant), heads
+    transposed back before the output projection."""
+
+    def __init__(self, tokens: int = 9, dim: int = 16, heads: int = 2):
+        super().__init__()
+        torch.manual_seed(2)
+        self.heads, self.qkv, self.proj = heads, torch.nn.Linear(dim, 3 * dim), torch.nn.Linear(dim, dim)
+        self.table = torch.nn.Parameter(torch.randn(2 * tokens - 1, heads))
+        pos = torch.arange(tokens)
+        self.register_buffer("index", (pos[:, None] - pos[None, :] + tokens - 1).reshape(-1))
+
+    def forward(self, x):
+        b, n, c = x.shape
+        q, k, v = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        bias = self.table[self.index].reshape(n, n, self.heads).permute(2, 0, 1)
+        attention = torch.softmax(q @ k.transpose(-2, -1) * 0.35 + bias.unsqueeze(0), dim=-1)
+        return self.proj((attention @ v).transpose(1, 2).reshape(b, n, c))
+
+
+def test_a_quantized_constant_no_parameter_holds_takes_pytorchs_op_value_in_the_float_twin():
+    """A wrong perm on the Transpose after attention @ V in a QDQ file whose folded position bias is quantized:
+    the float twin computes the bias from the value of PyTorch's op it rounds (else every tensor after the bias
+    differs by its quantization step and the Transpose hides among them), and the Transpose is found."""
+    model, x = WindowAttention().eval(), torch.randn(2, 9, 16)
+    proto = dc.export(model, (x,), "torchscript")
+    quantized = plant.quantize_static_qdq(proto, {proto.graph.input[0].name: x.numpy()})
+    transpose = [n for n in quantized.graph.node if n.op_type == "Transpose"][-1]
+    perm = list(next(a.ints for a in transpose.attribute if a.name == "perm"))
+    assert perm == [0, 2, 1, 3]
+    bad = plant.set_attribute(quantized, transpose.name, "perm", [0, 2, 3, 1])
+    tol = 0.01
+    with dc.quiet():
+        while any(r.diff is not None and not r.diff.ok for r in
+                  onnx_bisect.bisect(model, (x,), onnx=quantized, atol=tol, rtol=tol).layers):
+            tol *= 2
+        report = onnx_bisect.bisect(model, (x,), onnx=bad, atol=tol, rtol=tol)
+    fd = report.first_divergence
+    assert not report.ok and transpose.name in fd.layer.segment and len(computing_nodes(fd.layer)) <= 3, \
+        fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation

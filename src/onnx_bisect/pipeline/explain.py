@@ -65,8 +65,8 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
         if traced is not None:
             amp, layer, cmp, tolerance = traced
             introduced = True
-    refined = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp, progress, lambda: _float_twin(
-        p, runner, layer, measured.layers, references, model_feeds, captured, inputs, tolerance, cmp)) \
+    refined = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp, progress, lambda ops: _float_twin(
+        p, runner, layer, measured.layers, references, model_feeds, captured, inputs, tolerance, cmp, ops)) \
         if introduced else None
     if refined is not None:
         layer, references = refined.layer, refined.references
@@ -140,14 +140,15 @@ def trace_amplification(p: Prepared, runner: Runner, measured, captured, toleran
 
 
 def _float_twin(p: Prepared, runner: Runner, layer, layers, references, model_feeds, captured, inputs, tolerance,
-                cmp):
+                cmp, ops=()):
     """A quantized segment's float twin (see ``diagnose.float_twin``), in which refine pairs op values at float
-    noise; None for a segment without quantization."""
+    noise (PyTorch's ``ops`` give the float values of quantized constants no parameter holds); None for a
+    segment without quantization."""
     if not _quantized(p):
         return None
     try:
         return float_twin(_context(p, runner, layer, True, layers, references, model_feeds, captured, inputs,
-                                   tolerance, cmp))
+                                   tolerance, cmp, ops))
     except Exception:  # noqa: BLE001 - a twin that cannot be built leaves the quantized segment to refine
         return None
 

@@ -62,20 +62,26 @@ class Refinement:
 
 def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str, np.ndarray],
            model_feeds: dict[str, np.ndarray], cuts: dict[str, TensorPair], inputs: ModelInputs, compare,
-           progress: Progress, twin_of: Callable[[], FixedSegment | None] | None = None) -> Refinement | None:
+           progress: Progress, twin_of: Callable[[tuple[Activation, ...]], FixedSegment | None] | None = None,
+           ) -> Refinement | None:
     """Narrow ``layer`` (whose segment introduces the error) to the op where the error enters, or None.
 
-    ``twin_of()``: a quantized segment's float twin (its Q/DQ pairs undone), searched in place of the file: its
+    ``twin_of(ops)``: a quantized segment's float twin (its Q/DQ pairs undone; PyTorch's ``ops`` give the float
+    values of quantized constants no parameter holds), searched in place of the file: its
     tensors pair with PyTorch's ops at float noise where the quantized ones differ by the quantization step;
     the region found there is named by the file's own nodes (the twin keeps every node's name)."""
     if len(layer.segment) <= SMALL_SEGMENT or p.loaded.module is None or layer.pair.tensor not in p.index.producer:
         return None
-    twin = twin_of() if twin_of is not None else None
-    if twin is not None:
-        found = _search(_twin_of(p, twin), runner, layer, references, model_feeds, cuts, inputs, compare, progress)
-        if found is not None:
-            return _named_by(found, p.index)
-    return _search(p, runner, layer, references, model_feeds, cuts, inputs, compare, progress)
+    with progress.step("refine", f"narrowing a {len(layer.segment)}-node segment to the op that diverges"):
+        ops = _capture(p, layer, references, cuts, inputs)
+        if not ops:
+            return None
+        twin = twin_of(ops) if twin_of is not None else None
+        if twin is not None:
+            found = _search(_twin_of(p, twin), runner, layer, references, model_feeds, ops, compare)
+            if found is not None:
+                return _named_by(found, p.index)
+        return _search(p, runner, layer, references, model_feeds, ops, compare)
 
 
 def _twin_of(p: Prepared, twin: FixedSegment) -> Prepared:
@@ -95,37 +101,33 @@ def _named_by(found: Refinement, index) -> Refinement:
     return dataclasses.replace(found, layer=layer)
 
 
-def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_feeds, cuts, inputs, compare,
-            progress: Progress) -> Refinement | None:
-    """The refinement of ``layer`` in ``p``'s graph, or None."""
-    with progress.step("refine", f"narrowing a {len(layer.segment)}-node segment to the op that diverges"):
-        ops = _capture(p, layer, references, cuts, inputs)
-        if not ops:
-            return None
-        seg = _Segment(p, runner, layer, references, model_feeds)
-        produced = seg.produced()
-        values = seg.values(produced)
-        matched = inside.consistent(inside.match_values(ops, values, produced), produced, ops, p.index)
-        within = set(produced)
-        constant = _constant(p.index, produced)
-        bad = [t for t in inside.bad_tensors(produced, matched, p.index, within, values) if t not in constant]
-        found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched, p.index), compare, values)
-        refined = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
-        if refined is not None and len(refined.layer.segment) <= SMALL_REGION and not _reshaped(found[0], values):
-            return refined
-        # a tensor may hold a value PyTorch has only reshaped (a weak match) because the layout op that was due
-        # did nothing (a wrong shape constant, a permutation of equal axes): those are suspects too, and one of
-        # them may hold the error that the bad tensors only confirmed far downstream (where its paths merge);
-        # at equal size the suspect's region is preferred (its counterpart fits the tensor's own shape)
-        strong = {t: m for t, m in matched.items() if m.strong}
-        suspects = [t for t in inside.bad_tensors(produced, strong, p.index, within, values)
-                    if t not in bad and t not in constant]
-        found = _confirm(seg, layer, inside.candidates(suspects, ops, values, strong, p.index, matched), compare,
-                         values) if suspects else None
-        other = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
-        if other is not None and (refined is None or len(other.layer.segment) <= len(refined.layer.segment)):
-            return other
+def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_feeds,
+            ops: tuple[Activation, ...], compare) -> Refinement | None:
+    """The refinement of ``layer`` in ``p``'s graph against PyTorch's ``ops``, or None."""
+    seg = _Segment(p, runner, layer, references, model_feeds)
+    produced = seg.produced()
+    values = seg.values(produced)
+    matched = inside.consistent(inside.match_values(ops, values, produced), produced, ops, p.index)
+    within = set(produced)
+    constant = _constant(p.index, produced)
+    bad = [t for t in inside.bad_tensors(produced, matched, p.index, within, values) if t not in constant]
+    found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched, p.index), compare, values)
+    refined = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
+    if refined is not None and len(refined.layer.segment) <= SMALL_REGION and not _reshaped(found[0], values):
         return refined
+    # a tensor may hold a value PyTorch has only reshaped (a weak match) because the layout op that was due
+    # did nothing (a wrong shape constant, a permutation of equal axes): those are suspects too, and one of
+    # them may hold the error that the bad tensors only confirmed far downstream (where its paths merge);
+    # at equal size the suspect's region is preferred (its counterpart fits the tensor's own shape)
+    strong = {t: m for t, m in matched.items() if m.strong}
+    suspects = [t for t in inside.bad_tensors(produced, strong, p.index, within, values)
+                if t not in bad and t not in constant]
+    found = _confirm(seg, layer, inside.candidates(suspects, ops, values, strong, p.index, matched), compare,
+                     values) if suspects else None
+    other = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
+    if other is not None and (refined is None or len(other.layer.segment) <= len(refined.layer.segment)):
+        return other
+    return refined
 
 
 def _reshaped(c: inside.Candidate, values) -> bool:

@@ -174,6 +174,24 @@ def _torch_weight(ctx: DiagnosisContext, w: np.ndarray):
     return None if best is None else best[1:]
 
 
+def _op_value(ctx: DiagnosisContext, dq, w: np.ndarray) -> np.ndarray | None:
+    """The value of a PyTorch op (``ctx.ops``) that a quantized constant no parameter holds rounds (an exporter
+    folded a computed position bias into an initializer, which the quantizer then quantized), in ``w``'s shape;
+    None when no op's value of that size lies within rounding of it."""
+    for op in ctx.ops:
+        if op.value.size != w.size or op.value.dtype.kind != "f":
+            continue
+        ref = np.asarray(op.value, dtype=np.float64).reshape(w.shape)
+        if beyond_rounding(ctx, dq, w, ref) <= BEYOND_ROUNDING and _informative(ref):
+            return ref
+    return None
+
+
+def _informative(value: np.ndarray) -> bool:
+    flat = value.reshape(-1)
+    return flat.size > 1 and bool(np.any(flat != flat[0]))
+
+
 def _symmetric(w: np.ndarray, axis: int) -> np.ndarray:
     """``w`` through symmetric int8 quantization with one scale per slice along ``axis``."""
     amax = np.max(np.abs(w), axis=tuple(i for i in range(w.ndim) if i != axis), keepdims=True)
@@ -225,6 +243,8 @@ def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset()) ->
         if match is not None and beyond_rounding(ctx, dq, w, match[1]) <= BEYOND_ROUNDING:
             # (a weight rounding cannot explain stays as the file has it: that error is no quantization's)
             float_weight(model, dq.name, match[1])
+        elif w is not None and (value := _op_value(ctx, dq, w)) is not None:
+            float_weight(model, dq.name, value)
     return FixedSegment(model, weights)
 
 
