@@ -247,3 +247,45 @@ def test_a_quantized_constant_no_parameter_holds_takes_pytorchs_op_value_in_the_
     assert not report.ok and transpose.name in fd.layer.segment and len(computing_nodes(fd.layer)) <= 3, \
         fd.layer.segment
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+
+
+class ChannelsLastBlock(torch.nn.Module):
+    """ConvNeXt's block: a depthwise conv, channels moved last by a permute, LayerNorm and Linears there."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.dwconv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.norm = torch.nn.LayerNorm(8)
+        self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+        self.head = torch.nn.Linear(8 * 36, 4)
+
+    def forward(self, x):
+        y = self.dwconv(x).permute(0, 2, 3, 1)  # N, H, W, C with H == W
+        y = self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(y))))
+        return self.head(y.reshape(1, -1))
+
+
+def test_a_permutation_of_equal_axes_is_no_pair_and_the_transpose_is_found(tmp_path):
+    """A Transpose that swaps H and W as well (perm [0, 3, 2, 1] where [0, 2, 3, 1] was due) keeps every shape
+    of a square input: the tensors after it hold PyTorch's values with H and W swapped, which must not pair
+    (else the LayerNorm and the Linear after it look right and the blame lands further on)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from fault_sweep import rename
+
+    model, x = ChannelsLastBlock().eval(), torch.randn(1, 8, 6, 6)
+    proto = torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto
+    transpose = next(n for n in proto.graph.node if n.op_type == "Transpose"
+                     and list(next(a.ints for a in n.attribute if a.name == "perm")) == [0, 2, 3, 1])
+    onnx.save(plant.set_attribute(proto, transpose.name, "perm", [0, 3, 2, 1]), tmp_path / "bad.onnx")
+    rename(tmp_path / "bad.onnx", tmp_path / "renamed.onnx")
+    planted = next(n.name for n in onnx.load(tmp_path / "renamed.onnx").graph.node if n.op_type == "Transpose"
+                   and list(next(a.ints for a in n.attribute if a.name == "perm")) == [0, 3, 2, 1])
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=str(tmp_path / "renamed.onnx"))
+    fd = report.first_divergence
+    assert not report.ok and planted in fd.layer.segment and len(computing_nodes(fd.layer)) <= 2, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    swapped = [r for r in report.layers if r.pair.note and "transposed" in r.pair.note and r.diff is not None
+               and r.diff.shape == tuple(r.pair.activation.value.shape)]
+    assert not swapped, [r.pair.note for r in swapped]

@@ -169,6 +169,10 @@ def layout_of(ref: np.ndarray, v: np.ndarray, measure=distance, screen: float | 
         return None
     best = None
     for perm in perms(ref, v):
+        if perm is not None and v.shape == ref.shape:
+            # a tensor of PyTorch's own shape holding its value with equal axes swapped is what a wrong
+            # permutation of those axes makes: no pair (the fault must stay inside the blamed segment)
+            continue
         r = laid_out(ref, perm)
         if (screen is not None or sampled) and r.size > SCREEN_SAMPLE * 4:
             sample = np.unravel_index((np.arange(SCREEN_SAMPLE) * (r.size // SCREEN_SAMPLE | 1) + 7) % r.size,
