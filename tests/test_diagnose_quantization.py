@@ -68,3 +68,31 @@ def test_layers_that_differ_by_their_quantization_alone_are_passed_over_for_the_
     assert "fc1" in warning and "norm" in warning
     earlier = [r for r in report.layers if r.pair.activation.module in ("fc1", "norm") and r.local is not None]
     assert earlier and all(not r.local.ok for r in earlier), "they do exceed the tolerance"
+
+
+def test_a_quantized_weight_overwritten_with_other_values_is_named_after_its_parameter():
+    """An int8 weight replaced by unrelated values (correlation near 0): no value says whose weight it was, but
+    the quantizer named it after the parameter (conv2.weight_quantized), so it is compared with conv2.weight
+    and called a weight mismatch, not quantization."""
+    import numpy as np
+    import onnx
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.Tanh(), torch.nn.Conv2d(8, 8, 3),
+                                torch.nn.Tanh(), torch.nn.Flatten(),
+                                torch.nn.Linear(512, 4)).eval()
+    x = torch.randn(1, 3, 12, 12)
+    proto = dc.export(model, (x,), "torchscript")
+    quantized = dc.plant.quantize_static_qdq(proto, {proto.graph.input[0].name: x.numpy()})
+    init = next(i for i in quantized.graph.initializer if i.name == "2.weight_quantized")
+    q = onnx.numpy_helper.to_array(init)
+    other = np.random.default_rng(1).integers(-100, 100, q.shape).astype(q.dtype)
+    init.CopyFrom(onnx.numpy_helper.from_array(other, init.name))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=quantized, atol=0.05, rtol=0.05)
+    fd = report.first_divergence
+    assert not report.ok and fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    [row] = fd.evidence["parameters"]
+    assert row["initializer"] == "2.weight_quantized" and row["parameter"] == "2.weight"
+    assert abs(row["correlation"]) < 0.3 and "bear the parameters' names" in fd.explanation

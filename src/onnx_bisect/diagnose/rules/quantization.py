@@ -101,7 +101,7 @@ def _weight(ctx: DiagnosisContext, dq) -> dict | None:
     if w is None:
         return None
     scale = ctx.constant(dq.input[1])
-    match = _torch_weight(ctx, w)
+    match = _torch_weight(ctx, w, dq.input[0])
     if match is None:
         return {"initializer": dq.input[0], "per_channel": scale.size > 1, "sqnr_db": None}
     name, ref = match
@@ -164,14 +164,22 @@ def float_weight(model, dq_name: str, value: np.ndarray) -> None:
     _identity(model, dq_name, edits.add_initializer(model, f"{dq_name}_float_weight", value.astype(np.float32)))
 
 
-def _torch_weight(ctx: DiagnosisContext, w: np.ndarray):
-    """``(name, PyTorch value in w's layout)`` of the parameter (or Conv + BatchNorm fold) ``w`` quantizes."""
+def _torch_weight(ctx: DiagnosisContext, w: np.ndarray, initializer: str = ""):
+    """``(name, PyTorch value in w's layout)`` of the parameter (or Conv + BatchNorm fold) ``w`` quantizes: the
+    one the quantized initializer is named after (whatever its values: they may be another checkpoint's), else
+    the closest strongly correlated one."""
     best = None
+    named = layout.float_name(initializer)
     for name, tensor in layout.torch_candidates(ctx).items():
         rel = layout.relate(w, tensor)
-        if rel is not None and rel.correlation > 0.9 and (best is None or rel.rel_l2 < best[0]):
+        if rel is None:
+            continue
+        if name == named:
+            return name, rel.layout.apply(tensor, w.shape)
+        if rel.correlation > 0.9 and (best is None or rel.rel_l2 < best[0]):
             best = (rel.rel_l2, name, rel.layout.apply(tensor, w.shape))
     return None if best is None else best[1:]
+
 
 
 def _op_value(ctx: DiagnosisContext, dq, w: np.ndarray) -> np.ndarray | None:
@@ -239,7 +247,7 @@ def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset()) ->
             _identity(model, dq.name, q.inputs[0], "Relu" if q.name in relu else "Identity")
             continue
         w = dequantized_weight(ctx, dq)
-        match = _torch_weight(ctx, w) if w is not None else None
+        match = _torch_weight(ctx, w, dq.input[0]) if w is not None else None
         if match is not None and beyond_rounding(ctx, dq, w, match[1]) <= BEYOND_ROUNDING:
             # (a weight rounding cannot explain stays as the file has it: that error is no quantization's)
             float_weight(model, dq.name, match[1])

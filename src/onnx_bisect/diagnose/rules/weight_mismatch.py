@@ -65,9 +65,12 @@ class WeightMismatch(Rule):
             fix = ("Re-export the model, and check the file's integrity where it is stored or transferred (compare "
                    "a checksum with the exported file's).")
         else:
-            summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. The "
-                       f"values are correlated (same layer) but not equal, as from another checkpoint."
-                       + _other_owners(ctx, [p for _, p, _, _ in differing]))
+            how = ("The values are correlated (same layer) but not equal, as from another checkpoint." if
+                   all(r.related for _, _, r, _ in differing) else "The weights bear the parameters' names but "
+                   "hardly their values (correlation " + ", ".join(f"{r.correlation:.2f}" for _, _, r, _ in differing)
+                   + "): they were overwritten or come from another model.")
+            summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. "
+                       + how + _other_owners(ctx, [p for _, p, _, _ in differing]))
             fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
                    "check the export script loads the weights before torch.onnx.export.")
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
@@ -175,8 +178,9 @@ def _quantized(ctx: DiagnosisContext, candidates) -> list:
     parameter, relation, torch value)`` rows."""
     out = []
     for w, dq in quantization.dequantized_weights(ctx):
-        best = _best(w, dq.input[0], candidates)
-        if best is None or not best[1].related:
+        name = layout.float_name(dq.input[0])
+        best = _best(w, name, candidates)
+        if best is None or not (best[1].related or best[0] == name):
             continue
         ref = best[1].layout.apply(best[2], w.shape)
         if quantization.beyond_rounding(ctx, dq, w, ref) > quantization.BEYOND_ROUNDING:

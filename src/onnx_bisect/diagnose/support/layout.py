@@ -216,9 +216,29 @@ def torch_candidates(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
             if tensor is not None and tensor.is_floating_point():
                 out[f"{qualname}.{pname}" if qualname else pname] = tensor.detach().double().cpu().numpy()
         out.update(rnn_weights(qualname, module))
+    named = _named_tensors(ctx)
+    for p in ctx.segment_protos:  # the parameters the segment's weights are named after, whoever reads them
+        for t in p.input:
+            name = float_name(t)
+            if name not in out and name in named and named[name].is_floating_point():
+                out[name] = named[name].detach().double().cpu().numpy()
     for pair in conv_bn_pairs(ctx):  # every fold of the segment: a long one holds many
         out.update(folds(*pair))
     return out
+
+
+#: what onnxruntime's quantizer appends to the name of the weight it quantizes
+QUANTIZED_SUFFIX = "_quantized"
+
+
+def float_name(initializer: str) -> str:
+    """The name of the float weight a quantized initializer was made from (``w_quantized`` → ``w``)."""
+    return initializer[:-len(QUANTIZED_SUFFIX)] if initializer.endswith(QUANTIZED_SUFFIX) else initializer
+
+
+def _named_tensors(ctx: DiagnosisContext) -> dict:
+    module = ctx.baseline.loaded.module
+    return dict(list(module.named_parameters()) + list(module.named_buffers()))
 
 
 def reference_tensors(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
