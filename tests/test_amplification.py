@@ -187,3 +187,23 @@ def test_an_op_whose_own_error_is_below_the_tolerance_inside_a_segment_above_it_
     assert fd.layer.local.tol_ratio == pytest.approx(within) and not fd.layer.local.ok  # restated against the gain
     assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert fd.evidence["parameters"][0]["parameter"] == "w"
+
+
+def test_the_bisection_finds_the_segment_carrying_most_of_the_error_above_the_floor_no_cut_removes():
+    """E(k) with the first k cuts fed: a segment at cut 2 carries 1.3 of the divergence, one at cut 13 another
+    0.8, and 0.3 remains however many cuts are fed (a quantized model's last layers round however exact their
+    inputs). The last crossing of the tolerance is at cut 13, which carries too little to be blamed; the
+    error falls through the middle of its range at cut 2, which carries more than half of it."""
+    from onnx_bisect.pipeline.amplify import bisect_amplification
+
+    ordered = [f"t{i}" for i in range(22)]
+
+    def error(cut: frozenset) -> float:
+        k = len(cut)
+        return 0.3 + (1.3 if k <= 2 else 0.0) + (0.8 if k <= 13 else 0.0)
+
+    runs = []
+    amp = bisect_amplification(lambda cut: runs.append(cut) or cut, ordered, error, lambda t: 0.9)
+    assert amp is not None and amp.tensor == "t2", amp
+    assert amp.output_ratio == pytest.approx(2.4) and amp.output_ratio_without == pytest.approx(1.1)
+    assert len(runs) <= 2 + int(np.ceil(np.log2(len(ordered))))

@@ -6,12 +6,13 @@ multiply it past the tolerance. Comparing tensors one by one cannot see that; cu
 points in graph order, let ``E(k)`` be the outputs' worst error (in units of the tolerance) when the first
 ``k`` cut tensors are fed their PyTorch values and everything from the ``k``-th on computes freely from its
 own values. ``E(0)`` is the shipped model's divergence and ``E`` falls as the cuts move down the graph;
-binary search finds the last ``k`` from which the free-running rest still diverges — the segment computing
-the ``k``-th tensor is where the error the rest amplifies comes in (``log2(n)`` runs of one session, see
-``Runner.switched``).
+binary search finds the ``k`` across which ``E`` falls through the middle of its range — the segment
+computing the ``k``-th tensor is where most of the error the rest amplifies comes in (``log2(n)`` runs of one
+session, see ``Runner.switched``).
 
-When cutting that one segment removes at least half of the shipped divergence (``E(k) - E(k+1) >=
-E(0) / 2``), it is blamed (an :class:`Amplification`); when the error builds up over many segments (a whole
+When cutting that one segment removes at least half of the shipped divergence above the floor no cut
+removes (``E(k) - E(k+1) >= (E(0) - E(n)) / 2``: ``E(n)``, every cut fed, is the error made after the last cut
+point, which a quantized model's last layers leave however exact their inputs), it is blamed (an :class:`Amplification`); when the error builds up over many segments (a whole
 model in float16 at a float32 tolerance), ``E`` falls a little at each cut and no single segment is blamed.
 """
 from __future__ import annotations
@@ -48,12 +49,17 @@ def bisect_amplification(run: Callable[[frozenset[str]], dict[str, np.ndarray]],
 
     if error(0) <= 1.0 or error(len(ordered)) > 1.0:
         return None  # the switched graph does not diverge, or the error comes in after the last cut point
-    lo, hi = 0, len(ordered)  # error(lo) > 1 >= error(hi)
+    # the floor: what no cut removes (the error made after the last cut point: a quantized model's last
+    # layers round however exact their inputs); a segment carrying at least half of the divergence above it
+    # is the one across which the error falls through the middle of that range
+    floor = error(len(ordered))
+    middle = (error(0) + floor) / 2
+    lo, hi = 0, len(ordered)  # error(lo) > middle >= error(hi)
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if error(mid) > 1.0 else (lo, mid)
+        lo, hi = (mid, hi) if error(mid) > middle else (lo, mid)
     with_it, without = error(lo), error(hi)
-    if with_it - without < CONCENTRATED * error(0):
+    if with_it - without < CONCENTRATED * (error(0) - floor):
         return None  # this segment's share of the shipped divergence is small: the error is spread out
     return Amplification(tensor=ordered[lo], local_ratio=local_ratio(ordered[lo]), output_ratio=with_it,
                          output_ratio_without=without, output_ratio_all=error(0), runs=len(memo),
