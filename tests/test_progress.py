@@ -88,3 +88,22 @@ def test_an_export_tells_its_module_calls_its_translated_nodes_and_its_phases_an
     assert translated and translated[-1][0] == translated[-1][1] >= 4  # every FX node, out of the graph's
     assert logger.level == level and logger.filters == filters
     assert not [r for r in caplog.records if r.name == ep.TRANSLATION_LOGGER]  # none of its records leaked
+
+
+def test_progress_reaches_the_terminal_while_the_exporters_silence_descriptor_2():
+    """The exporters point descriptor 2 at /dev/null while they run; progress writes to its own copy of the
+    descriptor it was given, so the export's phases still show."""
+    import os
+
+    from onnx_bisect.report.progress import _own_copy
+
+    read, write = os.pipe()
+    with os.fdopen(write, "w") as original:
+        copy = _own_copy(original)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, original.fileno())  # what the exporters do to descriptor 2
+        os.close(devnull)
+        copy.write("tracing the model: 3/5\n")
+        copy.close()
+    with os.fdopen(read) as pipe:
+        assert pipe.read() == "tracing the model: 3/5\n"
