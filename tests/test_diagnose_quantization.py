@@ -96,3 +96,38 @@ def test_a_quantized_weight_overwritten_with_other_values_is_named_after_its_par
     [row] = fd.evidence["parameters"]
     assert row["initializer"] == "2.weight_quantized" and row["parameter"] == "2.weight"
     assert abs(row["correlation"]) < 0.3 and "bear the parameters' names" in fd.explanation
+
+
+def test_a_quantized_constant_takes_an_ops_value_only_when_it_is_that_value():
+    """A causal mask of 0 and -1e9 quantized to uint8 lies wholly at the two ends of its range, where rounding
+    tells nothing (clipped elements are set aside): any value of its size passes the rounding test. The float
+    twin gives the constant a PyTorch op's value only when that value is the constant's (correlated, close), so
+    a distance term of the same size is refused and the mask itself taken."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import onnx
+    from onnx import helper
+
+    from onnx_bisect.diagnose.rules.quantization import _op_value, beyond_rounding, dequantized_weight
+
+    mask = np.triu(np.full((8, 8), -1e9, np.float32), 1)[None, None]
+    scale = np.float32(1e9 / 255)
+    q = np.clip(np.round(mask / scale) + 255, 0, 255).astype(np.uint8)
+    arrays = {"mask_quantized": q, "mask_scale": np.array(scale), "mask_zero_point": np.array(255, np.uint8)}
+    dq = helper.make_node("DequantizeLinear", list(arrays), ["mask_dq"], name="mask_DequantizeLinear")
+    pos = np.arange(8, dtype=np.float32)
+    distance = (np.abs(pos[None, :] - pos[:, None]) / 8)[None, None]
+
+    def op(name, value):
+        return SimpleNamespace(op=name, module_type=name, value=value)
+
+    def ctx(*ops):
+        return SimpleNamespace(ops=ops, initializer=arrays.get, constant=arrays.get)
+
+    w = dequantized_weight(ctx(), dq)
+    assert w is not None and beyond_rounding(ctx(), dq, w, distance.astype(np.float64)) == 0.0
+    assert _op_value(ctx(op("aten.div#1", distance)), dq, w) is None
+    taken = _op_value(ctx(op("aten.div#1", distance), op("aten.add#2", mask)), dq, w)
+    assert taken is not None and np.array_equal(taken, mask.astype(np.float64))
+    assert onnx  # the DequantizeLinear is a real node proto

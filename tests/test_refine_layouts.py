@@ -289,3 +289,4 @@ def test_a_permutation_of_equal_axes_is_no_pair_and_the_transpose_is_found(tmp_p
     swapped = [r for r in report.layers if r.pair.note and "transposed" in r.pair.note and r.diff is not None
                and r.diff.shape == tuple(r.pair.activation.value.shape)]
     assert not swapped, [r.pair.note for r in swapped]
+

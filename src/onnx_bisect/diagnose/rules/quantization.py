@@ -190,7 +190,11 @@ def _op_value(ctx: DiagnosisContext, dq, w: np.ndarray) -> np.ndarray | None:
         if op.value.size != w.size or op.value.dtype.kind != "f":
             continue
         ref = np.asarray(op.value, dtype=np.float64).reshape(w.shape)
-        if beyond_rounding(ctx, dq, w, ref) <= BEYOND_ROUNDING and _informative(ref):
+        rel = layout.relate(w, ref)
+        # within rounding, and the same values: a step as wide as a mask's range (0 or the float minimum) puts
+        # anything within half a step
+        if (rel is not None and rel.correlation > 0.9 and rel.rel_l2 < 0.1 and _informative(ref)
+                and beyond_rounding(ctx, dq, w, ref) <= BEYOND_ROUNDING):
             return ref
     return None
 
