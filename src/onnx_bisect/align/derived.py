@@ -2,6 +2,8 @@
 returning their input unchanged."""
 from __future__ import annotations
 
+import numpy as np
+
 from ..records import MatchMethod, TensorPair
 from .state import AlignInputs, AlignmentState, Claim, pair_to, shared_pair
 
@@ -33,15 +35,22 @@ def pair_shared(state: AlignmentState, x: AlignInputs) -> list[Claim]:
 
 
 def pair_identities(state: AlignmentState, x: AlignInputs) -> list[Claim]:
-    """A module that returns its input unchanged (Dropout in eval) takes its input's tensor."""
+    """A module that returns its input unchanged (Dropout in eval) takes its input's tensor — when its input
+    still holds the value that activation recorded (an in-place ``out += branch(x)`` between them changes it:
+    the input object is then another value, which no ONNX tensor of the producer holds)."""
     acts = x.acts
     draft = state.draft()
     for a in acts:
         if a.index in draft or not a.passthrough:
             continue
         source = next((p for i in a.inputs if (p := draft.get(i)) is not None and p.tensor
-                       and acts[i].value.shape == a.value.shape), None)
+                       and acts[i].value.shape == a.value.shape and _unchanged(acts[i].value, a.value)), None)
         if source is not None:
             draft.claim(TensorPair(a, source.tensor, source.node, source.op_type, MatchMethod.IDENTITY,
                                    source.confidence, f"returns its input unchanged ({source.activation.name})"))
     return draft.claims
+
+
+def _unchanged(before, after) -> bool:
+    """Whether two recorded values are one (the same array, or equal element for element)."""
+    return before is after or bool(np.array_equal(before, after, equal_nan=True))

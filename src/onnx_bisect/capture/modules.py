@@ -63,6 +63,25 @@ def capture_outputs(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
                    output_names=tuple(path for path, _ in flat))
 
 
+def capture_float64(model: torch.nn.Module, inputs: ModelInputs) -> Capture | None:
+    """Every module's outputs and the model's as a float64 run computes them: a copy of ``model`` in float64 on
+    the inputs' float32 tensors in float64 (the model itself is not touched).  The truth PyTorch's float32 and
+    ONNX Runtime are both measured against, to tell float32 rounding a model amplifies from a fault.  None when
+    the model will not run in float64 (an op without a float64 kernel, code that insists on float32)."""
+    import copy
+
+    def widened(t: torch.Tensor) -> torch.Tensor:
+        return t.double() if t.dtype == torch.float32 else t
+
+    try:
+        twin = copy.deepcopy(model).double().eval()
+        wide = ModelInputs(*tree_map_only(torch.Tensor, widened, (tuple(inputs.args), dict(inputs.kwargs))),
+                           inputs.names)
+        return capture_activations(twin, wide)
+    except Exception:  # noqa: BLE001 - without a float64 run, nothing is judged against it
+        return None
+
+
 def _record(model: torch.nn.Module, inputs: ModelInputs, copy: frozenset[int] | None,
             store: ArrayStore | None = None, on_call: Callable[[int, int], None] | None = None) -> "_Recorder":
     """One hooked forward; ``copy`` names the activation indices to copy at return time (None: all), into

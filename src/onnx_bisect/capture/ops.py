@@ -16,6 +16,7 @@ import numpy as np
 import torch
 import torch.fx
 from torch.fx import _pytree as fx_pytree
+from torch.utils._pytree import tree_map_only
 
 from ..records.nest import to_numpy
 from ..records.store import ArrayStore
@@ -49,6 +50,24 @@ def capture_ops(program: Any, inputs: ModelInputs, first_index: int,
         ))
         made_by[node.name] = index
     return tuple(activations)
+
+
+def capture_ops_float64(program: Any, inputs: ModelInputs, names: frozenset[str]) -> dict[str, np.ndarray] | None:
+    """The exported program's ops named ``names`` as a float64 run computes them (a copy of its module in
+    float64 on the inputs' float32 tensors in float64), by FX node name; None when it will not run so."""
+    import copy
+
+    try:
+        module = copy.deepcopy(program.module()).double()
+        wide = tree_map_only(torch.Tensor, lambda t: t.double() if t.dtype == torch.float32 else t,
+                             (tuple(inputs.args), dict(inputs.kwargs)))
+        flat = fx_pytree.tree_flatten_spec(wide, module._in_spec)
+        recorder = _OpRecorder(module, names, None)
+        with torch.no_grad():
+            recorder.run(*flat)
+    except Exception:  # noqa: BLE001 - without a float64 run, nothing is judged against it
+        return None
+    return {node.name: value for node, value in recorder.outputs}
 
 
 class _OpRecorder(torch.fx.Interpreter):

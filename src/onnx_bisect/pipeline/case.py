@@ -26,7 +26,7 @@ from ..records.weights import release, release_all
 from ..report.progress import Progress
 from ..run import expose
 from ..source import feeds
-from . import explain
+from . import conditioning, explain
 from .config import CasePolicy
 from .prepare import Prepared, capture_case, weight_warnings
 from .runner import Runner
@@ -74,6 +74,7 @@ class Measurement:
     cut: CutFeeds
     compare: Callable[[np.ndarray, np.ndarray], TensorDiff] = field(repr=False)
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -99,12 +100,17 @@ def bisect_case(prepared: Prepared, runner: Runner, inputs: ModelInputs, capture
     seen = observe_case(p, runner, model_feeds, policy, progress)
     aligned = align_case(p, seen, captured, inputs, policy, progress)
     measured = measure_case(p, runner, seen, aligned, captured, policy, progress)
+    judged = conditioning.judge(p, measured.outputs, measured.layers, captured, inputs, seen.final, aligned.probed,
+                                progress)
+    if judged is not None:
+        measured = dataclasses.replace(measured, outputs=judged.outputs, layers=judged.layers, notes=(judged.note,),
+                                       ok=all(o.agrees for o in judged.outputs))
     found = explain.explain_case(p, runner, seen.feeds, seen.final, aligned, measured, captured, inputs, policy,
                                  progress)
     report = Report(
         ok=measured.ok, tolerance=policy.tolerance, exporter=p.exported.exporter, opset=p.exported.opset,
         provider=runner.backend.name, outputs=measured.outputs, first_divergence=found.first, layers=found.layers or measured.layers,
-        warnings=measured.warnings + found.warnings, notes=p.exported.notes + p.notes,
+        warnings=measured.warnings + found.warnings, notes=p.exported.notes + p.notes + measured.notes,
         timings=dict(progress.timings), peaks=dict(progress.peaks), model_name=p.loaded.name,
         reproduction=measured.reproduction, reproduction_max_abs=measured.reproduction_max_abs, faithful=found.faithful,
         repro=found.repro, graph_name=p.skeleton.graph.name,

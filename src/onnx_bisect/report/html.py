@@ -65,7 +65,8 @@ def _verdict(report: Report) -> str:
         text = (f"DIVERGED: output '{worst.name}' differs from {report.reference} by max abs "
                 f"{fmt_num(worst.diff.max_abs)} ({fmt_num(worst.diff.tol_ratio)}× the tolerance, max rel "
                 f"{fmt_num(worst.diff.max_rel)}, cosine {worst.diff.cosine:.6f}).")
-    rows = [[o.name, *_diff_cells(o.diff), "ok" if o.diff.ok else "DIVERGED"] for o in report.outputs]
+    rows = [[o.name, *_diff_cells(o.diff), "ok" if o.diff.ok else ("conditioned" if o.conditioned else "DIVERGED")]
+            for o in report.outputs]
     return (f'<div class="verdict {"ok" if report.ok else "bad"}"><strong>{escape(text)}</strong></div>'
             + simple_table(["output", "max abs", "max rel", "× tolerance", "verdict"], rows)
             + f'<p class="muted">{escape(reproduction_line(report.reproduction, report.reproduction_max_abs, report.faithful))}</p>')

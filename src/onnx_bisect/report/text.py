@@ -44,8 +44,11 @@ def _verdict(report: Report) -> str:
     if worst is None:
         return head + "\nNo output could be compared."
     if report.ok:
+        conditioned = sum(o.conditioned for o in report.outputs)
+        within = (f"; {conditioned} beyond the tolerance by float32 rounding alone, as close to a float64 run as "
+                  f"{report.reference} — see the note") if conditioned else ""
         return head + (f"\nOK: all {len(report.outputs)} output(s) agree with {report.reference} "
-                       f"(worst max abs {worst.diff.max_abs:.3g}, max rel {worst.diff.max_rel:.3g}).")
+                       f"(worst max abs {worst.diff.max_abs:.3g}, max rel {worst.diff.max_rel:.3g}{within}).")
     lines = [head, f"DIVERGED: output '{worst.name}' differs from {report.reference} by max abs "
                    f"{fmt_num(worst.diff.max_abs)} (max rel {fmt_num(worst.diff.max_rel)}, "
                    f"cosine {worst.diff.cosine:.6f})."]
@@ -222,7 +225,8 @@ def to_json(report: Report) -> dict[str, Any]:
         "provider": report.provider,
         "reference": report.reference,
         "outputs": [{"name": o.name, "max_abs": json_float(o.diff.max_abs), "max_rel": json_float(o.diff.max_rel),
-                     "cosine": json_float(o.diff.cosine), "sqnr_db": json_float(o.diff.sqnr_db), "ok": o.diff.ok}
+                     "cosine": json_float(o.diff.cosine), "sqnr_db": json_float(o.diff.sqnr_db), "ok": o.agrees,
+                     "conditioned": o.conditioned}
                     for o in report.outputs],
         "first_divergence": divergence_json(fd),
         "reproduction": {"verdict": report.reproduction.value, "max_abs": json_float(report.reproduction_max_abs)},

@@ -1,0 +1,168 @@
+"""Float32 conditioning: a difference beyond the tolerance that is float32 rounding the model amplifies.
+
+A model whose activations grow large (random weights of a re-parameterisable network, an Inception stem)
+turns float32 rounding into differences far beyond a fixed tolerance: PyTorch's float32 result is itself that
+far from the exact one.  Comparing ONNX Runtime with PyTorch alone cannot tell this from a fault; a float64
+run of the same model can.  Where a tensor differs from PyTorch beyond the tolerance, onnx-bisect measures how
+far PyTorch's float32 value and ONNX Runtime's are from the float64 run's: when ONNX Runtime is no farther than
+:data:`ENVELOPE` times PyTorch's own distance (or :data:`RESOLUTION_STEPS` float32 steps of the tensor's largest
+element), the difference is float32 rounding (the model's conditioning at
+these inputs), not a fault — an output judged so counts as agreeing, a layer is marked ``conditioned`` — and a
+note says by how much.  A fault is judged against that noise: its error is far beyond PyTorch's own.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from ..capture.modules import capture_float64
+from ..capture.ops import capture_ops_float64
+from ..records import Capture, ErrorOrigin, LayerResult, ModelInputs, OutputResult, Status
+from ..report.progress import Progress
+from . import memory
+from .prepare import Prepared
+
+#: ONNX Runtime may be this many times farther from a float64 run than PyTorch's float32 is
+ENVELOPE = 2.0
+#: or this many float32 rounding steps of the tensor's largest element away from it (kernels that sum in
+#: another order differ by a few such steps, and PyTorch may happen to land nearer)
+RESOLUTION_STEPS = 16
+#: a float64 copy of the weights must fit in this share of the available memory
+FLOAT64_SHARE = 0.125
+
+
+@dataclasses.dataclass(frozen=True)
+class Conditioning:
+    """What a float64 run says of the differences beyond the tolerance."""
+
+    outputs: tuple[OutputResult, ...]
+    layers: tuple[LayerResult, ...]
+    note: str = ""
+
+
+def judge(p: Prepared, outputs: tuple[OutputResult, ...], layers: tuple[LayerResult, ...], captured: Capture,
+          inputs: ModelInputs, final: dict[str, np.ndarray], probed: dict[str, np.ndarray],
+          progress: Progress) -> Conditioning | None:
+    """Outputs and layers beyond the tolerance re-judged against a float64 run (None: nothing to re-judge,
+    or no float64 run: a large model, a model that will not run in float64)."""
+    beyond = [o for o in outputs if not o.diff.ok]
+    diverged = [r for r in layers if r.status is Status.DIVERGED]
+    if not (beyond or diverged) or not _affordable(p):
+        return None
+    with progress.step("float64", "running PyTorch in float64 (is the difference float32 rounding?)"):
+        truth = capture_float64(p.loaded.module, inputs)
+    if truth is None or len(truth.outputs) != len(captured.outputs):
+        return None
+    names = {name: i for i, name in enumerate(p.index.graph_outputs)}
+    new_outputs, worst = [], None
+    for o in outputs:
+        i = names.get(o.name)
+        ratio = None if o.diff.ok or i is None or o.name not in final else _ratio(
+            final[o.name], captured.outputs[i], truth.outputs[i])
+        if ratio is not None and ratio[0] <= ENVELOPE:
+            o = dataclasses.replace(o, conditioned=True)
+            worst = max(worst or ratio, ratio)
+        new_outputs.append(o)
+    exact = _exact_values(captured, truth)
+    ops = [r.pair.activation.op for r in layers if r.status is Status.DIVERGED and r.pair.activation.op]
+    if ops and p.exported.program is not None:
+        exact.update({("::", name): (None, value) for name, value in
+                      (capture_ops_float64(p.exported.program, inputs, frozenset(ops)) or {}).items()})
+    new_layers = tuple(_layer(r, exact, probed) for r in layers)
+    conditioned = [r for r in new_layers if r.status is Status.CONDITIONED]
+    if worst is None and not conditioned:
+        return None
+    return Conditioning(tuple(new_outputs), new_layers, _note(new_outputs, conditioned, worst))
+
+
+def _affordable(p: Prepared) -> bool:
+    """Whether a float64 copy of the model's weights fits (never in a low-memory run: weights mapped)."""
+    module = p.loaded.module
+    if module is None or any(n.startswith("Low-memory run") for n in p.notes):
+        return False
+    available = memory.available_memory()
+    return available is None or 2 * memory.weight_bytes(module) <= FLOAT64_SHARE * available
+
+
+def _ratio(onnx_value: np.ndarray, float32: np.ndarray, float64: np.ndarray) -> tuple[float, float, float] | None:
+    """``(ONNX Runtime's distance to the float64 value over PyTorch float32's, the first, the second)``
+    (max abs; the ratio 0 where ONNX Runtime is within :data:`RESOLUTION_STEPS` float32 steps of the
+    tensor's largest element), or None where shapes differ or PyTorch float32 is exact."""
+    a, p, t = (np.asarray(x) for x in (onnx_value, float32, float64))
+    if a.size != t.size or p.size != t.size or a.dtype.kind != "f" or t.dtype.kind != "f":
+        return None
+    t = t.astype(np.float64).reshape(-1)
+    with np.errstate(all="ignore"):
+        theirs = float(np.max(np.abs(p.astype(np.float64).reshape(-1) - t)))
+        ours = float(np.max(np.abs(a.astype(np.float64).reshape(-1) - t)))
+    if not (np.isfinite(theirs) and np.isfinite(ours)) or theirs <= 0:
+        return None
+    resolution = RESOLUTION_STEPS * float(np.finfo(np.float32).eps) * float(np.max(np.abs(t)))
+    return (0.0 if ours <= resolution else ours / theirs), ours, theirs
+
+
+def _exact_values(captured: Capture, truth: Capture) -> dict:
+    """``(float32 value, float64 value)`` of each captured module call, by ``(module, call)``."""
+    wide = {(a.module, a.call): a.value for a in truth.activations}
+    return {(a.module, a.call): (a.value, wide[(a.module, a.call)]) for a in captured.activations
+            if (a.module, a.call) in wide and np.shape(a.value) == np.shape(wide[(a.module, a.call)])}
+
+
+def _float64_of(a, exact: dict) -> np.ndarray | None:
+    """The float64 value of activation ``a``: its module call's; for an op, the exported program's float64 run
+    of it, else that of the module call in its module whose float32 value is the op's."""
+    found = exact.get(("::", a.op) if a.op else (a.module, a.call))
+    if found is not None:
+        return found[1]
+    if not a.op:
+        return None
+    value = np.asarray(a.value)
+    for (module, _), (narrow, wide) in exact.items():
+        if narrow is not None and module.startswith(a.module) and np.shape(narrow) == value.shape \
+                and _same(narrow, value):
+            return wide
+    return None
+
+
+def _same(x: np.ndarray, y: np.ndarray) -> bool:
+    """Equal up to float32 rounding of the largest element (the exported program's ops and the eager module
+    compute one value with other kernels)."""
+    with np.errstate(all="ignore"):
+        scale = float(np.max(np.abs(x))) if x.size else 0.0
+        return bool(np.max(np.abs(x.astype(np.float64) - y)) <= 1e-5 * scale) if x.size else True
+
+
+def _layer(r: LayerResult, exact: dict, probed) -> LayerResult:
+    """``r`` marked ``conditioned`` when it diverged and ONNX Runtime's value is as close to the float64 run's
+    as PyTorch's float32 value is."""
+    a = r.pair.activation
+    if r.status is not Status.DIVERGED or r.pair.tensor not in probed:
+        return r
+    wide_value = _float64_of(a, exact)
+    if wide_value is None:
+        return r
+    wide = dataclasses.replace(r.pair, activation=dataclasses.replace(a, value=wide_value))
+    try:
+        ratio = _ratio(probed[r.pair.tensor], r.pair.reference(), wide.reference())
+    except (ValueError, TypeError):  # a layout the float64 value cannot take
+        return r
+    if ratio is None or ratio[0] > ENVELOPE:
+        return r
+    return dataclasses.replace(r, status=Status.CONDITIONED, origin=ErrorOrigin.NONE)
+
+
+def _note(outputs, conditioned: list[LayerResult], worst) -> str:
+    judged = [o.name for o in outputs if o.conditioned]
+    parts = []
+    if judged:
+        parts.append(f"output(s) {', '.join(judged)} differ from PyTorch beyond the tolerance, but ONNX Runtime is "
+                     f"as close to a float64 run of the model as PyTorch's float32 is (max abs {worst[1]:.3g} "
+                     f"against PyTorch's own {worst[2]:.3g}, {worst[0]:.2f}x)")
+    if conditioned:
+        parts.append(f"{len(conditioned)} layer(s) beyond the tolerance are as close to the float64 run as "
+                     f"PyTorch's float32 (first {conditioned[0].pair.activation.module or '<model>'}), marked "
+                     "'conditioned'")
+    return ("Float32 conditioning: " + "; ".join(parts) + ". This model amplifies float32 rounding at these "
+            "inputs (its activations grow large): judged against that, they agree. Use a looser tolerance "
+            "here, or inputs and weights of realistic scale.")
