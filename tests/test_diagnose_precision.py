@@ -23,13 +23,15 @@ def test_float16_segment():
 
 
 def test_errors_that_build_up_over_a_float16_path():
-    """No single segment exceeds the tolerance; the path from the inputs is re-run in float32."""
+    """A model converted to float16 whole: the first Gemm's own error, in half precision (its row is the folded
+    BatchNorm's), carries most of the outputs' divergence, so the bisection names it; re-run in float32 it
+    agrees. Its weights, a BatchNorm fold stored in float16, are off by float16's rounding only: no fold
+    mistake (a fold with another epsilon was claimed from that rounding)."""
     report, _ = bisect_case(dc.precision("mlp", "dynamo"))
     fd = report.first_divergence
-    assert not fd.introduced
+    assert fd.introduced and fd.amplification is None  # its own error exceeds the tolerance: nothing amplified
     assert fd.cause == "precision" and fd.confirmed is True
-    assert fd.evidence["scope"] == "path from the graph inputs"
-    assert "Gemm" in fd.evidence["accumulating_ops_in_low_precision"]
+    assert "Gemm" in fd.layer.segment_ops and "Gemm" in fd.evidence["accumulating_ops_in_low_precision"]
 
 
 class _Big(torch.nn.Module):

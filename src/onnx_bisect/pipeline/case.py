@@ -101,7 +101,7 @@ def bisect_case(prepared: Prepared, runner: Runner, inputs: ModelInputs, capture
     aligned = align_case(p, seen, captured, inputs, policy, progress)
     measured = measure_case(p, runner, seen, aligned, captured, policy, progress)
     judged = conditioning.judge(p, measured.outputs, measured.layers, captured, inputs, seen.final, aligned.probed,
-                                progress)
+                                policy.tolerance, progress)
     if judged is not None:
         measured = dataclasses.replace(measured, outputs=judged.outputs, layers=judged.layers, notes=(judged.note,),
                                        ok=all(o.agrees for o in judged.outputs))

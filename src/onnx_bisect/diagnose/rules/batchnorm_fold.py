@@ -26,11 +26,15 @@ class BatchNormFold(Rule):
             return None
         conv_name, conv, bn_name, bn = pair
         for site in layout.weight_sites(ctx):
-            w = layout.as_out_in(site, ctx.initializer(site.weight))
+            stored = ctx.initializer(site.weight)
+            w = layout.as_out_in(site, stored)
             if w is None or tuple(w.shape) != tuple(conv.weight.shape):
                 continue
             b = ctx.constant(site.bias) if site.bias else None
-            fold = _analyse(ctx, w, b, conv, bn, conv_name)
+            # a fold stored in float16 is off by float16's rounding, which is no fold mistake (precision's case)
+            rtol = max(CHANNEL_RTOL, 2 * float(np.finfo(stored.dtype).eps)) \
+                if np.issubdtype(stored.dtype, np.floating) else CHANNEL_RTOL
+            fold = _analyse(ctx, w, b, conv, bn, conv_name, rtol)
             if fold is None:
                 continue
             channels = fold["channels_off"]
@@ -55,7 +59,8 @@ class BatchNormFold(Rule):
         return None
 
 
-def _analyse(ctx: DiagnosisContext, w: np.ndarray, b: np.ndarray | None, conv, bn, conv_name: str) -> dict | None:
+def _analyse(ctx: DiagnosisContext, w: np.ndarray, b: np.ndarray | None, conv, bn, conv_name: str,
+             rtol: float = CHANNEL_RTOL) -> dict | None:
     """Per-channel comparison with the true fold, and the mistake that fits best (None: a correct fold, or no fold)."""
     wc, bc, gamma, beta, mean, var = layout.conv_bn_arrays(conv, bn)
     w = w.astype(np.float64).reshape(w.shape[0], -1)
@@ -70,7 +75,7 @@ def _analyse(ctx: DiagnosisContext, w: np.ndarray, b: np.ndarray | None, conv, b
     shift = (bc - mean) * scale + beta
     scale_err = np.abs(ratio - scale) / np.maximum(np.abs(scale), 1e-30)
     shift_err = np.abs(b - shift)
-    off = np.nonzero((scale_err > CHANNEL_RTOL) | (shift_err > CHANNEL_RTOL * (1 + np.abs(shift)) + 1e-6))[0]
+    off = np.nonzero((scale_err > rtol) | (shift_err > rtol * (1 + np.abs(shift)) + 1e-6))[0]
     if off.size == 0:
         return None
     mistake, text, fitted = _mistake(ctx, ratio, b, (bc, gamma, beta, mean, var, bn.eps), conv_name)
