@@ -23,13 +23,14 @@ def test_float16_segment():
 
 
 def test_errors_that_build_up_over_a_float16_path():
-    """A model converted to float16 whole: the first Gemm's own error, in half precision (its row is the folded
-    BatchNorm's), carries most of the outputs' divergence, so the bisection names it; re-run in float32 it
-    agrees. Its weights, a BatchNorm fold stored in float16, are off by float16's rounding only: no fold
-    mistake (a fold with another epsilon was claimed from that rounding)."""
+    """A model converted to float16 whole: the first Gemm, in half precision (its row is the folded BatchNorm's,
+    which no divergence is read from), carries most of the outputs' divergence, so the bisection names it; re-run
+    in float32 it agrees. Its weights, a BatchNorm fold stored in float16, are off by float16's rounding only: no
+    fold mistake (a fold with another epsilon was claimed from that rounding)."""
     report, _ = bisect_case(dc.precision("mlp", "dynamo"))
     fd = report.first_divergence
-    assert fd.introduced and fd.amplification is None  # its own error exceeds the tolerance: nothing amplified
+    amp = fd.amplification
+    assert amp is not None and amp.output_ratio - amp.output_ratio_without >= 0.5 * amp.output_ratio_all
     assert fd.cause == "precision" and fd.confirmed is True
     assert "Gemm" in fd.layer.segment_ops and "Gemm" in fd.evidence["accumulating_ops_in_low_precision"]
 

@@ -135,12 +135,6 @@ def trace_amplification(p: Prepared, runner: Runner, measured, captured, toleran
     layer = amplify.amplified_layer(measured.layers, amp)
     if layer is None:
         return None
-    if amp.local_ratio >= 1:
-        # its own error exceeds the tolerance after all (a row no divergence was read from: a fused one): it is
-        # the first divergence as it is, nothing amplified
-        row = next(r for r in measured.layers if r.pair is layer.pair)  # its local error as measured
-        return None, dataclasses.replace(row, local=dataclasses.replace(row.local, ok=False),
-                                         origin=ErrorOrigin.INTRODUCED), measured.compare, tolerance
     scaled = amplify.amplified_tolerance(tolerance, amp)
     return amp, layer, amplify.plain_compare(scaled), scaled
 

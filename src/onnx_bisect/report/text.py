@@ -77,8 +77,11 @@ def computing_nodes(layer: LayerResult) -> list[str]:
 
 def amplification_text(amp: Amplification) -> str:
     """How an error below the tolerance was traced: its own size, the gain after it, the bisection's runs."""
-    return (f"Amplified: this segment's own error is {amp.local_ratio:.2g}× the tolerance, and the layers after "
-            f"it amplify it about {amp.gain:.3g}×: computing freely from here on, the outputs differ by "
+    carried = (f"this segment's own error is {amp.local_ratio:.2g}× the tolerance, and the layers after it amplify "
+               f"it about {amp.gain:.3g}×" if amp.local_ratio < 1 else
+               f"this segment carries most of the outputs' error (its own error is {amp.local_ratio:.2g}× the "
+               "tolerance)")
+    return (f"Amplified: {carried}: computing freely from here on, the outputs differ by "
             f"{amp.output_ratio:.3g}× the tolerance; with this segment fed PyTorch's value too, by "
             f"{amp.output_ratio_without:.2g}× (bisected over {amp.cut_points} cut points in {amp.runs} runs). "
             f"The cause below is judged against the tolerance divided by {amp.gain:.3g}.")

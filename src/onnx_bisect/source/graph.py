@@ -152,10 +152,11 @@ def _scope(node: onnx.NodeProto, meta: dict[str, str]) -> tuple[tuple[str, ...] 
     # output tensor (ONNX Runtime's FusedConv: node /conv1/Conv, output
     # /relu1/Relu_output_0): the output's scope says what the node computes.
     # When the output's scope is an ancestor of the name's (a quantizer that absorbed a functional Relu left the
-    # Conv /enc1/conv1/Conv writing /enc1/Relu_output_0), the name is the more exact.
+    # Conv /enc1/conv1/Conv writing /enc1/Relu_output_0), the name is the more exact — unless the node computes
+    # the activation itself (ONNX Runtime's FusedConv writes the functional Relu's value: its output is right).
     by_output = _TS_TENSOR.match(node.output[0]) if node.output else None
     by_name = _TS_NAME.match(node.name or "")
-    if by_output and by_name:
+    if by_output and by_name and not node.op_type.startswith("Fused"):
         outer, inner = _ts_parts(by_output.group(1)), _ts_parts(by_name.group(1))
         return (inner if len(inner) > len(outer) and inner[:len(outer)] == outer else outer), "name"
     m = by_output or by_name

@@ -97,10 +97,15 @@ def conv_bn_pairs(ctx: DiagnosisContext):
     candidates = [ctx.layer.pair.activation]
     owners = [ctx.module_of(n)[0] for n in ctx.segment_nodes]
     owners += [owner_of(t) for p in ctx.segment_protos for t in p.input[1:] if "." in t]
-    for name in dict.fromkeys(o for o in owners if o):
+    owners = [o for o in dict.fromkeys(owners) if o]
+    for name in owners:
         act = ctx.activation_of(name)
         if act is not None:
             candidates.append(act)
+    # a node scoped to a container (a fused node named after the Relu its block applies) computes one of its
+    # children: their Conv → BatchNorm pairs are the segment's too
+    candidates += [a for a in acts if a.call == 0 and a.kind.folds_batchnorm and not a.op
+                   and any(a.module.startswith(o + ".") for o in owners)]
     seen = set()
     for act in candidates:
         found = None
