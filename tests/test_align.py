@@ -443,15 +443,18 @@ def test_a_container_is_not_paired_with_an_inner_tensor_its_children_come_after(
 
 def test_a_node_scope_comes_from_its_output_unless_that_is_an_ancestor_of_its_name():
     """ONNX Runtime's FusedConv keeps the Conv's name and writes the Relu's output: the output says what it
-    computes. A quantizer that absorbed a functional Relu leaves the Conv writing the Relu's output, whose scope
-    is the Conv's parent: the name is then the more exact."""
+    computes (a sibling's scope, or the parent's for a functional Relu). A quantizer that absorbed a functional
+    Relu leaves a plain Conv writing the Relu's output, whose scope is the Conv's parent: the name is then the
+    more exact."""
     from onnx_bisect.source.graph import index_graph
 
     nodes = [helper.make_node("Conv", ["x", "w"], ["/relu1/Relu_output_0"], name="/conv1/Conv"),
-             helper.make_node("Conv", ["/relu1/Relu_output_0", "w2"], ["/enc1/Relu_output_0"], name="/enc1/conv1/Conv")]
+             helper.make_node("Conv", ["/relu1/Relu_output_0", "w2"], ["/enc1/Relu_output_0"], name="/enc1/conv1/Conv"),
+             helper.make_node("FusedConv", ["/enc1/Relu_output_0", "w2"], ["/enc2/Relu_output_0"],
+                              name="/enc2/conv1/Conv", domain="com.microsoft", activation="Relu")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 4, 4])],
-                              [helper.make_tensor_value_info("/enc1/Relu_output_0", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("/enc2/Relu_output_0", TensorProto.FLOAT, None)],
                               [helper.make_tensor("w", TensorProto.FLOAT, [1, 1, 1, 1], [1.0]),
                                helper.make_tensor("w2", TensorProto.FLOAT, [1, 1, 1, 1], [1.0])])
     index = index_graph(helper.make_model(graph))
-    assert [n.scope for n in index.nodes] == [("relu1",), ("enc1", "conv1")]
+    assert [n.scope for n in index.nodes] == [("relu1",), ("enc1", "conv1"), ("enc2",)]  # FusedConv: its output
