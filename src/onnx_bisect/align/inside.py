@@ -26,6 +26,7 @@ import numpy as np
 
 from ..records import Activation
 from ..records.graph import GraphIndex
+from ..records.nest import informative
 from .similarity import float_noise, kind, laid_out, nearness, perms
 
 #: counterparts tried per bad tensor
@@ -211,10 +212,7 @@ def bad_tensors(tensors: list[str], matched: dict[str, Match], graph: GraphIndex
 
 def _informative(value: np.ndarray | None) -> bool:
     """Whether a value holds more than one distinct number (an unknown value counts as informative)."""
-    if value is None or value.size < 2:
-        return value is None
-    flat = value.reshape(-1)
-    return bool(np.any(flat != flat[0]))
+    return value is None or informative(value)
 
 
 def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np.ndarray],

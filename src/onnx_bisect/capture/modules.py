@@ -1,6 +1,7 @@
 """Capture stage: record every module's outputs with forward hooks, in call order."""
 from __future__ import annotations
 
+import copy
 import weakref
 from collections import defaultdict
 from typing import Any, Callable
@@ -68,8 +69,6 @@ def capture_float64(model: torch.nn.Module, inputs: ModelInputs) -> Capture | No
     the inputs' float32 tensors in float64 (the model itself is not touched).  The truth PyTorch's float32 and
     ONNX Runtime are both measured against, to tell float32 rounding a model amplifies from a fault.  None when
     the model will not run in float64 (an op without a float64 kernel, code that insists on float32)."""
-    import copy
-
     def widened(t: torch.Tensor) -> torch.Tensor:
         return t.double() if t.dtype == torch.float32 else t
 

@@ -9,6 +9,7 @@ divergence is blamed on a single op where possible, not on a whole module.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -55,8 +56,6 @@ def capture_ops(program: Any, inputs: ModelInputs, first_index: int,
 def capture_ops_float64(program: Any, inputs: ModelInputs, names: frozenset[str]) -> dict[str, np.ndarray] | None:
     """The exported program's ops named ``names`` as a float64 run computes them (a copy of its module in
     float64 on the inputs' float32 tensors in float64), by FX node name; None when it will not run so."""
-    import copy
-
     try:
         module = copy.deepcopy(program.module()).double()
         wide = tree_map_only(torch.Tensor, lambda t: t.double() if t.dtype == torch.float32 else t,

@@ -12,8 +12,9 @@ session, see ``Runner.switched``).
 
 When cutting that one segment removes at least half of the shipped divergence above the floor no cut
 removes (``E(k) - E(k+1) >= (E(0) - E(n)) / 2``: ``E(n)``, every cut fed, is the error made after the last cut
-point, which a quantized model's last layers leave however exact their inputs), it is blamed (an :class:`Amplification`); when the error builds up over many segments (a whole
-model in float16 at a float32 tolerance), ``E`` falls a little at each cut and no single segment is blamed.
+point, which a quantized model's last layers leave however exact their inputs), it is blamed (an
+:class:`Amplification`); when the error builds up over many segments (a whole model in float16 at a float32
+tolerance), ``E`` falls a little at each cut and no single segment is blamed.
 """
 from __future__ import annotations
 

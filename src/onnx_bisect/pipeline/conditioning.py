@@ -37,6 +37,15 @@ FLOAT64_SHARE = 0.125
 
 
 @dataclasses.dataclass(frozen=True)
+class Float64Values:
+    """A float64 run's values: of each module call, ``(module, call) -> (float32 value, float64 value)``, and of
+    the exported program's ops, by FX node name."""
+
+    modules: dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]
+    ops: dict[str, np.ndarray]
+
+
+@dataclasses.dataclass(frozen=True)
 class Conditioning:
     """What a float64 run says of the differences beyond the tolerance."""
 
@@ -55,6 +64,8 @@ def judge(p: Prepared, outputs: tuple[OutputResult, ...], layers: tuple[LayerRes
     diverged = [r for r in layers if r.status is Status.DIVERGED]
     if not (beyond or diverged) or tolerance.rtol < FLOAT32_RESOLUTION or not _affordable(p):
         return None
+    if not _within_reach([o.diff for o in beyond] + [r.diff for r in diverged if r.diff is not None], captured):
+        return None
     with progress.step("float64", "running PyTorch in float64 (is the difference float32 rounding?)"):
         truth = capture_float64(p.loaded.module, inputs)
     if truth is None or len(truth.outputs) != len(captured.outputs):
@@ -71,11 +82,9 @@ def judge(p: Prepared, outputs: tuple[OutputResult, ...], layers: tuple[LayerRes
             o = dataclasses.replace(o, conditioned=True)
             worst = max(worst or ratio, ratio)
         new_outputs.append(o)
-    exact = _exact_values(captured, truth)
-    ops = [r.pair.activation.op for r in layers if r.status is Status.DIVERGED and r.pair.activation.op]
-    if ops and p.exported.program is not None:
-        exact.update({("::", name): (None, value) for name, value in
-                      (capture_ops_float64(p.exported.program, inputs, frozenset(ops)) or {}).items()})
+    ops = frozenset(r.pair.activation.op for r in layers if r.status is Status.DIVERGED and r.pair.activation.op)
+    exact = Float64Values(_module_values(captured, truth), (capture_ops_float64(p.exported.program, inputs, ops)
+                                                           or {}) if ops and p.exported.program is not None else {})
     new_layers = tuple(_layer(r, exact, probed, scale) for r in layers)
     conditioned = [r for r in new_layers if r.status is Status.CONDITIONED]
     if worst is None and not conditioned:
@@ -83,10 +92,21 @@ def judge(p: Prepared, outputs: tuple[OutputResult, ...], layers: tuple[LayerRes
     return Conditioning(tuple(new_outputs), new_layers, _note(new_outputs, conditioned, worst))
 
 
+def _within_reach(diffs, captured: Capture) -> bool:
+    """Whether any difference could be judged float32 rounding: ONNX Runtime within :data:`ENVELOPE` times
+    PyTorch's distance to the float64 run, itself within :data:`COMPARABLE` of the largest activation, puts
+    the difference within (1 + ENVELOPE)·COMPARABLE of it (doubled: that activation is read here in float32).
+    Differences all beyond it need no float64 run."""
+    scale = max((float(np.max(np.abs(a.value))) for a in captured.activations
+                 if np.asarray(a.value).dtype.kind == "f" and np.size(a.value)), default=0.0)
+    reach = 2 * (1 + ENVELOPE) * COMPARABLE * scale
+    return any(d.max_abs <= reach for d in diffs)
+
+
 def _affordable(p: Prepared) -> bool:
     """Whether a float64 copy of the model's weights fits (never in a low-memory run: weights mapped)."""
     module = p.loaded.module
-    if module is None or any(n.startswith("Low-memory run") for n in p.notes):
+    if module is None or p.low_memory:
         return False
     available = memory.available_memory()
     return available is None or 2 * memory.weight_bytes(module) <= FLOAT64_SHARE * available
@@ -109,27 +129,24 @@ def _ratio(onnx_value: np.ndarray, float32: np.ndarray, float64: np.ndarray,
     return ours / theirs, ours, theirs
 
 
-def _exact_values(captured: Capture, truth: Capture) -> dict:
+def _module_values(captured: Capture, truth: Capture) -> dict[tuple[str, int], tuple[np.ndarray, np.ndarray]]:
     """``(float32 value, float64 value)`` of each captured module call, by ``(module, call)``."""
     wide = {(a.module, a.call): a.value for a in truth.activations}
     return {(a.module, a.call): (a.value, wide[(a.module, a.call)]) for a in captured.activations
             if not a.op and (a.module, a.call) in wide and np.shape(a.value) == np.shape(wide[(a.module, a.call)])}
 
 
-def _float64_of(a, exact: dict) -> np.ndarray | None:
+def _float64_of(a, exact: Float64Values) -> np.ndarray | None:
     """The float64 value of activation ``a``: its module call's; for an op, the exported program's float64 run
     of it, else that of the module call in its module whose float32 value is the op's."""
-    found = exact.get(("::", a.op) if a.op else (a.module, a.call))
-    if found is not None:
-        return found[1]
     if not a.op:
-        return None
+        found = exact.modules.get((a.module, a.call))
+        return None if found is None else found[1]
+    if a.op in exact.ops:
+        return exact.ops[a.op]
     value = np.asarray(a.value)
-    for (module, _), (narrow, wide) in exact.items():
-        if narrow is not None and module.startswith(a.module) and np.shape(narrow) == value.shape \
-                and _same(narrow, value):
-            return wide
-    return None
+    return next((wide for (module, _), (narrow, wide) in exact.modules.items()
+                 if module.startswith(a.module) and np.shape(narrow) == value.shape and _same(narrow, value)), None)
 
 
 def _same(x: np.ndarray, y: np.ndarray) -> bool:
@@ -140,7 +157,7 @@ def _same(x: np.ndarray, y: np.ndarray) -> bool:
         return bool(np.max(np.abs(x.astype(np.float64) - y)) <= 1e-5 * scale) if x.size else True
 
 
-def _layer(r: LayerResult, exact: dict, probed, scale: float) -> LayerResult:
+def _layer(r: LayerResult, exact: Float64Values, probed, scale: float) -> LayerResult:
     """``r`` marked ``conditioned`` when it diverged and ONNX Runtime's value is as close to the float64 run's
     as PyTorch's float32 value is."""
     a = r.pair.activation

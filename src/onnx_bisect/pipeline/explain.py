@@ -188,14 +188,19 @@ def _beyond_quantization(p: Prepared, runner: Runner, first: LayerResult, measur
     for r in rows:
         by_tensor.setdefault(r.pair.tensor, []).append(r)
     passed: list[str] = []
-    for tensor, same in list(by_tensor.items())[:MAX_QUANTIZED_SKIPS]:
-        row = first if first.pair.tensor == tensor else same[-1]
-        ctx = _context(p, runner, row, True, measured.layers, measured.cut.references, model_feeds, captured, inputs,
-                       policy.tolerance, measured.compare)
-        if not explained_by_quantization(ctx):
-            return (row if row is first else localize.first_divergence(tuple(same))[0]), tuple(passed)
+    for same in list(by_tensor.values())[:MAX_QUANTIZED_SKIPS]:
+        row = localize.first_divergence(tuple(same))[0]  # the innermost module computing that tensor
+        if not _quantization_explains(p, runner, row, measured, model_feeds, captured, inputs, policy):
+            return row, tuple(passed)
         passed.append(row.pair.activation.module or "<model>")
     return first, ()
+
+
+def _quantization_explains(p: Prepared, runner: Runner, row: LayerResult, measured, model_feeds, captured, inputs,
+                           policy: CasePolicy) -> bool:
+    """Whether ``row``'s own error is its quantization (see ``diagnose.explained_by_quantization``)."""
+    return explained_by_quantization(_context(p, runner, row, True, measured.layers, measured.cut.references,
+                                              model_feeds, captured, inputs, policy.tolerance, measured.compare))
 
 
 def _without_quantization_noise(p: Prepared, runner: Runner, model_feeds, measured, captured, inputs,
@@ -204,12 +209,8 @@ def _without_quantization_noise(p: Prepared, runner: Runner, model_feeds, measur
     marked ``quantized`` (and, when that is every introduced error, the error they hand on): a quantized model
     whose outputs agree is not said to hide a fault in its layers. None when nothing changes."""
     introduced = [r for r in measured.layers if r.origin is ErrorOrigin.INTRODUCED][:MAX_QUANTIZED_RERUNS]
-    noise = set()
-    for r in introduced:
-        ctx = _context(p, runner, r, True, measured.layers, measured.cut.references, model_feeds, captured, inputs,
-                       policy.tolerance, measured.compare)
-        if explained_by_quantization(ctx):
-            noise.add(id(r))
+    noise = {id(r) for r in introduced
+             if _quantization_explains(p, runner, r, measured, model_feeds, captured, inputs, policy)}
     if len(noise) == sum(r.origin is ErrorOrigin.INTRODUCED for r in measured.layers):
         # every error introduced beyond the tolerance is quantization (or none is): what the layers after
         # them inherit is quantization noise adding up

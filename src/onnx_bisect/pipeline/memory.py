@@ -60,10 +60,13 @@ def weight_bytes(module: torch.nn.Module) -> int:
 
 def wants_low_memory(module: torch.nn.Module, forced: bool | None) -> bool:
     """``forced`` when given; else whether the weights exceed :data:`AUTO_SHARE` of the available memory."""
-    if forced is not None:
-        return forced
+    return forced if forced is not None else too_large(weight_bytes(module))
+
+
+def too_large(size: int) -> bool:
+    """Whether ``size`` bytes of weights exceed :data:`AUTO_SHARE` of the available memory (a low-memory run)."""
     available = available_memory()
-    return available is not None and weight_bytes(module) > AUTO_SHARE * available
+    return available is not None and size > AUTO_SHARE * available
 
 
 def release_pytorch(prepared: Prepared, folder: str | os.PathLike, progress: Progress, forced: bool) -> Prepared:
@@ -79,7 +82,7 @@ def release_pytorch(prepared: Prepared, folder: str | os.PathLike, progress: Pro
                                          "memory available")
     note = (f"Low-memory run ({why}): PyTorch ran first, its activations kept on disk; its weights were memory-"
             "mapped from a temporary file while ONNX Runtime ran.")
-    return dataclasses.replace(prepared, notes=prepared.notes + (note,))
+    return dataclasses.replace(prepared, notes=prepared.notes + (note,), low_memory=True)
 
 
 def window_budget(window_mb: float | None, low: bool, weights: int = 0) -> int | None:

@@ -42,6 +42,7 @@ class Prepared:
     notes: tuple[str, ...] = ()  # facts about the file that are no problem in themselves (a fixed batch size)
     weight_differences: tuple = ()  # preflight.WeightDifference: initializers unlike the parameters they pair with
     reference_weights: dict[str, np.ndarray] | None = field(default=None, repr=False)  # --reference's initializers
+    low_memory: bool = False  # the PyTorch weights are memory-mapped from disk (see pipeline.memory)
 
 
 def loaded_from_module(model: Any) -> LoadedModel:

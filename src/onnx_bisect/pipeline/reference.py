@@ -112,8 +112,7 @@ def _window_budget(ref: ExportedModel, low_memory: bool | None, window_mb: float
     """The bytes one window of exposed tensors may take (None: no windows): ``window_mb``, else sized from the
     reference's weights when they are large (or ``low_memory`` says so)."""
     size = sum(a.nbytes for a in ref.weights.arrays.values()) if ref.weights is not None else 0
-    available = memory.available_memory()
-    low = low_memory if low_memory is not None else (available is not None and size > memory.AUTO_SHARE * available)
+    low = low_memory if low_memory is not None else memory.too_large(size)
     return memory.window_budget(window_mb, low, size)
 
 

@@ -273,7 +273,6 @@ def _in_layout(c: inside.Candidate, index, shape: tuple[int, ...] | None) -> np.
 
 
 def _dtype(index, tensor: str, value: np.ndarray):
-
     elem = index.elem_types.get(tensor)
     return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)) if elem else value.dtype
 

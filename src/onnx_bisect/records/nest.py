@@ -109,3 +109,10 @@ def to_numpy(tensor: torch.Tensor, copy: bool = False) -> np.ndarray:
     if t.is_conj():
         t = t.resolve_conj()
     return t.cpu().numpy()
+
+
+def informative(value: np.ndarray) -> bool:
+    """Whether a value holds more than one distinct number (a Softmax over an axis of size 1, a mask of ones,
+    zero initial states do not: they equal every op holding that number)."""
+    flat = np.asarray(value).reshape(-1)
+    return flat.size > 1 and bool(np.any(flat != flat[0]))

@@ -154,7 +154,8 @@ def _row(r: LayerResult, is_first: bool) -> list[str]:
 
 
 def status_text(r: LayerResult) -> str:
-    """``matched``, ``fused``, ``unmatched``, ``quantized``, ``diverged (introduced)`` or ``diverged (inherited)``."""
+    """``matched``, ``fused``, ``unmatched``, ``quantized``, ``conditioned``, ``diverged (introduced)`` or
+    ``diverged (inherited)``."""
     if r.status is Status.DIVERGED:
         return r.status.value + (" (introduced)" if r.origin is ErrorOrigin.INTRODUCED else " (inherited)")
     return r.status.value

@@ -5,6 +5,7 @@ import numpy as np
 
 from ..support import edits, layout
 from ...records import Cause
+from ...records.nest import informative
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "QLinearConv", "QLinearMatMul",
@@ -181,7 +182,6 @@ def _torch_weight(ctx: DiagnosisContext, w: np.ndarray, initializer: str = ""):
     return None if best is None else best[1:]
 
 
-
 def _op_value(ctx: DiagnosisContext, dq, w: np.ndarray) -> np.ndarray | None:
     """The value of a PyTorch op (``ctx.ops``) that a quantized constant no parameter holds rounds (an exporter
     folded a computed position bias into an initializer, which the quantizer then quantized), in ``w``'s shape;
@@ -193,15 +193,10 @@ def _op_value(ctx: DiagnosisContext, dq, w: np.ndarray) -> np.ndarray | None:
         rel = layout.relate(w, ref)
         # within rounding, and the same values: a step as wide as a mask's range (0 or the float minimum) puts
         # anything within half a step
-        if (rel is not None and rel.correlation > 0.9 and rel.rel_l2 < 0.1 and _informative(ref)
+        if (rel is not None and rel.correlation > 0.9 and rel.rel_l2 < 0.1 and informative(ref)
                 and beyond_rounding(ctx, dq, w, ref) <= BEYOND_ROUNDING):
             return ref
     return None
-
-
-def _informative(value: np.ndarray) -> bool:
-    flat = value.reshape(-1)
-    return flat.size > 1 and bool(np.any(flat != flat[0]))
 
 
 def _symmetric(w: np.ndarray, axis: int) -> np.ndarray:

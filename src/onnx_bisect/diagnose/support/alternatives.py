@@ -76,7 +76,6 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
         yield from _clip_bounds(ctx, proto)
 
 
-
 def _axis(ctx, proto, shape_of) -> Iterator[Alternative]:
     shape = shape_of(proto.input[0]) if proto.input else None
     if not shape:
