@@ -585,7 +585,8 @@ def overall(cases: list[Case]) -> str:
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--archs", help=f"comma-separated, from {','.join(sweep_models.ARCHS)} (default all)")
+    p.add_argument("--archs", help=f"comma-separated, from {','.join(sweep_models.ARCHS)}; 'core' the twelve "
+                                   "tuned on (the default), 'heldout' the others")
     p.add_argument("--provenances", default=",".join(PROVENANCES), help="comma-separated")
     p.add_argument("--faults", default=",".join(sweep_faults.FAULTS), help="comma-separated fault kinds")
     p.add_argument("--sites", type=int, default=2, help="faults planted per kind and file (default 2)")
@@ -603,7 +604,9 @@ def parse_args(argv=None):
     p.add_argument("--report", type=Path, metavar="RESULTS.json", help="re-print the tables of a results file")
     p.add_argument("--misses", action="store_true", help="list every miss under the tables")
     a = p.parse_args(argv)
-    a.archs = a.archs.split(",") if a.archs else list(QUICK_ARCHS if a.quick else sweep_models.ARCHS)
+    groups = {"core": sweep_models.CORE, "heldout": sweep_models.HELDOUT}
+    a.archs = ([x for name in a.archs.split(",") for x in groups.get(name, (name,))] if a.archs
+               else list(QUICK_ARCHS if a.quick else sweep_models.CORE))
     a.provenances, a.faults = a.provenances.split(","), a.faults.split(",")
     if a.quick:
         a.sites = 1
