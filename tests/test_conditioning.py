@@ -60,3 +60,32 @@ def test_a_fault_in_such_a_model_is_still_found_it_is_far_beyond_pytorchs_own_ro
     fd = report.first_divergence
     assert not report.ok and not report.outputs[0].conditioned
     assert fd is not None and gemm.name in fd.layer.segment and fd.cause == "weight-mismatch", fd.explanation
+
+
+class Branchy(torch.nn.Module):
+    """A fault in ``first`` reaches the output at full size and a damped side branch at a size float32 rounding
+    could reach: only the first layer beyond the tolerance decides whether a float64 run is needed."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.first, self.side, self.last = (torch.nn.Linear(16, 16) for _ in range(3))
+        with torch.no_grad():
+            self.side.weight.mul_(0.01)
+
+    def forward(self, x):
+        y = torch.relu(self.first(x))
+        return self.last(y) + self.side(y)
+
+
+def test_no_float64_run_when_the_first_divergence_is_beyond_float32s_reach():
+    torch.manual_seed(1)
+    model, inputs = Branchy().eval(), (torch.randn(4, 16),)
+    proto = torch.onnx.export(model, inputs, dynamo=True, verbose=False).model_proto
+    gemm = next(n for n in proto.graph.node if n.op_type == "Gemm")
+    report = onnx_bisect.bisect(model, inputs, onnx=plant.perturb_initializer(proto, gemm.input[1], rel=0.5))
+    side = next(r for r in report.layers if r.pair.activation.module == "side")
+    assert side.status is Status.DIVERGED and side.diff.max_abs < 0.02, "a later layer within float32's reach"
+    assert report.first_divergence.layer.pair.activation.module == "first"
+    assert report.first_divergence.cause == "weight-mismatch"
+    assert "float64" not in report.timings

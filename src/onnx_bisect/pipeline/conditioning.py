@@ -64,7 +64,8 @@ def judge(p: Prepared, outputs: tuple[OutputResult, ...], layers: tuple[LayerRes
     diverged = [r for r in layers if r.status is Status.DIVERGED]
     if not (beyond or diverged) or tolerance.rtol < FLOAT32_RESOLUTION or not _affordable(p):
         return None
-    if not _within_reach([o.diff for o in beyond] + [r.diff for r in diverged if r.diff is not None], captured):
+    first = min((r for r in diverged if r.diff is not None), key=lambda r: r.order, default=None)
+    if not _within_reach([o.diff for o in beyond] + ([first.diff] if first is not None else []), captured):
         return None
     with progress.step("float64", "running PyTorch in float64 (is the difference float32 rounding?)"):
         truth = capture_float64(p.loaded.module, inputs)
@@ -96,7 +97,8 @@ def _within_reach(diffs, captured: Capture) -> bool:
     """Whether any difference could be judged float32 rounding: ONNX Runtime within :data:`ENVELOPE` times
     PyTorch's distance to the float64 run, itself within :data:`COMPARABLE` of the largest activation, puts
     the difference within (1 + ENVELOPE)·COMPARABLE of it (doubled: that activation is read here in float32).
-    Differences all beyond it need no float64 run."""
+    Differences all beyond it need no float64 run: of the layers, only the first beyond the tolerance in graph
+    order is asked (when it stays a divergence, no later layer can be the first)."""
     scale = max((float(np.max(np.abs(a.value))) for a in captured.activations
                  if np.asarray(a.value).dtype.kind == "f" and np.size(a.value)), default=0.0)
     reach = 2 * (1 + ENVELOPE) * COMPARABLE * scale
