@@ -8,6 +8,8 @@ so :func:`pair_loosely` pairs by nearness instead (see its docstring).
 """
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from ..records import Activation, Capture, MatchMethod, TensorPair
@@ -233,14 +235,19 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     held = {_copy_key(signatures[t]) for t in taken if signatures.get(t) is not None}
     ordered = sorted(keys, key=graph.order_of)
     reach = reaches(acts, graph, draft)
+    enclosing = enclosing_calls(acts)
+    holders: dict[int, list[int]] = {}
+    for a in acts:
+        holders.setdefault(id(a.value), []).append(a.index)
     earlier: set[str] = set()  # what earlier calls' tensors are computed from
     for a in acts:
-        if a.index not in draft and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size:
-            lo = lower_bound(a, reach)
-            near = [t for t in ordered if graph.order_of(t) > lo and t not in taken and keys[t] not in held
-                    and values[t].size == a.value.size and kind(values[t]) == "f"
-                    and (a.passthrough or t not in earlier)][:LOOSE_CANDIDATES]
-            found = _nearest(a.value, near, values)
+        if a.index not in draft and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size \
+                and not _returns_paired_value(a, holders, draft):
+            lo = max(lower_bound(e, reach) for e in [a, *enclosing.get(a.index, ())])
+            near = _first_values([t for t in ordered if graph.order_of(t) > lo and t not in taken
+                                  and keys[t] not in held and values[t].size == a.value.size
+                                  and kind(values[t]) == "f" and (a.passthrough or t not in earlier)], keys)
+            found = _nearest(a.value, near, values, graph)
             if found is not None:
                 tensor, perm, rel = found
                 layout = "" if perm is None else f", transposed {list(perm)}"
@@ -253,29 +260,99 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         p = draft.get(a.index)
         own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
         reach[a.index] = max([reach.get(a.index, -1), own] + [reach.get(i, -1) for i in a.inputs])
+        if enclosing.get(a.index):  # a call's output is computed after everything computed inside it
+            parent = enclosing[a.index][0].index
+            reach[parent] = max(reach.get(parent, -1), reach[a.index])
         if own >= 0:
             earlier |= ancestors_of(graph, {p.tensor}, earlier)
     return draft.claims
 
 
-def _nearest(ref: np.ndarray, near: list[str], values) -> tuple[str, tuple[int, ...] | None, float] | None:
+def _returns_paired_value(a: Activation, holders: dict[int, list[int]], draft) -> bool:
+    """Whether ``a`` returns its input unchanged, a value another activation holds that is paired already
+    (``holders``: the activations recording each value object): the identity pass gives it that tensor (a
+    nearest other tensor would be the step before it: a MatMul before its bias Add)."""
+    return a.passthrough and any(j != a.index and j in draft for j in holders.get(id(a.value), ()))
+
+
+def enclosing_calls(acts) -> dict[int, list[Activation]]:
+    """For each activation, the module calls it ran inside, innermost first (the first later record of its
+    parent module: a container records when its call returns).  Everything a call computes comes after what
+    it was handed, so its inputs bound the graph position of its children's tensors too — where a child's own
+    inputs say nothing (it reads what functional code computed from them: an attention output projection
+    reading the context its parent computed)."""
+    by_module: dict[str, list[Activation]] = {}
+    for a in sorted(acts, key=lambda a: a.index):
+        by_module.setdefault(a.module, []).append(a)
+    starts = {name: [b.index for b in calls] for name, calls in by_module.items()}
+    out: dict[int, list[Activation]] = {}
+    for a in acts:
+        chain, name, after = [], a.module, a.index
+        while name:
+            name = name.rpartition(".")[0]
+            i = bisect.bisect_right(starts.get(name, ()), after)
+            if i == len(starts.get(name, ())):
+                break
+            chain.append(by_module[name][i])
+            after = chain[-1].index
+        out[a.index] = chain
+    return out
+
+
+def _first_values(ordered: list[str], keys: dict) -> list[str]:
+    """The first tensors of ``ordered`` holding ``LOOSE_CANDIDATES`` distinct values (the same numbers
+    reshaped or transposed count once: an attention's context, transposed and reshaped, is one candidate)."""
+    seen: set = set()
+    out = []
+    for t in ordered:
+        if keys[t] not in seen:
+            if len(seen) == LOOSE_CANDIDATES:
+                break
+            seen.add(keys[t])
+        out.append(t)
+    return out
+
+
+def _nearest(ref: np.ndarray, near: list[str], values,
+             graph: GraphIndex) -> tuple[str, tuple[int, ...] | None, float] | None:
     """The tensor of ``near`` clearly nearest to ``ref`` (and ``ref``'s layout in it), within ``LOOSE_MAX_REL``."""
     if len(near) > LOOSE_FINALISTS:  # rank on a sample of the elements, measure the finalists in full
         ranked = sorted((found[1], i) for i, t in enumerate(near)
                         if (found := layout_of(ref, values[t], nearness, sampled=True)) is not None)
-        near = [near[i] for _, i in sorted(ranked)[:LOOSE_FINALISTS]]
+        near = [near[i] for i in sorted(i for _, i in sorted(ranked)[:LOOSE_FINALISTS])]  # in graph order
     scored = sorted((found[1], i, found[0]) for i, t in enumerate(near)
                     if (found := layout_of(ref, values[t], nearness)) is not None)
     if not scored or scored[0][0] > LOOSE_MAX_REL:
         return None
-    rel, i, perm = scored[0]
-    tensor = near[i]
-    # the same numbers reshaped or transposed are one candidate, not a rival
-    rivals = [r for r, j, _ in scored[1:] if (same := layout_of(values[near[j]], values[tensor])) is None
-              or same[1] > STRUCTURE_MAX_REL]
-    if rivals and rivals[0] < LOOSE_MARGIN * rel:
+    best = scored[0]
+    # the same numbers reshaped or transposed are one candidate, not a rival; nor is a step of the same
+    # computation (a MatMul and the bias Add after it): of those the last is the module's output
+    rivals, steps = [], [best]
+    for c in scored[1:]:
+        apart = layout_of(values[near[c[1]]], values[near[best[1]]])
+        if c[0] >= LOOSE_MARGIN * best[0] or apart is not None and apart[1] <= STRUCTURE_MAX_REL:
+            continue
+        (steps if _one_step(graph, near[c[1]], near[best[1]]) else rivals).append(c)
+    if rivals:
         return None
-    return tensor, perm, rel
+    rel, i, perm = max(steps, key=lambda c: c[1])
+    return near[i], perm, rel
+
+
+def _one_step(graph: GraphIndex, a: str, b: str) -> bool:
+    """Whether one of the tensors is computed from the other by one node with a constant operand (a bias Add, a
+    scale Mul)."""
+    for x, y in ((a, b), (b, a)):
+        node = graph.node_of(y)
+        if node is not None and x in node.inputs and len([i for i in node.inputs if i]) > 1 and all(
+                i == x or not i or i in graph.initializers or _constant(graph, i) for i in node.inputs):
+            return True
+    return False
+
+
+def _constant(graph: GraphIndex, tensor: str) -> bool:
+    node = graph.node_of(tensor)
+    return node is not None and node.op_type == "Constant"
 
 
 def ancestors_of(graph: GraphIndex, tensors: set[str], known: set[str] = frozenset()) -> set[str]:

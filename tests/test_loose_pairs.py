@@ -1,0 +1,105 @@
+"""Loose pairs in files whose names say nothing (every node and tensor renamed) and whose outputs diverge: a
+module called several times (shared layers), an output projection read from the context its parent computed,
+a Dropout that returns the projection's value, a MatMul whose bias Add makes the module's output."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import onnx
+import torch
+
+import onnx_bisect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+import plant  # noqa: E402
+from fault_sweep import rename  # noqa: E402
+
+
+class SharedBlock(torch.nn.Module):
+    """Self-attention and an MLP, applied three times with the same weights (ALBERT-style sharing). Sizes make
+    the attention's scores (heads × seq × seq) as large as the hidden states (seq × d), and the projections'
+    biases are small (as trained ones often are): their MatMuls are nearly their outputs."""
+
+    def __init__(self, d: int = 16, heads: int = 2):
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.out = (torch.nn.Linear(d, d) for _ in range(4))
+        self.drop = torch.nn.Dropout(0.1)
+        self.norm1, self.norm2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.up, self.down = torch.nn.Linear(d, 2 * d), torch.nn.Linear(2 * d, d)
+        with torch.no_grad():
+            for linear in (self.q, self.k, self.v, self.out, self.up, self.down):
+                linear.bias.mul_(0.05)
+
+    def forward(self, x):
+        b, s, d = x.shape
+
+        def split(t):
+            return t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        probs = torch.softmax(q @ k.transpose(-2, -1) / (d // self.heads) ** 0.5, dim=-1)
+        context = (probs @ v).transpose(1, 2).reshape(b, s, d)
+        x = self.norm1(x + self.drop(self.out(context)))
+        return self.norm2(x + self.down(torch.nn.functional.gelu(self.up(x))))
+
+
+class Shared(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.embed = torch.nn.Linear(8, 16)
+        self.block = SharedBlock()
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.embed(x)
+        for _ in range(3):
+            h = self.block(h)
+        return self.head(h)
+
+
+def _renamed(tmp_path, proto: onnx.ModelProto) -> onnx.ModelProto:
+    onnx.save(proto, tmp_path / "bad.onnx")
+    rename(tmp_path / "bad.onnx", tmp_path / "renamed.onnx")
+    return onnx.load(tmp_path / "renamed.onnx")
+
+
+def test_a_softmax_axis_in_the_second_call_of_a_shared_block_is_pinned_in_a_renamed_file(tmp_path):
+    """The second of three calls of one module: its own Softmax over the wrong axis. Loose pairs bound by the
+    call they run in (the output projection reads a context no module returns) and taking the bias Add, not the
+    MatMul before it, keep the later calls in order, so the Softmax is found, not a segment of the attention."""
+    model, x = Shared().eval(), torch.randn(1, 8, 8, generator=torch.Generator().manual_seed(4))
+    proto = dc.export(model, (x,), "dynamo")
+    softmax = [n for n in proto.graph.node if n.op_type == "Softmax"][1]
+    renamed = _renamed(tmp_path, plant.set_attribute(proto, softmax.name, "axis", 2))
+    planted = [n.name for n in renamed.graph.node if n.op_type == "Softmax"][1]
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=renamed)
+    fd = report.first_divergence
+    assert not report.ok and fd is not None
+    assert planted in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert fd.layer.pair.activation.module.startswith("block") and fd.cause == "attribute-mismatch", fd.explanation
+    calls = {r.pair.activation.call for r in report.layers if r.pair.activation.module == "block.out"
+             and r.pair.tensor}
+    assert calls == {0, 1, 2}, "every call of the output projection paired"
+
+
+def test_a_dropout_takes_the_projections_tensor_not_the_matmul_before_its_bias(tmp_path):
+    """Downstream of a fault, a Dropout (returning its input) takes the tensor of the projection whose value it
+    returns; the MatMul before the bias Add is only nearly that value and belongs to no module."""
+    model, x = Shared().eval(), torch.randn(1, 8, 8, generator=torch.Generator().manual_seed(4))
+    proto = dc.export(model, (x,), "dynamo")
+    embed = next(n for n in proto.graph.node if n.op_type in ("Gemm", "MatMul"))
+    weight = next(i for i in embed.input if i in {t.name for t in proto.graph.initializer})
+    renamed = _renamed(tmp_path, plant.perturb_initializer(proto, weight, rel=0.05))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=renamed)
+    assert not report.ok
+    rows = {(r.pair.activation.module, r.pair.activation.call): r for r in report.layers}
+    producers = {n.output[0]: n.op_type for n in renamed.graph.node}
+    for call in range(3):
+        out, drop = rows[("block.out", call)], rows[("block.drop", call)]
+        assert out.pair.tensor and drop.pair.tensor == out.pair.tensor, (call, out.pair.tensor, drop.pair.tensor)
+        assert producers[out.pair.tensor] in ("Add", "Gemm"), "the bias Add (or a Gemm), not the MatMul"
