@@ -24,7 +24,7 @@ from collections import defaultdict
 from ..records import Activation, MatchMethod, ModuleKind, TensorPair
 from ..records.graph import GraphIndex, NodeInfo
 from .similarity import distance, fit_scale, fits
-from .state import AlignInputs, AlignmentState, Claim, pair_to
+from .state import AlignInputs, AlignmentState, Claim, pair_to, shared_pair
 from .structure import lower_bound, reaches
 
 #: a neighbour's value computed by another module's node: near it, not merely nearer
@@ -199,9 +199,16 @@ def pair_scaled(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     for p in draft.values():
         if p.tensor and p.method in (MatchMethod.STRUCTURE, MatchMethod.FUSED, MatchMethod.IDENTITY):
             claimed[p.tensor].append(p)
+    # the modules reading each value (a container returning its child's output hands on the same value)
+    consumers: dict[int, list[Activation]] = defaultdict(list)
+    for b in acts:
+        for i in b.inputs:
+            consumers[id(acts[i].value)].append(b)
     for a in acts:
+        if not a.is_leaf or a.value.dtype.kind != "f":
+            continue
         axis = SCALED_FAMILIES.get(family(a.module_type, a.kind) or "")
-        if axis is None or not a.is_leaf or a.value.dtype.kind != "f":
+        if axis is None and not _compensated(consumers.get(id(a.value), ()), draft, values):
             continue
         p = draft.get(a.index)
         if p is not None and (p.method not in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME)
@@ -217,11 +224,30 @@ def pair_scaled(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         how = (f"one factor {float(scale.factors[0]):.4g}" if scale.axis is None
                else f"a factor per channel (axis {scale.axis})")
         whose = f", the value of {later}" if later else ""
-        draft.claim(TensorPair(
+        fused = TensorPair(
             a, None, node.name, node.op_type, MatchMethod.FUSED, round(1.0 - scale.residual, 6),
             f"folded into {node.name} ({node.op_type}) with a scale after it: {tensor} holds its value times "
-            f"{how} (residual {scale.residual:.1e}){whose}"), replaces=True)
+            f"{how} (residual {scale.residual:.1e}){whose}")
+        draft.claim(fused, replaces=True)
+        for b in acts:  # a container returning this module's output, paired by its scope to the scaled tensor
+            q = draft.get(b.index)
+            if b.index != a.index and b.value is a.value and q is not None and q.tensor == tensor:
+                draft.claim(shared_pair(b, fused), replaces=True)
     return draft.claims
+
+
+def _compensated(consumers, draft, values) -> bool:
+    """Whether a module that reads this one holds its own value exactly (a factor folded out of this one's
+    output went into the reader's weights: the ×0.5 of an Erf GELU folded into the next convolution). Any
+    module's value may then be found scaled; without that proof only a Linear's or a Conv's (whose weights
+    take such a factor) — elsewhere a value off by one factor is as likely a wrong scale constant."""
+    for b in consumers:
+        q = draft.get(b.index)
+        if q is not None and q.tensor in values and q.method in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME,
+                                                                 MatchMethod.STRUCTURE) \
+                and fits(values[q.tensor], b.value) and distance(values[q.tensor], b.value) <= SCALE_MAX_REL:
+            return True
+    return False
 
 
 def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, claimed, lo: int,

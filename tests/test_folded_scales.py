@@ -1,0 +1,81 @@
+"""A factor folded out of a module's output into the next layer's weights (onnx-simplifier moves an Erf
+GELU's ×0.5 into a following bias-free convolution): the module's tensor then holds its value times 2, which
+is no divergence — the reader holds its own value exactly — while a wrong factor there still is one."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+from onnx import numpy_helper
+
+import onnx_bisect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+
+
+class Extractor(torch.nn.Module):
+    """wav2vec-style: bias-free Conv1d, GroupNorm, GELU, twice, then a Linear over time steps."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.conv0, self.norm = torch.nn.Conv1d(1, 8, 5, stride=2, bias=False), torch.nn.GroupNorm(8, 8)
+        self.act0, self.act1 = torch.nn.GELU(), torch.nn.GELU()
+        self.conv1 = torch.nn.Conv1d(8, 8, 3, stride=2, bias=False)
+        self.proj = torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.act0(self.norm(self.conv0(x.unsqueeze(1))))
+        return self.proj(self.act1(self.conv1(h)).transpose(1, 2))
+
+
+def _fold_half(proto: onnx.ModelProto, factor: float = 0.5) -> onnx.ModelProto:
+    """The first GELU's last Mul (by 0.5) removed, ``factor`` multiplied into the next Conv's weight."""
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())
+    nodes, inits = list(proto.graph.node), {i.name: i for i in proto.graph.initializer}
+    consts = {n.output[0]: n for n in nodes if n.op_type == "Constant"}
+    conv = [n for n in nodes if n.op_type == "Conv"][1]
+    half = next(n for n in nodes if n.op_type == "Mul" and conv.input[0] in n.output)
+    scalar = next(i for i in half.input if i in consts or i in inits)
+    value = numpy_helper.to_array(consts[scalar].attribute[0].t if scalar in consts else inits[scalar])
+    assert np.allclose(value, 0.5), value
+    kept = next(i for i in half.input if i != scalar)
+    for n in nodes:
+        n.input[:] = [kept if i == half.output[0] else i for i in n.input]
+    proto.graph.node.remove(half)
+    w = inits[conv.input[1]]
+    w.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(w) * np.float32(factor), w.name))
+    return proto
+
+
+def _bisect(model, x, proto):
+    with dc.quiet():
+        return onnx_bisect.bisect(model, (x,), onnx=proto)
+
+
+def test_a_scale_folded_into_the_next_convolution_is_no_divergence_and_no_warning():
+    model, x = Extractor().eval(), torch.randn(2, 64, generator=torch.Generator().manual_seed(3))
+    folded = _fold_half(dc.export(model, (x,), "torchscript"))
+    report = _bisect(model, x, folded)
+    assert report.ok and report.first_divergence is None and not report.warnings, report.warnings
+    act0 = next(r for r in report.layers if r.pair.activation.module == "act0")
+    assert act0.pair.tensor is None and "times one factor 2" in act0.pair.note, act0.pair.note
+    assert not [r for r in report.layers if r.status.value == "diverged"]
+
+
+def test_a_wrong_factor_there_is_still_the_first_divergence():
+    """Folded as 0.6 instead of 0.5: the reader does not hold its value, so the GELU's doubled value is not
+    excused: the first divergence is where the two disagree (the GELU that lost its ×0.5, or the convolution
+    that took the wrong factor), not a later layer, and the reader is not called fused."""
+    model, x = Extractor().eval(), torch.randn(2, 64, generator=torch.Generator().manual_seed(3))
+    folded = _fold_half(dc.export(model, (x,), "torchscript"), factor=0.6)
+    report = _bisect(model, x, folded)
+    fd = report.first_divergence
+    assert not report.ok and fd is not None
+    assert fd.layer.pair.activation.module in ("act0", "conv1"), fd.layer.pair.activation.module
+    act0 = next(r for r in report.layers if r.pair.activation.module == "act0")
+    assert act0.pair.tensor is not None and act0.status.value == "diverged"
