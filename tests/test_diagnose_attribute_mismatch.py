@@ -4,6 +4,13 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+import torch
+from onnx import helper, numpy_helper
+
+import onnx_bisect
+import rewrites
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 from diagnosis_suite import bisect_case  # noqa: E402
@@ -33,3 +40,58 @@ def test_transpose_perm_found_by_search():
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True
     row = fd.evidence["attributes"][0]
     assert row["attribute"] == "perm" and row["expected"] == [0, 1, 3, 2]
+
+
+class _Head(torch.nn.Module):
+    """Conv → BatchNorm → ReLU6, a GELU MLP: ONNX Runtime fuses the first three into a FusedConv with a Clip
+    activation; TorchScript writes the GELU as x·(1 + erf(x/√2))·0.5."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.conv, self.bn, self.act = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU6()
+        self.fc1, self.gelu, self.fc2 = torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)
+        with torch.no_grad():
+            self.conv.weight.mul_(4.0)  # outputs well beyond 6: the clamp matters
+
+    def forward(self, x):
+        h = self.act(self.bn(self.conv(x))).mean(dim=(2, 3))
+        return self.fc2(self.gelu(self.fc1(h)))
+
+
+def _head_report(edit, rewrite=None):
+    model, x = _Head().eval(), torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(6))
+    proto = dc.export(model, (x,), "torchscript")
+    proto = edit(rewrites.rewrite(proto, rewrite) if rewrite else proto)
+    with dc.quiet():
+        return onnx_bisect.bisect(model, (x,), onnx=proto), proto
+
+
+def test_a_wrong_constant_inside_a_gelus_formula_is_found_from_the_formula():
+    """The Div by √2 inside the GELU is no op's argument: the constant the GELU formula needs is tried."""
+    def edit(proto):
+        div = next(n for n in proto.graph.node if n.op_type == "Div" and "gelu" in n.name.lower())
+        const = next(n for n in proto.graph.node if n.output[0] == div.input[1])
+        value = numpy_helper.to_array(const.attribute[0].t) * np.float32(1.5)
+        const.attribute[0].t.CopyFrom(numpy_helper.from_array(value.astype(np.float32)))
+        return proto
+    report, proto = _head_report(edit)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    row = fd.evidence["attributes"][0]
+    assert "Div" in row["onnx_node"] and abs(row["expected"] - 2 ** 0.5) < 1e-5 and "GELU formula" in row["source"]
+
+
+def test_the_clip_bounds_of_a_fused_conv_against_the_relu6():
+    """ONNX Runtime's offline optimizer fused Conv+BatchNorm+ReLU6 into one FusedConv; its activation_params
+    are the clamp's bounds, set wrong here: the bounds ReLU6 clamps to reproduce PyTorch."""
+    def edit(proto):
+        fused = next(n for n in proto.graph.node if n.op_type == "FusedConv")
+        params = next(a for a in fused.attribute if a.name == "activation_params")
+        params.CopyFrom(helper.make_attribute("activation_params", [0.0, 3.0]))
+        return proto
+    report, _ = _head_report(edit, "ort-extended")
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    row = fd.evidence["attributes"][0]
+    assert (row["attribute"], row["onnx_value"], row["expected"]) == ("activation_params", [0.0, 3.0], [0.0, 6.0])

@@ -10,6 +10,7 @@ Reshape to the shape PyTorch's view produced.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -74,6 +75,8 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
         yield from _shapes(ctx, proto)
     elif op == "Clip":
         yield from _clip_bounds(ctx, proto)
+    elif op in ("FusedConv", "FusedGemm") and attribute(proto, "activation") == "Clip":
+        yield from _fused_clip_bounds(ctx, proto)
 
 
 def _axis(ctx, proto, shape_of) -> Iterator[Alternative]:
@@ -165,12 +168,54 @@ def _scalar_candidates(ctx, proto, position: int, have: float) -> Iterator[tuple
     fitted = _fit_scalar(ctx, proto, position) if proto.output[0] == ctx.tensor else None
     if fitted is not None:
         yield fitted, "the PyTorch output"
+    yield from _formula_constants(ctx.layer.pair.activation)
     for name, arg in ctx.layer.pair.activation.args:
         for x in _numbers(arg):
             if x not in (0.0, 1.0, -1.0):
                 op = ctx.layer.pair.activation.module_type
                 yield x, f"{op}'s argument {x:.6g}"
                 yield 1.0 / x, f"the inverse of {op}'s argument {x:.6g}"
+
+
+#: the constants of the formulas exporters write these modules (or ATen ops) as, by a word of their name: a
+#: wrong one inside the decomposition (GELU's x/√2 divided by another number) is no op's argument
+FORMULA_CONSTANTS = {
+    "gelu": (math.sqrt(2.0), 1.0 / math.sqrt(2.0), 1.0, 0.5, 0.044715, math.sqrt(2.0 / math.pi)),
+    "hardswish": (3.0, 6.0, 1.0 / 6.0),
+    "hardsigmoid": (3.0, 6.0, 1.0 / 6.0, 0.5),
+    "mish": (1.0,),
+}
+#: the bounds a module clamps to without arguments
+KNOWN_BOUNDS = {"relu6": (0.0, 6.0), "hardtanh": (-1.0, 1.0)}
+
+
+def _formula_constants(a) -> Iterator[tuple[float, str]]:
+    name = f"{a.module_type} {a.op or ''}".lower().replace("_", "")
+    for word, constants in FORMULA_CONSTANTS.items():
+        if word in name:
+            yield from ((c, f"the {word.upper()} formula") for c in constants)
+
+
+def _fused_clip_bounds(ctx, proto) -> Iterator[Alternative]:
+    """A fused Clip activation's ``activation_params`` at the module's bounds (ReLU6: 0 and 6), its
+    arguments, or the range of PyTorch's output."""
+    have = [float(x) for x in attribute(proto, "activation_params", [])]
+    if len(have) != 2:
+        return
+    a = ctx.layer.pair.activation
+    guesses = []
+    if a.module_type.lower() in KNOWN_BOUNDS:
+        guesses.append((KNOWN_BOUNDS[a.module_type.lower()], a.module_type))
+    numbers = [x for _, arg in a.args for x in _numbers(arg)]
+    if len(numbers) >= 2:
+        guesses.append((tuple(numbers[:2]), f"{a.module_type}'s arguments"))
+    finite = ctx.reference[np.isfinite(ctx.reference)]
+    if proto.output[0] == ctx.tensor and finite.size:
+        guesses.append(((float(finite.min()), float(finite.max())), "the range of the PyTorch output"))
+    for want, source in guesses:
+        want = [float(f"{w:.6g}") for w in want]
+        if not np.allclose(want, have):
+            yield attribute_change(proto.name, "activation_params", have, want, source)
 
 
 def _numbers(arg) -> list[float]:
