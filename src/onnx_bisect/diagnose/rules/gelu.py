@@ -45,8 +45,8 @@ class GeluApproximation(Rule):
         site = _locate(ctx, protos)
         if site is None:
             return None
-        x, y, static, node_names, bias = site
-        values = ctx.run_segment(outputs=[t for t in (x, y, bias) if t])
+        x, y, static, node_names, bias, whole = site
+        values = ctx.run_segment(outputs=[t for t in (x, y, bias) if t], from_inputs=whole)
         dtype = values[x].dtype
         xv = values[x].astype(np.float64) + (values[bias].astype(np.float64) if bias else 0.0)
         yv = values[y].astype(np.float64)
@@ -82,20 +82,50 @@ class GeluApproximation(Rule):
 
 
 def _locate(ctx: DiagnosisContext, protos: list[onnx.NodeProto]):
-    """``(x, y, formula in the graph or None, nodes, bias)`` of the segment's GELU, found by value."""
+    """``(x, y, formula in the graph or None, nodes, bias, whole)`` of the segment's GELU, found by value
+    (``whole``: its tensors are read from a run from the graph inputs, see :func:`_by_value`)."""
     for p in protos:
         if p.op_type == "Gelu":
-            return p.input[0], p.output[0], "tanh" if attribute(p, "approximate", "none") == "tanh" else "erf", [p.name], None
+            return (p.input[0], p.output[0], "tanh" if attribute(p, "approximate", "none") == "tanh" else "erf",
+                    [p.name], None, False)
         if p.op_type in ("FastGelu", "BiasGelu"):
             bias = p.input[1] if len(p.input) > 1 and p.input[1] else None
-            return p.input[0], p.output[0], "tanh" if p.op_type == "FastGelu" else "erf", [p.name], bias
+            return p.input[0], p.output[0], "tanh" if p.op_type == "FastGelu" else "erf", [p.name], bias, False
     anchor = protos[0]
-    inside = {n.name for n in ctx.segment_protos}
-    float_outputs = [o for n in ctx.segment_protos for o in n.output if o]
-    values = ctx.run_segment(outputs=float_outputs + list(ctx.segment_feeds()))
+    found = _by_value(ctx, anchor, ctx.segment_protos, False)
+    if found is None:  # a segment narrowed to the GELU's core (Erf where PyTorch ran tanh): widen to its tail
+        found = _by_value(ctx, anchor, ctx.segment_protos + _tail(ctx.onnx.skeleton, anchor, ctx.segment_protos),
+                          True)
+    return found
+
+
+#: nodes after the GELU's core (Erf or Tanh) that complete it: + 1, × x, × 0.5
+TAIL = 3
+
+
+def _tail(model: onnx.ModelProto, anchor: onnx.NodeProto, segment: list[onnx.NodeProto]) -> list[onnx.NodeProto]:
+    """The nodes at most :data:`TAIL` steps after ``anchor``, outside ``segment``, in graph order."""
+    inside = {n.name for n in segment}
+    frontier, reached = set(anchor.output), set()
+    for _ in range(TAIL):
+        step = {n.name for n in model.graph.node if n.name not in inside | reached and frontier & set(n.input)}
+        reached |= step
+        frontier = {o for n in model.graph.node if n.name in step for o in n.output}
+    return [n for n in model.graph.node if n.name in reached]
+
+
+def _by_value(ctx: DiagnosisContext, anchor: onnx.NodeProto, protos: list[onnx.NodeProto], whole: bool):
+    """``(x, y, formula in the graph, nodes, None, whole)``: among ``protos``, the output after ``anchor`` that a
+    GELU formula computes from another of their tensors, or None.  ``whole``: computed from the graph inputs,
+    not cut at PyTorch's values (a tail beyond the segment reads PyTorch's ``1 + tanh(u)`` where it is cut)."""
+    inside = {n.name for n in protos}
+    float_outputs = [o for n in protos for o in n.output if o]
+    read = [i for n in protos for i in n.input if i and ctx.initializer(i) is None] if whole else []
+    values = ctx.run_segment(outputs=list(dict.fromkeys(float_outputs + read + list(ctx.segment_feeds(
+        from_inputs=whole)))), from_inputs=whole)
     values = {k: v for k, v in values.items() if np.issubdtype(v.dtype, np.floating)}
     after = downstream(ctx.onnx.skeleton, anchor.output, inside)
-    ys = [o for n in ctx.segment_protos if n.name in after or n is anchor for o in n.output if o in values]
+    ys = [o for n in protos if n.name in after or n is anchor for o in n.output if o in values]
     xs = [t for t in values if t not in ys]
     best = None
     for y in ys:
@@ -107,8 +137,22 @@ def _locate(ctx: DiagnosisContext, protos: list[onnx.NodeProto]):
                 best = (err, x, y)
     if best is None:
         return None
-    nodes = [n.name for n in ctx.segment_protos if n.name in after or n is anchor]
-    return best[1], best[2], "erf" if anchor.op_type == "Erf" else "tanh", nodes, None
+    computing = _ancestors(protos, best[2])
+    nodes = [n.name for n in protos if (n.name in after or n is anchor) and n.name in computing]
+    return best[1], best[2], "erf" if anchor.op_type == "Erf" else "tanh", nodes, None, whole
+
+
+def _ancestors(protos: list[onnx.NodeProto], tensor: str) -> set[str]:
+    """The names of the nodes of ``protos`` that ``tensor`` is computed from (its producer included)."""
+    producer = {o: n for n in protos for o in n.output}
+    seen: set[str] = set()
+    stack = [tensor]
+    while stack:
+        n = producer.get(stack.pop())
+        if n is not None and n.name not in seen:
+            seen.add(n.name)
+            stack.extend(n.input)
+    return seen
 
 
 def _torch_formula(ctx: DiagnosisContext, x: np.ndarray, y: str):
@@ -132,7 +176,7 @@ def _torch_formula(ctx: DiagnosisContext, x: np.ndarray, y: str):
 
 def _switch(ctx: DiagnosisContext, site, formula: str, dtype) -> FixedSegment:
     """The skeleton with the GELU computing ``y`` from ``x`` replaced by ``formula``."""
-    x, y, _, node_names, bias = site
+    x, y, _, node_names, bias, whole = site
     model = edits.copy_model(ctx.onnx.skeleton)
     producer = next(n for n in model.graph.node if y in n.output)
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
@@ -141,19 +185,25 @@ def _switch(ctx: DiagnosisContext, site, formula: str, dtype) -> FixedSegment:
     if bias:
         nodes.append(helper.make_node("Add", [x, bias], [f"{prefix}_x"], name=f"{prefix}_bias"))
         x = f"{prefix}_x"
-    if opset >= 20:
-        nodes.append(helper.make_node("Gelu", [x], [y], name=prefix, approximate="none" if formula == "erf" else "tanh"))
+    # a segment narrowed to the GELU's core (its Erf or Tanh) is re-run at that core's tensor: the whole GELU is
+    # replaced and the new core writes it
+    core = next(n.output[0] for n in model.graph.node if n.name == node_names[0]) if whole else None
+    if opset >= 20 and core is None:
+        nodes.append(helper.make_node("Gelu", [x], [y], name=prefix,
+                                      approximate="none" if formula == "erf" else "tanh"))
     else:
-        nodes += _decomposed(model, x, y, formula, prefix, dtype)
-    edits.replace_nodes(model, {producer.name}, nodes)
+        nodes += _decomposed(model, x, y, formula, prefix, dtype, core)
+    edits.replace_nodes(model, set(node_names) if whole else {producer.name}, nodes)
     return FixedSegment(model, ctx.onnx.weights)
 
 
-def _decomposed(model, x: str, y: str, formula: str, prefix: str, dtype) -> list:
+def _decomposed(model, x: str, y: str, formula: str, prefix: str, dtype, core: str | None = None) -> list:
     def const(name, value):
         return edits.add_initializer(model, f"{prefix}_{name}", np.array(value, dtype=dtype))
 
     t = [f"{prefix}_{k}" for k in range(6)]
+    if core is not None:  # the Erf's (t[1]) or the Tanh's (t[5]) output
+        t[1 if formula == "erf" else 5] = core
     if formula == "erf":
         steps = [("Div", [x, const("sqrt2", math.sqrt(2.0))], t[0]), ("Erf", [t[0]], t[1]),
                  ("Add", [t[1], const("one", 1.0)], t[2]), ("Mul", [x, t[2]], t[3]),
