@@ -1,6 +1,7 @@
-"""A factor folded out of a module's output into the next layer's weights (onnx-simplifier moves an Erf
+"""Folds: a factor folded out of a module's output into the next layer's weights (onnx-simplifier moves an Erf
 GELU's ×0.5 into a following bias-free convolution): the module's tensor then holds its value times 2, which
-is no divergence — the reader holds its own value exactly — while a wrong factor there still is one."""
+is no divergence — the reader holds its own value exactly — while a wrong factor there still is one; a
+BatchNorm folded into a Conv downstream of a fault keeps the Conv's tensor."""
 from __future__ import annotations
 
 import sys
@@ -79,3 +80,44 @@ def test_a_wrong_factor_there_is_still_the_first_divergence():
     assert fd.layer.pair.activation.module in ("act0", "conv1"), fd.layer.pair.activation.module
     act0 = next(r for r in report.layers if r.pair.activation.module == "act0")
     assert act0.pair.tensor is not None and act0.status.value == "diverged"
+
+
+class Decoder(torch.nn.Module):
+    """SegFormer-like head: tokens reshaped to a map, upsampled, concatenated with a skip, a bias-free Conv and a
+    BatchNorm the exporter folds into it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.proj = torch.nn.Linear(8, 8)
+        self.fuse, self.bn = torch.nn.Conv2d(16, 8, 1, bias=False), torch.nn.BatchNorm2d(8)
+        with torch.no_grad():
+            self.bn.running_mean.normal_(0.0, 0.5)
+            self.bn.running_var.uniform_(0.25, 2.0)
+            self.bn.weight.uniform_(0.5, 1.5)
+
+    def forward(self, tokens, skip):
+        x = self.proj(tokens).transpose(1, 2).reshape(1, 8, 4, 4)
+        x = torch.nn.functional.interpolate(x, size=(8, 8), mode="bilinear", align_corners=False)
+        return torch.relu(self.bn(self.fuse(torch.cat([x, skip], dim=1))))
+
+
+def test_a_batchnorm_folded_after_a_fault_still_takes_the_convolutions_tensor():
+    """A Reshape to a wrong shape upstream: the folded Conv's tensor is far from both the Conv's and the
+    BatchNorm's value, so no value tells the fold. It is the BatchNorm's (it has no node of its own), not the
+    Conv's — paired to the Conv, the fold looked like an error of its own and hid the Reshape."""
+    model = Decoder().eval()
+    g = torch.Generator().manual_seed(5)
+    inputs = (torch.randn(1, 16, 8, generator=g), torch.randn(1, 8, 8, 8, generator=g))
+    proto = dc.export(model, inputs, "torchscript")
+    reshape = next(n for n in proto.graph.node if n.op_type == "Reshape")
+    shape = numpy_helper.from_array(np.array([1, 8, 1, 16], np.int64), "planted_shape")
+    proto.graph.initializer.append(shape)
+    reshape.input[1] = "planted_shape"
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=proto)
+    fd = report.first_divergence
+    assert not report.ok and reshape.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    rows = {r.pair.activation.module: r for r in report.layers}
+    assert rows["fuse"].pair.tensor is None and rows["bn"].pair.tensor is not None

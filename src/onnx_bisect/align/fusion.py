@@ -29,6 +29,8 @@ from .structure import lower_bound, reaches
 
 #: a neighbour's value computed by another module's node: near it, not merely nearer
 FUSED_MAX_REL = 0.2
+#: outputs this far (relative L2) from PyTorch's: values downstream of a fault no longer tell a fold
+FOLD_GATE_REL = 1e-5
 #: residual of a fitted scale: float noise only (the folded weights round differently)
 SCALE_MAX_REL = 1e-4
 #: a scale fitted on a sample of the elements leaving more than this is not worth fitting on all of them
@@ -122,12 +124,21 @@ def pair_into_producer(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         v = values.get(pa.tensor)
         if v is None or not fits(v, b.value):
             continue
-        if distance(v, b.value) < distance(v, a.value) and distance(v, b.value) <= FUSED_MAX_REL:
+        if distance(v, b.value) < distance(v, a.value) and distance(v, b.value) <= FUSED_MAX_REL \
+                or _folded_norm(a, b, x):
             note = f"{a.name} and {b.name} are computed by one ONNX node"
             draft.claim(pair_to(b, x.graph, pa.tensor, MatchMethod.FUSED, pa.confidence, note))
             draft.claim(TensorPair(a, None, pa.node, pa.op_type, MatchMethod.FUSED, pa.confidence,
                                    f"folded into {pa.node} with {b.name}"), replaces=True)
     return draft.claims
+
+
+def _folded_norm(a: Activation, b: Activation, x: AlignInputs) -> bool:
+    """Whether ``b`` is a BatchNorm right after the Conv or Linear ``a``, with no node of its own, in a file whose
+    outputs diverge: the exporter folded it into ``a``'s node, whose tensor is ``b``'s — downstream of a fault
+    no value says so (both are far from it), and pairing ``a`` there blames the fold on a fault before it."""
+    return (x.output_divergence > FOLD_GATE_REL and family(b.module_type, b.kind) == "batchnorm"
+            and family(a.module_type, a.kind) in ("conv", "linear"))
 
 
 def pair_into_consumers(state: AlignmentState, x: AlignInputs) -> list[Claim]:
