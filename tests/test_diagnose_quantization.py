@@ -4,12 +4,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import torch
+
 import onnx_bisect
 from onnx_bisect.records import ErrorOrigin, Status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 from diagnosis_suite import bisect_case  # noqa: E402
+import plant  # noqa: E402
 
 
 def test_activation_quantizer_that_clips():
@@ -129,3 +132,36 @@ def test_a_quantized_constant_takes_an_ops_value_only_when_it_is_that_value():
     assert _op_value(ctx(op("aten.div#1", distance)), dq, w) is None
     taken = _op_value(ctx(op("aten.div#1", distance), op("aten.add#2", mask)), dq, w)
     assert taken is not None and np.array_equal(taken, mask.astype(np.float64))
+
+
+class _Deep(torch.nn.Module):
+    """Sixteen residual Linear+ReLU layers and a small head: a quantized copy rounds every layer beyond a
+    tolerance its outputs still meet."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(9)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(32, 32) for _ in range(16))
+        self.head = torch.nn.Linear(32, 2)
+        with torch.no_grad():
+            self.head.weight.mul_(0.01)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x)) + x
+        return self.head(x)
+
+
+def test_a_clean_quantized_model_with_many_rounded_layers_warns_of_nothing():
+    """Every one of its sixteen layers exceeds the tolerance by its quantization alone: all are re-run without
+    their Q/DQ pairs (not the first eight, leaving the rest to be reported as a hidden divergence)."""
+    model, x = _Deep().eval(), torch.randn(8, 32, generator=torch.Generator().manual_seed(1))
+    proto = dc.export(model, (x,), "torchscript")
+    quantized = plant.quantize_static_qdq(proto, {proto.graph.input[0].name: x.numpy()})
+    with dc.quiet():
+        strict = onnx_bisect.bisect(model, (x,), onnx=quantized, atol=1e-9, rtol=0)
+        tol = 1.5 * max(o.diff.max_abs for o in strict.outputs)
+        report = onnx_bisect.bisect(model, (x,), onnx=quantized, atol=tol, rtol=0)
+    assert report.ok and not report.warnings, report.warnings
+    assert sum(r.status is Status.QUANTIZED for r in report.layers) >= 12
+    assert not [r for r in report.layers if r.status is Status.DIVERGED]

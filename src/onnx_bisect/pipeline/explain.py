@@ -164,7 +164,7 @@ def _context(p: Prepared, runner: Runner, layer, introduced, layers, references,
 
 
 #: at most this many layers of a quantized model whose outputs agree are re-run without their quantization
-MAX_QUANTIZED_RERUNS = 8
+MAX_QUANTIZED_RERUNS = 64
 
 
 def _quantized(p: Prepared) -> bool:
@@ -173,7 +173,7 @@ def _quantized(p: Prepared) -> bool:
 
 #: at most this many layers of a diverging quantized model are re-run without their quantization to find the
 #: first whose own error its quantization does not explain
-MAX_QUANTIZED_SKIPS = 24
+MAX_QUANTIZED_SKIPS = 64
 
 
 def _beyond_quantization(p: Prepared, runner: Runner, first: LayerResult, measured, model_feeds, captured, inputs,
