@@ -290,3 +290,42 @@ def test_a_permutation_of_equal_axes_is_no_pair_and_the_transpose_is_found(tmp_p
                and r.diff.shape == tuple(r.pair.activation.value.shape)]
     assert not swapped, [r.pair.note for r in swapped]
 
+
+
+class ChannelsLastMixer(torch.nn.Module):
+    """A Linear over channels-last tokens of a square map, permuted back to channels-first and added to it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(6)
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.norm, self.mix = torch.nn.LayerNorm(8), torch.nn.Linear(8, 8)
+        self.head = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        t = self.mix(self.norm(x.permute(0, 2, 3, 1))).permute(0, 3, 1, 2)
+        return self.head(torch.relu(t) + x)
+
+
+def test_a_value_permuted_back_with_equal_axes_swapped_is_no_pair(tmp_path):
+    """The channels-last Transpose swaps H and W too ([0, 3, 2, 1] for [0, 2, 3, 1]): the Linear's value then
+    reaches the graph permuted back to channels-first as (C, W, H), a shape of its own that it fits only with H
+    and W swapped; paired there, the Linear looked right and the ReLU after it was blamed."""
+    from fault_sweep import rename
+
+    model, x = ChannelsLastMixer().eval(), torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(7))
+    proto = torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto
+    transpose = next(n for n in proto.graph.node if n.op_type == "Transpose"
+                     and list(next(a.ints for a in n.attribute if a.name == "perm")) == [0, 2, 3, 1])
+    onnx.save(plant.set_attribute(proto, transpose.name, "perm", [0, 3, 2, 1]), tmp_path / "bad.onnx")
+    rename(tmp_path / "bad.onnx", tmp_path / "renamed.onnx")
+    planted = next(n.name for n in onnx.load(tmp_path / "renamed.onnx").graph.node if n.op_type == "Transpose"
+                   and list(next(a.ints for a in n.attribute if a.name == "perm")) == [0, 3, 2, 1])
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=str(tmp_path / "renamed.onnx"))
+    fd = report.first_divergence
+    assert not report.ok and planted in fd.layer.segment and len(computing_nodes(fd.layer)) <= 2, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    mix = next(r for r in report.layers if r.pair.activation.module == "mix")
+    assert mix.status.value != "matched", (mix.pair.tensor, mix.pair.perm)

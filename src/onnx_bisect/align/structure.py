@@ -170,10 +170,13 @@ def layout_of(ref: np.ndarray, v: np.ndarray, measure=distance, screen: float | 
     if v.size != ref.size:
         return None
     best = None
+    stable = _stable_perm(ref.shape, v.shape)
     for perm in perms(ref, v):
-        if perm is not None and v.shape == ref.shape:
-            # a tensor of PyTorch's own shape holding its value with equal axes swapped is what a wrong
-            # permutation of those axes makes: no pair (the fault must stay inside the blamed segment)
+        if perm is not None and (v.shape == ref.shape or stable is not None and tuple(perm) != stable
+                                 and tuple(ref.shape[i] for i in perm) == v.shape):
+            # a tensor holding PyTorch's value with two axes of equal size swapped (a channels-last copy of an
+            # H x W map as W x H, or its own shape transposed) is what a wrong permutation of those axes makes:
+            # no pair (the fault must stay inside the blamed segment)
             continue
         r = laid_out(ref, perm)
         if (screen is not None or sampled) and r.size > SCREEN_SAMPLE * 4:
@@ -191,6 +194,17 @@ def layout_of(ref: np.ndarray, v: np.ndarray, measure=distance, screen: float | 
         if rel <= STRUCTURE_MAX_REL:
             break
     return best
+
+
+def _stable_perm(ref_shape: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The permutation taking ``ref_shape`` to ``shape`` that keeps axes of equal size in their order, or None
+    when ``shape`` is no permutation of it."""
+    if len(ref_shape) != len(shape) or sorted(ref_shape) != sorted(shape):
+        return None
+    free: dict[int, list[int]] = {}
+    for i, size in enumerate(ref_shape):
+        free.setdefault(size, []).append(i)
+    return tuple(free[size].pop(0) for size in shape)
 
 
 def output_divergence(capture: Capture, graph: GraphIndex, values) -> float:
