@@ -103,3 +103,44 @@ def test_a_dropout_takes_the_projections_tensor_not_the_matmul_before_its_bias(t
         out, drop = rows[("block.out", call)], rows[("block.drop", call)]
         assert out.pair.tensor and drop.pair.tensor == out.pair.tensor, (call, out.pair.tensor, drop.pair.tensor)
         assert producers[out.pair.tensor] in ("Add", "Gemm"), "the bias Add (or a Gemm), not the MatMul"
+
+
+
+class _LastHidden(torch.nn.Module):
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids).last_hidden_state
+
+
+def test_modules_of_different_values_do_not_share_a_tensor():
+    """MobileBERT's bottleneck returns a tuple of its children's outputs; in a TorchScript export simplified by
+    onnx-simplifier (its MatMul+Add fused into Gemms without scope names) the container's elements were paired
+    by its scope to the one tensor it hands on, and a child sharing an element's value took that pair — another
+    child's value: a clean file showed diverged rows. A tensor keeps the pairs whose value it holds."""
+    import onnxsim
+    from transformers import MobileBertConfig, MobileBertModel
+
+    cfg = MobileBertConfig(vocab_size=64, embedding_size=16, hidden_size=32, num_hidden_layers=1,
+                           num_attention_heads=2, intermediate_size=32, intra_bottleneck_size=16,
+                           true_hidden_size=16, num_feedforward_networks=2, max_position_embeddings=32)
+    torch.manual_seed(11)
+    model = _LastHidden(MobileBertModel(cfg, add_pooling_layer=False)).eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("LayerNorm.weight"):
+                p.uniform_(0.5, 1.5)
+            elif name.endswith("bias"):
+                p.normal_(0.0, 0.1)
+    ids = torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(12))
+    simplified, ok = onnxsim.simplify(dc.export(model, (ids,), "torchscript"))
+    assert ok
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (ids,), onnx=simplified)
+    assert report.ok and not report.warnings, report.warnings
+    assert not [r.pair.activation.name for r in report.layers if r.status.value == "diverged"]
+    rows = {r.pair.activation.module: r for r in report.layers}
+    shared, own = (rows[f"model.encoder.layer.0.bottleneck.{m}.LayerNorm"].pair.tensor for m in ("attention", "input"))
+    assert shared != own, shared

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..records import MatchMethod, TensorPair
+from .similarity import STRUCTURE_MAX_REL, distance
 from .state import AlignInputs, AlignmentState, Claim, pair_to, shared_pair
 
 
@@ -54,3 +55,34 @@ def pair_identities(state: AlignmentState, x: AlignInputs) -> list[Claim]:
 def _unchanged(before, after) -> bool:
     """Whether two recorded values are one (the same array, or equal element for element)."""
     return before is after or bool(np.array_equal(before, after, equal_nan=True))
+
+
+def release_conflicting(state: AlignmentState, x: AlignInputs) -> list[Claim]:
+    """A tensor holds one value: where activations of different values share it, those whose value it holds
+    keep it and the others lose it (a container returning a tuple paired by its scope to one tensor for every
+    element, a child taking that pair by sharing its value object).  Where it holds none of them (downstream
+    of a fault) nothing is decided here."""
+    by_tensor: dict[str, list[TensorPair]] = {}
+    for a in x.acts:
+        p = state.get(a.index)
+        if p is not None and p.tensor is not None and p.tensor in x.values:
+            by_tensor.setdefault(p.tensor, []).append(p)
+    claims = []
+    for tensor, pairs in by_tensor.items():
+        if len({id(p.activation.value) for p in pairs}) < 2:
+            continue
+        held = [p for p in pairs if _holds(x.values[tensor], p)]
+        claims += [Claim(p.activation.index, None, replaces=True) for p in pairs
+                   if held and p not in held and not any(_same(p, q) for q in held)]
+    return claims
+
+
+def _holds(value: np.ndarray, p: TensorPair) -> bool:
+    ref = p.reference()
+    return value.size == ref.size and value.dtype.kind == "f" and ref.dtype.kind == "f" \
+        and distance(value.reshape(ref.shape), ref) <= STRUCTURE_MAX_REL
+
+
+def _same(p: TensorPair, q: TensorPair) -> bool:
+    a, b = p.activation.value, q.activation.value
+    return a.shape == b.shape and a.dtype.kind == "f" and distance(a, b) <= STRUCTURE_MAX_REL

@@ -51,6 +51,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("containers computed before their children", scopes.release_early_containers),
     Pass("fused into the producer", fusion.pair_into_producer),
     *SETTLE,
+    Pass("one value per tensor", derived.release_conflicting),
     Pass("structure", structure.pair_by_structure),
     *SETTLE,
     Pass("folded scales", fusion.pair_scaled),
