@@ -23,7 +23,8 @@ SCREEN_SAMPLE = 256
 #: loose pairs (outputs diverging, no scopes): within this distance, and this many times nearer than the next
 LOOSE_MAX_REL = 0.5
 LOOSE_MARGIN = 2.0
-LOOSE_CANDIDATES = 8  # same-sized tensors after an activation's inputs that a loose pair may take
+LOOSE_CANDIDATES = 8  # distinct values of same-sized tensors after an activation's inputs a loose pair may take
+LOOSE_REACH = 3 * LOOSE_CANDIDATES  # same-sized tensors after its inputs that hold them, at most
 LOOSE_FINALISTS = 3  # of them, those nearest on a sample, measured in full
 #: graph outputs this far (relative L2) from the model's: beyond float32 noise, so a fault lies somewhere
 LOOSE_GATE_REL = 1e-5
@@ -244,6 +245,7 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
              and p.tensor in values and distance(values[p.tensor].reshape(p.reference().shape), p.reference())
              <= exact_rel}
     upstream = ancestors_of(graph, exact)
+    later = _latest_source(graph, {p.tensor: p.activation.index for p in draft.values() if p.tensor in exact})
     keys = {t: _copy_key(sig) for t, sig in signatures.items() if t not in upstream and sig is not None}
     taken = leaf_tensors(draft)
     held = {_copy_key(signatures[t]) for t in taken if signatures.get(t) is not None}
@@ -258,11 +260,14 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         if a.index not in draft and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size \
                 and not _returns_paired_value(a, holders, draft):
             lo = max(lower_bound(e, reach) for e in [a, *enclosing.get(a.index, ())])
-            near = _first_values([t for t in ordered if graph.order_of(t) > lo and t not in taken
-                                  and keys[t] not in held and values[t].size == a.value.size
-                                  and kind(values[t]) == "f" and (a.passthrough or t not in earlier)], keys)
-            found = _nearest(a.value, near, values, graph)
+
+            def allowed(t: str, a=a, lo=lo) -> bool:
+                return (t in keys and graph.order_of(t) > lo and t not in taken and keys[t] not in held
+                        and values[t].size == a.value.size and kind(values[t]) == "f"
+                        and (a.passthrough or t not in earlier) and later.get(t, -1) < a.index)
+            found = _nearest(a.value, _first_values([t for t in ordered if allowed(t)], keys), values, graph)
             if found is not None:
+                found = _climb(a.value, found, values, graph, allowed)
                 tensor, perm, rel = found
                 layout = "" if perm is None else f", transposed {list(perm)}"
                 node = graph.node_of(tensor)
@@ -313,12 +318,26 @@ def enclosing_calls(acts) -> dict[int, list[Activation]]:
     return out
 
 
+def _latest_source(graph: GraphIndex, owners: dict[str, int]) -> dict[str, int]:
+    """For every tensor, the latest activation (by index: PyTorch's order) whose exactly paired tensor it is
+    computed from (``owners``: tensor -> activation).  An activation's value cannot be in a tensor computed from
+    what PyTorch ran after it (a position embedding is no tensor of the layer after it)."""
+    latest: dict[str, int] = dict(owners)
+    for node in graph.nodes:
+        found = max((latest[i] for i in node.inputs if i in latest), default=None)
+        if found is not None:
+            for t in node.outputs:
+                latest[t] = max(found, latest.get(t, -1))
+    return latest
+
+
 def _first_values(ordered: list[str], keys: dict) -> list[str]:
     """The first tensors of ``ordered`` holding ``LOOSE_CANDIDATES`` distinct values (the same numbers
-    reshaped or transposed count once: an attention's context, transposed and reshaped, is one candidate)."""
+    reshaped or transposed count once: an attention's context, transposed and reshaped, is one candidate),
+    among its first ``LOOSE_REACH`` tensors (the window stays near the activation's inputs)."""
     seen: set = set()
     out = []
-    for t in ordered:
+    for t in ordered[:LOOSE_REACH]:
         if keys[t] not in seen:
             if len(seen) == LOOSE_CANDIDATES:
                 break
@@ -351,6 +370,20 @@ def _nearest(ref: np.ndarray, near: list[str], values,
         return None
     rel, i, perm = max(steps, key=lambda c: c[1])
     return near[i], perm, rel
+
+
+def _climb(ref: np.ndarray, found: tuple[str, tuple[int, ...] | None, float], values, graph: GraphIndex,
+           allowed) -> tuple[str, tuple[int, ...] | None, float]:
+    """``found`` moved forward while a tensor its consumers compute is nearer ``ref`` (the window of candidates
+    may end just before the module's output: the residual Add before a LayerNorm is near its output, the
+    LayerNorm's own tensor nearer)."""
+    tensor, perm, rel = found
+    while True:
+        after = [o for c in graph.consumers.get(tensor, ()) for o in graph.nodes[c].outputs if o and allowed(o)]
+        scored = sorted((f[1], o, f[0]) for o in after if (f := layout_of(ref, values[o], nearness)) is not None)
+        if not scored or scored[0][0] >= rel:
+            return tensor, perm, rel
+        rel, tensor, perm = scored[0]
 
 
 def _one_step(graph: GraphIndex, a: str, b: str) -> bool:
