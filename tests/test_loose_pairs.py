@@ -1,6 +1,7 @@
 """Loose pairs in files whose names say nothing (every node and tensor renamed) and whose outputs diverge: a
 module called several times (shared layers), an output projection read from the context its parent computed,
-a Dropout that returns the projection's value, a MatMul whose bias Add makes the module's output."""
+a Dropout that returns the projection's value, a MatMul whose bias Add makes the module's output, a position
+embedding that no later tensor holds; and a tensor shared by modules of different values (a simplified file)."""
 from __future__ import annotations
 
 import sys
@@ -144,3 +145,44 @@ def test_modules_of_different_values_do_not_share_a_tensor():
     rows = {r.pair.activation.module: r for r in report.layers}
     shared, own = (rows[f"model.encoder.layer.0.bottleneck.{m}.LayerNorm"].pair.tensor for m in ("attention", "input"))
     assert shared != own, shared
+
+
+class _WhisperEncoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        from transformers import WhisperConfig
+        from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+        cfg = WhisperConfig(num_mel_bins=16, d_model=32, encoder_layers=2, encoder_attention_heads=2,
+                            encoder_ffn_dim=64, max_source_positions=16, decoder_layers=1, decoder_attention_heads=2,
+                            decoder_ffn_dim=64, vocab_size=64, max_target_positions=16, pad_token_id=0,
+                            bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+        torch.manual_seed(13)
+        self.enc = WhisperEncoder(cfg)
+        with torch.no_grad():
+            for name, p in self.enc.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_(0.0, 0.05)
+                elif "layer_norm.weight" in name:
+                    p.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        return self.enc(input_features=x).last_hidden_state
+
+
+def test_a_position_embedding_takes_no_tensor_computed_after_it(tmp_path):
+    """Whisper's position embedding (a constant the file folds away) found a nearest tensor in the first layer's
+    MLP — computed from projections PyTorch ran after it — and the blame spread over 22 nodes; a wrong query
+    Transpose in a renamed file is pinned."""
+    model, x = _WhisperEncoder().eval(), torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(14))
+    proto = dc.export(model, (x,), "dynamo")
+    transpose = next(n for n in proto.graph.node
+                     if n.op_type == "Transpose" and list(n.attribute[0].ints) == [0, 2, 1, 3])
+    renamed = _renamed(tmp_path, plant.set_attribute(proto, transpose.name, "perm", [0, 2, 3, 1]))
+    planted = next(n.name for n in renamed.graph.node
+                   if n.op_type == "Transpose" and list(n.attribute[0].ints) == [0, 2, 3, 1])
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=renamed)
+    fd = report.first_divergence
+    assert not report.ok and fd.layer.segment == (planted,), fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
