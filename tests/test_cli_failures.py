@@ -163,3 +163,19 @@ def test_an_output_interrupted_while_written_leaves_nothing(tmp_path):
             f.write(b"half a report")
             raise KeyboardInterrupt
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_keeping_initializers_no_node_reads_is_debugged_like_any_other(tmp_path):
+    """A hand-edited file keeps weights it no longer uses (ONNX allows it; ONNX Runtime drops them when it
+    loads the file): handing those arrays to a session made ONNX Runtime fail on their names (exit 3)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(FIXTURES / "onnx" / "mlp.dynamo.onnx")
+    model.graph.initializer.append(numpy_helper.from_array(np.ones((64, 64), np.float32), "stale_weight"))
+    onnx.save(model, tmp_path / "stale.onnx")
+    argv = [MLP[0], "--onnx", tmp_path / "stale.onnx", *MLP[3:], "--json", tmp_path / "r.json"]
+    result = run_cli(*argv, cwd=tmp_path)
+    assert result.exit_status == 0, result.stderr
+    assert result.json["ok"] is True and result.json["first_divergence"] is None

@@ -4,6 +4,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
+import torch
+from onnx import helper, numpy_helper
+
+import onnx_bisect
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 from diagnosis_suite import bisect_case  # noqa: E402
@@ -146,3 +152,45 @@ def test_folds_found_by_the_weights_names_in_a_file_without_scopes(monkeypatch):
         assert any(layout.relate(value, c) is not None and layout.relate(value, c).equal for c in candidates.values())
     row = WeightMismatch().match(ctx).evidence["parameters"]
     assert [r["initializer"] for r in row] == [head.input[1]]  # the planted one alone
+
+
+class _Attention(torch.nn.Module):
+    """Query, key (no bias) and value projections of one input, as BEiT's."""
+
+    def __init__(self, d: int = 16):
+        super().__init__()
+        torch.manual_seed(3)
+        self.q, self.k, self.v = torch.nn.Linear(d, d), torch.nn.Linear(d, d, bias=False), torch.nn.Linear(d, d)
+        self.out = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k, v = self.q(x), self.k(x), self.v(x)
+        return self.out(torch.softmax(q @ k.transpose(-1, -2) / 4.0, -1) @ v)
+
+
+def test_a_merged_projection_weight_is_compared_with_the_concatenated_parameters():
+    """A simplifier merges the three projections of one input into one MatMul and a Split (onnx-simplifier did
+    so in BEiT): its weight is no single parameter but q, k and v's concatenated — compared with that, the
+    noise in it is a weight-mismatch, confirmed by restoring the concatenation."""
+    model, x = _Attention().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(4))
+    proto = dc.export(model, (x,), "torchscript")
+    inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    mms = [next(n for n in proto.graph.node if n.name == f"/{m}/MatMul") for m in ("q", "k", "v")]
+    merged = np.concatenate([inits[n.input[1]] for n in mms], axis=1)
+    merged = merged + np.random.default_rng(0).standard_normal(merged.shape).astype(np.float32) * 0.05
+    proto.graph.initializer.append(numpy_helper.from_array(merged.astype(np.float32), "qkv_weight"))
+    proto.graph.initializer.append(numpy_helper.from_array(np.array([16, 16, 16], np.int64), "qkv_split"))
+    at = list(proto.graph.node).index(mms[0])
+    for n in mms:
+        proto.graph.node.remove(n)
+    proto.graph.node.insert(at, helper.make_node("Split", ["qkv", "qkv_split"], [n.output[0] for n in mms],
+                                                 name="Split_qkv", axis=-1))
+    proto.graph.node.insert(at, helper.make_node("MatMul", [mms[0].input[0], "qkv_weight"], ["qkv"],
+                                                 name="MatMul_qkv"))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert not report.ok and "MatMul_qkv" in fd.layer.segment, fd.layer.segment
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    [row] = fd.evidence["parameters"]
+    assert row["initializer"] == "qkv_weight" and row["parameter"] == "concat(q.weight, k.weight, v.weight)"

@@ -63,6 +63,25 @@ class OnnxRuntimeSession:
 FROM_FILE_BYTES = 1 << 16
 
 
+def _read_by(model: onnx.ModelProto, weights: Weights | None) -> Weights | None:
+    """``weights`` less those no node (nor graph output) reads: ONNX Runtime drops an unused initializer before
+    the session takes the arrays handed over, and then fails on its name (a hand-edited file keeps the weights
+    it stopped using)."""
+    if weights is None or not weights.arrays:
+        return weights
+    used = {o.name for o in model.graph.output}
+    stack = [model.graph]
+    while stack:
+        g = stack.pop()
+        for node in g.node:
+            used.update(node.input)
+            stack += [a.g for a in node.attribute if a.type == onnx.AttributeProto.GRAPH]
+            stack += [sub for a in node.attribute if a.type == onnx.AttributeProto.GRAPHS for sub in a.graphs]
+    if all(n in used for n in weights.arrays):
+        return weights
+    return Weights({n: a for n, a in weights.arrays.items() if n in used})
+
+
 def from_files(model: onnx.ModelProto, weights: Weights | None
                ) -> tuple[onnx.ModelProto, Weights | None, str | None]:
     """``(model, weights still to hand over in memory, folder)``: the initializers whose arrays are views of a
@@ -153,6 +172,7 @@ class OnnxRuntimeBackend:
         folder = None
         if not isinstance(model, str):
             model, weights, folder = from_files(model, weights)
+            weights = _read_by(model, weights)
         source = model if isinstance(model, str) else model.SerializeToString()
         provider = self.settings.provider
         providers = [(provider, dict(self.settings.provider_options))] if self.settings.provider_options else [provider]

@@ -35,6 +35,10 @@ class WeightMismatch(Rule):
                 # the segment may hold another module's weight (its output fused away): search the whole model
                 best = _best(value, name, _everything(ctx, value.size)) or best
             if best is None or (not best[1].equal and not _same_tensor(best, name)):
+                # a simplifier merges projections of one input into one MatMul (q, k and v): their weights
+                # concatenated
+                best = _best(value, name, _concatenated(ctx, value.size)) or best
+            if best is None or (not best[1].equal and not _same_tensor(best, name)):
                 # an exporter folds an activation that depends on no input into a constant (the position
                 # embeddings of a fixed length): the constant then stands for that module's output
                 folded = _best(value, name, _constant_activations(ctx, value.size))
@@ -123,6 +127,34 @@ def _everything(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
     tensors = list(ctx.baseline.loaded.module.named_parameters()) + list(ctx.baseline.loaded.module.named_buffers())
     out = {n: t.detach().double().cpu().numpy() for n, t in tensors if t.is_floating_point() and t.numel() == size}
     out.update({n: a for n, a in model_rnn_weights(ctx.baseline.loaded.module).items() if a.size == size})
+    return out
+
+
+def _concatenated(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
+    """The weights (and biases) of consecutive sibling Linear layers reading inputs of one size, concatenated
+    along their outputs, where that makes ``size`` elements: ``"concat(a.q.weight, a.k.weight, a.v.weight)"``."""
+    module = ctx.baseline.loaded.module
+    if module is None:
+        return {}
+    import torch  # noqa: PLC0415 - only with a PyTorch model
+
+    children: dict[str, list[tuple[str, torch.nn.Linear]]] = {}
+    for name, m in module.named_modules():
+        if isinstance(m, torch.nn.Linear):
+            children.setdefault(name.rpartition(".")[0], []).append((name, m))
+    out: dict[str, np.ndarray] = {}
+    for linears in children.values():
+        for i in range(len(linears)):
+            for j in range(i + 2, len(linears) + 1):
+                run = linears[i:j]
+                if len({m.in_features for _, m in run}) != 1:
+                    break
+                for part in ("weight", "bias"):
+                    tensors = [getattr(m, part) for _, m in run]
+                    if any(t is None for t in tensors) or sum(t.numel() for t in tensors) != size:
+                        continue
+                    key = f"concat({', '.join(f'{n}.{part}' for n, _ in run)})"
+                    out[key] = np.concatenate([t.detach().double().cpu().numpy() for t in tensors], axis=0)
     return out
 
 
