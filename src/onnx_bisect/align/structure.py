@@ -267,13 +267,7 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
                         and (a.passthrough or t not in earlier) and later.get(t, -1) < a.index)
             found = _nearest(a.value, _first_values([t for t in ordered if allowed(t)], keys), values, graph)
             if found is not None:
-                found = _climb(a.value, found, values, graph, allowed)
-                tensor, perm, rel = found
-                layout = "" if perm is None else f", transposed {list(perm)}"
-                node = graph.node_of(tensor)
-                draft.claim(TensorPair(a, tensor, node.name, node.op_type, MatchMethod.STRUCTURE,
-                                       LOOSE_CONFIDENCE, f"nearest value after its inputs while the outputs "
-                                       f"diverge (rel. L2 or direction {rel:.1e}{layout})", perm))
+                tensor = _claim_loose(a, _climb(a.value, found, values, graph, allowed), graph, draft)
                 taken.add(tensor)
                 held.add(keys[tensor])
         p = draft.get(a.index)
@@ -285,6 +279,18 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         if own >= 0:
             earlier |= ancestors_of(graph, {p.tensor}, earlier)
     return draft.claims
+
+
+def _claim_loose(a: Activation, found: tuple[str, tuple[int, ...] | None, float], graph: GraphIndex,
+                 draft) -> str:
+    """Claim ``found`` (tensor, layout, distance) for ``a`` as a loose pair; its tensor."""
+    tensor, perm, rel = found
+    layout = "" if perm is None else f", transposed {list(perm)}"
+    node = graph.node_of(tensor)
+    draft.claim(TensorPair(a, tensor, node.name, node.op_type, MatchMethod.STRUCTURE, LOOSE_CONFIDENCE,
+                           f"nearest value after its inputs while the outputs diverge (rel. L2 or direction "
+                           f"{rel:.1e}{layout})", perm))
+    return tensor
 
 
 def _returns_paired_value(a: Activation, holders: dict[int, list[int]], draft) -> bool:

@@ -30,19 +30,7 @@ class WeightMismatch(Rule):
             value = ctx.initializer(name)
             if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
                 continue
-            best = _best(value, name, candidates)
-            if best is None or (not best[1].equal and not _same_tensor(best, name)):
-                # the segment may hold another module's weight (its output fused away): search the whole model
-                best = _best(value, name, _everything(ctx, value.size)) or best
-            if best is None or (not best[1].equal and not _same_tensor(best, name)):
-                # a simplifier merges projections of one input into one MatMul (q, k and v): their weights
-                # concatenated
-                best = _best(value, name, _concatenated(ctx, value.size)) or best
-            if best is None or (not best[1].equal and not _same_tensor(best, name)):
-                # an exporter folds an activation that depends on no input into a constant (the position
-                # embeddings of a fixed length): the constant then stands for that module's output
-                folded = _best(value, name, _constant_activations(ctx, value.size))
-                best = folded if folded is not None and folded[1].correlation >= 0.9 else best
+            best = _counterpart(ctx, name, value, candidates)
             if best is None or best[1].equal or not _same_tensor(best, name):
                 continue
             if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
@@ -79,6 +67,24 @@ class WeightMismatch(Rule):
                    "check the export script loads the weights before torch.onnx.export.")
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
                        counterfactual=lambda c: _restore(c, differing))
+
+
+def _counterpart(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
+    """``(parameter, relation, torch value)`` for an initializer: the segment's parameters first, else any of the
+    model's, else sibling projections concatenated, else a constant activation; None when nothing relates."""
+    best = _best(value, name, candidates)
+    if best is None or (not best[1].equal and not _same_tensor(best, name)):
+        # the segment may hold another module's weight (its output fused away): search the whole model
+        best = _best(value, name, _everything(ctx, value.size)) or best
+    if best is None or (not best[1].equal and not _same_tensor(best, name)):
+        # a simplifier merges projections of one input into one MatMul (q, k and v): their weights concatenated
+        best = _best(value, name, _concatenated(ctx, value.size)) or best
+    if best is None or (not best[1].equal and not _same_tensor(best, name)):
+        # an exporter folds an activation that depends on no input into a constant (the position embeddings of
+        # a fixed length): the constant then stands for that module's output
+        folded = _best(value, name, _constant_activations(ctx, value.size))
+        best = folded if folded is not None and folded[1].correlation >= 0.9 else best
+    return best
 
 
 def _corrupt(relation) -> bool:
