@@ -186,3 +186,38 @@ def test_a_position_embedding_takes_no_tensor_computed_after_it(tmp_path):
     fd = report.first_divergence
     assert not report.ok and fd.layer.segment == (planted,), fd.layer.segment
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+
+
+class _Gpt2(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        from transformers import GPT2Config, GPT2Model
+
+        torch.manual_seed(15)
+        self.model = GPT2Model(GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=2, n_positions=32, n_inner=64,
+                                          bos_token_id=0, eos_token_id=1))
+        with torch.no_grad():
+            for name, p in self.model.named_parameters():
+                if name.endswith("bias"):
+                    p.normal_(0.0, 0.05)
+                elif name.startswith("ln") or ".ln_" in name:
+                    p.uniform_(0.5, 1.5)
+
+    def forward(self, ids):
+        return self.model(input_ids=ids).last_hidden_state
+
+
+def test_a_container_recorded_late_does_not_bound_what_its_children_computed():
+    """GPT-2 returns its attention caches: the model's output activations, recorded when it returns, hold keys
+    and values computed in its first layers. Counted as late sources they barred the final LayerNorm from its
+    own tensor in a file without scopes (onnxslim), and a wrong epsilon there was 'unknown' on the model."""
+    import onnxslim
+
+    model, ids = _Gpt2().eval(), torch.randint(0, 64, (1, 12), generator=torch.Generator().manual_seed(16))
+    proto = onnxslim.slim(dc.export(model, (ids,), "dynamo"))
+    norm = [n for n in proto.graph.node if n.op_type == "LayerNormalization"][-1]
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (ids,), onnx=plant.set_attribute(proto, norm.name, "epsilon", 0.5))
+    fd = report.first_divergence
+    assert not report.ok and fd.layer.segment == (norm.name,), fd.layer.segment
+    assert fd.layer.pair.activation.module == "model.ln_f" and fd.cause == "epsilon-mismatch", fd.explanation

@@ -245,7 +245,8 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
              and p.tensor in values and distance(values[p.tensor].reshape(p.reference().shape), p.reference())
              <= exact_rel}
     upstream = ancestors_of(graph, exact)
-    later = _latest_source(graph, {p.tensor: p.activation.index for p in draft.values() if p.tensor in exact})
+    later = _latest_source(graph, {p.tensor: p.activation.index for p in draft.values()
+                                   if p.tensor in exact and p.activation.is_leaf and p.activation.module})
     keys = {t: _copy_key(sig) for t, sig in signatures.items() if t not in upstream and sig is not None}
     taken = leaf_tensors(draft)
     held = {_copy_key(signatures[t]) for t in taken if signatures.get(t) is not None}
@@ -326,8 +327,10 @@ def enclosing_calls(acts) -> dict[int, list[Activation]]:
 
 def _latest_source(graph: GraphIndex, owners: dict[str, int]) -> dict[str, int]:
     """For every tensor, the latest activation (by index: PyTorch's order) whose exactly paired tensor it is
-    computed from (``owners``: tensor -> activation).  An activation's value cannot be in a tensor computed from
-    what PyTorch ran after it (a position embedding is no tensor of the layer after it)."""
+    computed from (``owners``: tensor -> activation, leaf modules only: a container records when it returns,
+    which says nothing of when the values it hands on were computed — a model returning its attention caches).
+    An activation's value cannot be in a tensor computed from what PyTorch ran after it (a position embedding
+    is no tensor of the layer after it)."""
     latest: dict[str, int] = dict(owners)
     for node in graph.nodes:
         found = max((latest[i] for i in node.inputs if i in latest), default=None)
