@@ -236,12 +236,23 @@ def hidden_divergence(layers: tuple[LayerResult, ...]) -> list[str]:
             "other inputs may not (run with --dataset or --edge-cases to check)."]
 
 
+def _computed_from_inputs(index) -> set[str]:
+    """The tensors computed from a graph input: the others (a weight standardised by ops of the model, a mask
+    built from constants) agree wherever the fault is, and would mislead a bisection over graph order."""
+    live = set(index.graph_inputs)
+    for node in index.nodes:
+        if any(i in live for i in node.inputs):
+            live.update(t for t in node.outputs if t)
+    return live - set(index.graph_inputs)
+
+
 def locate_faithfully(p: Prepared, runner: Runner, pairs, model_feeds, reproduces, cmp):
     """The first divergence from exposures that keep the shipped outputs, with its local error.
 
     Returns ``(location, layer, introduced, references)`` or None.
     """
-    ordered = sorted({q.tensor: q for q in pairs if q.cuttable and q.tensor in p.index.producer}.values(),
+    live = _computed_from_inputs(p.index)
+    ordered = sorted({q.tensor: q for q in pairs if q.cuttable and q.tensor in live}.values(),
                      key=lambda q: p.index.order_of(q.tensor))
     boundaries = frozenset(q.tensor for q in ordered if not q.activation.is_leaf)
 
