@@ -270,19 +270,7 @@ def test_a_permutation_of_equal_axes_is_no_pair_and_the_transpose_is_found(tmp_p
     """A Transpose that swaps H and W as well (perm [0, 3, 2, 1] where [0, 2, 3, 1] was due) keeps every shape
     of a square input: the tensors after it hold PyTorch's values with H and W swapped, which must not pair
     (else the LayerNorm and the Linear after it look right and the blame lands further on)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-    from fault_sweep import rename
-
-    model, x = ChannelsLastBlock().eval(), torch.randn(1, 8, 6, 6)
-    proto = torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto
-    transpose = next(n for n in proto.graph.node if n.op_type == "Transpose"
-                     and list(next(a.ints for a in n.attribute if a.name == "perm")) == [0, 2, 3, 1])
-    onnx.save(plant.set_attribute(proto, transpose.name, "perm", [0, 3, 2, 1]), tmp_path / "bad.onnx")
-    rename(tmp_path / "bad.onnx", tmp_path / "renamed.onnx")
-    planted = next(n.name for n in onnx.load(tmp_path / "renamed.onnx").graph.node if n.op_type == "Transpose"
-                   and list(next(a.ints for a in n.attribute if a.name == "perm")) == [0, 3, 2, 1])
-    with dc.quiet():
-        report = onnx_bisect.bisect(model, (x,), onnx=str(tmp_path / "renamed.onnx"))
+    report, planted = _channels_last_swapped(ChannelsLastBlock().eval(), torch.randn(1, 8, 6, 6), tmp_path)
     fd = report.first_divergence
     assert not report.ok and planted in fd.layer.segment and len(computing_nodes(fd.layer)) <= 2, fd.layer.segment
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
@@ -312,9 +300,21 @@ def test_a_value_permuted_back_with_equal_axes_swapped_is_no_pair(tmp_path):
     """The channels-last Transpose swaps H and W too ([0, 3, 2, 1] for [0, 2, 3, 1]): the Linear's value then
     reaches the graph permuted back to channels-first as (C, W, H), a shape of its own that it fits only with H
     and W swapped; paired there, the Linear looked right and the ReLU after it was blamed."""
+    x = torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(7))
+    report, planted = _channels_last_swapped(ChannelsLastMixer().eval(), x, tmp_path)
+    fd = report.first_divergence
+    assert not report.ok and planted in fd.layer.segment and len(computing_nodes(fd.layer)) <= 2, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    mix = next(r for r in report.layers if r.pair.activation.module == "mix")
+    assert mix.status.value != "matched", (mix.pair.tensor, mix.pair.perm)
+
+
+def _channels_last_swapped(model, x, tmp_path):
+    """``(report, planted node)``: the dynamo export of ``model`` with its channels-last Transpose ([0, 2, 3, 1])
+    swapping H and W too ([0, 3, 2, 1]), every node and tensor renamed, bisected."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     from fault_sweep import rename
 
-    model, x = ChannelsLastMixer().eval(), torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(7))
     proto = torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto
     transpose = next(n for n in proto.graph.node if n.op_type == "Transpose"
                      and list(next(a.ints for a in n.attribute if a.name == "perm")) == [0, 2, 3, 1])
@@ -323,9 +323,4 @@ def test_a_value_permuted_back_with_equal_axes_swapped_is_no_pair(tmp_path):
     planted = next(n.name for n in onnx.load(tmp_path / "renamed.onnx").graph.node if n.op_type == "Transpose"
                    and list(next(a.ints for a in n.attribute if a.name == "perm")) == [0, 3, 2, 1])
     with dc.quiet():
-        report = onnx_bisect.bisect(model, (x,), onnx=str(tmp_path / "renamed.onnx"))
-    fd = report.first_divergence
-    assert not report.ok and planted in fd.layer.segment and len(computing_nodes(fd.layer)) <= 2, fd.layer.segment
-    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
-    mix = next(r for r in report.layers if r.pair.activation.module == "mix")
-    assert mix.status.value != "matched", (mix.pair.tensor, mix.pair.perm)
+        return onnx_bisect.bisect(model, (x,), onnx=str(tmp_path / "renamed.onnx")), planted
