@@ -324,3 +324,30 @@ def _channels_last_swapped(model, x, tmp_path):
                    and list(next(a.ints for a in n.attribute if a.name == "perm")) == [0, 3, 2, 1])
     with dc.quiet():
         return onnx_bisect.bisect(model, (x,), onnx=str(tmp_path / "renamed.onnx")), planted
+
+
+class _SelfAttention(torch.nn.Module):
+    """Attention whose projections have biases: PyTorch runs each as one addmm, TorchScript writes MatMul + Add."""
+
+    def __init__(self, d: int = 16):
+        super().__init__()
+        torch.manual_seed(21)
+        self.q, self.k, self.v, self.out = (torch.nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        scores = self.q(x) @ self.k(x).transpose(-1, -2) / 4.0
+        return torch.relu(self.out(torch.softmax(scores, dim=-1) @ self.v(x)))
+
+
+def test_a_weight_fault_in_a_projection_pytorch_runs_as_one_addmm_is_narrowed_to_its_nodes():
+    """The out projection's MatMul holds no op's value (PyTorch's addmm adds the bias in the same op), so no
+    counterpart can be fed before the output: the nodes computing the wrong tensors from right ones (the MatMul
+    and its Add), re-run from those right values, are the region — not the whole attention segment."""
+    model, x = _SelfAttention().eval(), torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(22))
+    proto = dc.export(model, (x,), "torchscript")
+    matmul = next(n for n in proto.graph.node if n.name == "/out/MatMul")
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=plant.perturb_initializer(proto, matmul.input[1], rel=0.3))
+    fd = report.first_divergence
+    assert not report.ok and matmul.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation

@@ -127,7 +127,33 @@ def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_f
     other = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
     if other is not None and (refined is None or len(other.layer.segment) <= len(refined.layer.segment)):
         return other
-    return refined
+    return refined or _closed_region(seg, layer, bad, strong, values, compare, ops)
+
+
+def _closed_region(seg: _Segment, layer: LayerResult, bad: list[str], strong: dict[str, inside.Match], values,
+                   compare, ops) -> Refinement | None:
+    """Where no counterpart can be fed (the only op holding the wrong value is the segment's output itself: a
+    projection PyTorch computes as one ``addmm`` while the file has a MatMul and an Add): the nodes computing
+    the wrong tensors, when every tensor they read is right (an op's value, a constant or a fed input) and, fed
+    those right values, they still compute the wrong output — the error enters there."""
+    index = seg.p.index
+    if not bad or layer.pair.tensor not in bad:
+        return None
+    nodes = sorted({index.producer[t] for t in bad if t in index.producer})
+    known = set(bad) | set(strong) | set(seg.references) | set(index.initializers) | set(index.graph_inputs)
+    reads = [i for n in nodes for i in index.nodes[n].inputs if i]
+    if len(nodes) > SMALL_REGION or len(nodes) >= len(layer.segment) or not all(
+            i in known or _constant_node(index, i) for i in reads):
+        return None
+    fed = {t: m.op.value.astype(values[t].dtype, copy=False).reshape(values[t].shape)
+           for t, m in strong.items() if m.perm is None and t in reads}
+    out = seg.values([], fed)[layer.pair.tensor]
+    local = compare(out, layer.pair.reference())
+    if local.ok:
+        return None
+    refined = dataclasses.replace(layer, local=local, segment=tuple(index.nodes[n].name for n in nodes),
+                                  segment_ops=tuple(index.nodes[n].op_type for n in nodes))
+    return Refinement(refined, {**seg.references, **fed}, layer, ops)
 
 
 def _reshaped(c: inside.Candidate, values) -> bool:
