@@ -137,8 +137,8 @@ def _closed_region(seg: _Segment, layer: LayerResult, bad: list[str], strong: di
     the wrong tensors, when every tensor they read is right (an op's value, a constant or a fed input) and, fed
     those right values, they still compute the wrong output — the error enters there."""
     index = seg.p.index
-    if not bad or layer.pair.tensor not in bad:
-        return None
+    if not bad or layer.pair.tensor not in bad or any(index.elem_types.get(t) in HALF_TYPES for t in values):
+        return None  # a half-precision segment's rounding is the precision rule's to trace, through its Casts
     nodes = sorted({index.producer[t] for t in bad if t in index.producer})
     known = set(bad) | set(strong) | set(seg.references) | set(index.initializers) | set(index.graph_inputs)
     reads = [i for n in nodes for i in index.nodes[n].inputs if i]
