@@ -401,14 +401,9 @@ def _one_step(graph: GraphIndex, a: str, b: str) -> bool:
     for x, y in ((a, b), (b, a)):
         node = graph.node_of(y)
         if node is not None and x in node.inputs and len([i for i in node.inputs if i]) > 1 and all(
-                i == x or not i or i in graph.initializers or _constant(graph, i) for i in node.inputs):
+                i == x or not i or graph.is_constant(i) for i in node.inputs):
             return True
     return False
-
-
-def _constant(graph: GraphIndex, tensor: str) -> bool:
-    node = graph.node_of(tensor)
-    return node is not None and node.op_type == "Constant"
 
 
 def ancestors_of(graph: GraphIndex, tensors: set[str], known: set[str] = frozenset()) -> set[str]:

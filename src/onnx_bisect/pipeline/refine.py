@@ -140,10 +140,10 @@ def _closed_region(seg: _Segment, layer: LayerResult, bad: list[str], strong: di
     if not bad or layer.pair.tensor not in bad or any(index.elem_types.get(t) in HALF_TYPES for t in values):
         return None  # a half-precision segment's rounding is the precision rule's to trace, through its Casts
     nodes = sorted({index.producer[t] for t in bad if t in index.producer})
-    known = set(bad) | set(strong) | set(seg.references) | set(index.initializers) | set(index.graph_inputs)
+    known = set(bad) | set(strong) | set(seg.references) | set(index.graph_inputs)
     reads = [i for n in nodes for i in index.nodes[n].inputs if i]
     if len(nodes) > SMALL_REGION or len(nodes) >= len(layer.segment) or not all(
-            i in known or _constant_node(index, i) for i in reads):
+            i in known or index.is_constant(i) for i in reads):
         return None
     fed = {t: m.op.value.astype(values[t].dtype, copy=False).reshape(values[t].shape)
            for t, m in strong.items() if m.perm is None and t in reads}
@@ -195,14 +195,9 @@ def _constant(index, tensors: list[str]) -> set[str]:
             continue
         sources = [i for i in node.inputs if i]
         weights = [i for i in sources if i in index.initializers or i in out]
-        if weights and all(i in out or i in index.initializers or _constant_node(index, i) for i in sources):
+        if weights and all(i in out or index.is_constant(i) for i in sources):
             out.add(t)
     return out
-
-
-def _constant_node(index, tensor: str) -> bool:
-    node = index.node_of(tensor)
-    return node is not None and node.op_type == "Constant"
 
 
 class _Segment:

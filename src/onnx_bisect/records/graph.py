@@ -46,6 +46,11 @@ class GraphIndex:
         i = self.producer.get(tensor)
         return None if i is None else self.nodes[i]
 
+    def is_constant(self, tensor: str) -> bool:
+        """Whether ``tensor`` is an initializer or a Constant node's output (a value no input changes)."""
+        node = self.node_of(tensor)
+        return tensor in self.initializers or (node is not None and node.op_type == "Constant")
+
     def order_of(self, tensor: str) -> int:
         """Topological position of the producer; -1 for graph inputs/initializers."""
         return self.producer.get(tensor, -1)
