@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 import torch
 
 import onnx_bisect
@@ -296,11 +297,14 @@ class ChannelsLastMixer(torch.nn.Module):
         return self.head(torch.relu(t) + x)
 
 
-def test_a_value_permuted_back_with_equal_axes_swapped_is_no_pair(tmp_path):
+@pytest.mark.parametrize("batch", [2, 1])
+def test_a_value_permuted_back_with_equal_axes_swapped_is_no_pair(tmp_path, batch):
     """The channels-last Transpose swaps H and W too ([0, 3, 2, 1] for [0, 2, 3, 1]): the Linear's value then
     reaches the graph permuted back to channels-first as (C, W, H), a shape of its own that it fits only with H
-    and W swapped; paired there, the Linear looked right and the ReLU after it was blamed."""
-    x = torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(7))
+    and W swapped; paired there, the Linear looked right and the ReLU after it was blamed.  With a batch of one
+    the size-1 axis can go anywhere in a permutation (ConvNeXt in an onnxslim file: (3, 0, 2, 1) laid the value
+    out as 6 x 1 x 6 x 8, no shape of the graph's, and slipped past the rule)."""
+    x = torch.randn(batch, 3, 6, 6, generator=torch.Generator().manual_seed(7))
     report, planted = _channels_last_swapped(ChannelsLastMixer().eval(), x, tmp_path)
     fd = report.first_divergence
     assert not report.ok and planted in fd.layer.segment and len(computing_nodes(fd.layer)) <= 2, fd.layer.segment

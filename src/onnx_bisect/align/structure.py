@@ -171,13 +171,12 @@ def layout_of(ref: np.ndarray, v: np.ndarray, measure=distance, screen: float | 
     if v.size != ref.size:
         return None
     best = None
-    stable = _stable_perm(ref.shape, v.shape)
+    stable = _stable_order(ref.shape, v.shape)
     for perm in perms(ref, v):
-        if perm is not None and (v.shape == ref.shape or stable is not None and tuple(perm) != stable
-                                 and tuple(ref.shape[i] for i in perm) == v.shape):
+        if perm is not None and (v.shape == ref.shape or stable is not None and _order(perm, ref.shape) != stable):
             # a tensor holding PyTorch's value with two axes of equal size swapped (a channels-last copy of an
-            # H x W map as W x H, or its own shape transposed) is what a wrong permutation of those axes makes:
-            # no pair (the fault must stay inside the blamed segment)
+            # H x W map as W x H, or its own shape transposed; size-1 axes anywhere) is what a wrong permutation
+            # of those axes makes: no pair (the fault must stay inside the blamed segment)
             continue
         r = laid_out(ref, perm)
         if (screen is not None or sampled) and r.size > SCREEN_SAMPLE * 4:
@@ -197,15 +196,22 @@ def layout_of(ref: np.ndarray, v: np.ndarray, measure=distance, screen: float | 
     return best
 
 
-def _stable_perm(ref_shape: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...] | None:
-    """The permutation taking ``ref_shape`` to ``shape`` that keeps axes of equal size in their order, or None
-    when ``shape`` is no permutation of it."""
-    if len(ref_shape) != len(shape) or sorted(ref_shape) != sorted(shape):
+def _order(perm: tuple[int, ...], ref_shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The axes of ``ref_shape`` larger than 1, in the order ``perm`` lays them out."""
+    return tuple(i for i in perm if ref_shape[i] != 1)
+
+
+def _stable_order(ref_shape: tuple[int, ...], shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The order of ``ref_shape``'s axes larger than 1 that gives ``shape``'s (size-1 axes dropped on both
+    sides) keeping axes of equal size in their order, or None when ``shape`` is no permutation of it."""
+    ref_axes = [i for i, size in enumerate(ref_shape) if size != 1]
+    sizes = [size for size in shape if size != 1]
+    if sorted(ref_shape[i] for i in ref_axes) != sorted(sizes):
         return None
     free: dict[int, list[int]] = {}
-    for i, size in enumerate(ref_shape):
-        free.setdefault(size, []).append(i)
-    return tuple(free[size].pop(0) for size in shape)
+    for i in ref_axes:
+        free.setdefault(ref_shape[i], []).append(i)
+    return tuple(free[size].pop(0) for size in sizes)
 
 
 def output_divergence(capture: Capture, graph: GraphIndex, values) -> float:
