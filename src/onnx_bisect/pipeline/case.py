@@ -19,7 +19,7 @@ from ..align import ops as op_pairs
 from ..capture import modules as capture
 from ..capture import ops
 from ..measure import compare, localize
-from ..records import (Absence, Capture, LayerResult, LoadedModel, MatchMethod, ModelInputs,
+from ..records import (Absence, Capture, Cause, LayerResult, LoadedModel, MatchMethod, ModelInputs,
                        OutputResult, Report, Reproduction, TensorDiff, TensorPair, Tolerance)
 from ..records.graph import GraphIndex
 from ..records.weights import release, release_all
@@ -100,13 +100,7 @@ def bisect_case(prepared: Prepared, runner: Runner, inputs: ModelInputs, capture
     seen = observe_case(p, runner, model_feeds, policy, progress)
     aligned = align_case(p, seen, captured, inputs, policy, progress)
     measured = measure_case(p, runner, seen, aligned, captured, policy, progress)
-    judged = conditioning.judge(p, measured.outputs, measured.layers, captured, inputs, seen.final, aligned.probed,
-                                policy.tolerance, progress)
-    if judged is not None:
-        measured = dataclasses.replace(measured, outputs=judged.outputs, layers=judged.layers, notes=(judged.note,),
-                                       ok=all(o.agrees for o in judged.outputs))
-    found = explain.explain_case(p, runner, seen.feeds, seen.final, aligned, measured, captured, inputs, policy,
-                                 progress)
+    measured, found = explain_judged(p, runner, seen, aligned, measured, captured, inputs, policy, progress)
     report = Report(
         ok=measured.ok, tolerance=policy.tolerance, exporter=p.exported.exporter, opset=p.exported.opset,
         provider=runner.backend.name, outputs=measured.outputs, first_divergence=found.first, layers=found.layers or measured.layers,
@@ -116,6 +110,59 @@ def bisect_case(prepared: Prepared, runner: Runner, inputs: ModelInputs, capture
         repro=found.repro, graph_name=p.skeleton.graph.name,
     )
     return CaseRun(report, aligned.pairs, seen.final, aligned.probed)
+
+
+#: causes a confirmed fix proves to be a fault, whatever float32 rounding does: re-run with another attribute,
+#: weight, epsilon or formula the segment agrees with PyTorch (rounding, the runtime's fusions, a lower precision
+#: or a numerically delicate op are what a float64 run may still call the model's own conditioning)
+PROVEN_FAULTS = frozenset({Cause.ATTRIBUTE_MISMATCH, Cause.WEIGHT_MISMATCH, Cause.EPSILON_MISMATCH,
+                           Cause.GELU_APPROXIMATION, Cause.BATCHNORM_FOLD, Cause.RESIZE_MODE, Cause.TRAINING_MODE,
+                           Cause.BAKED_SHAPE, Cause.BATCH_MIXING, Cause.DTYPE})
+
+
+class _ReadOnlyMemo:
+    """An earlier case's diagnoses for a speculative explain, which keeps none of its own."""
+
+    def __init__(self, memo):
+        self._memo = memo
+
+    def get(self, tensor: str, introduced: bool):
+        return self._memo.get(tensor, introduced)
+
+    def keep(self, divergence) -> None:
+        pass
+
+
+def explain_judged(p: Prepared, runner: Runner, seen: Observation, aligned: Alignment, measured: Measurement,
+                   captured: Capture, inputs: ModelInputs, policy: CasePolicy, progress: Progress):
+    """``(measurement, explanation)``: the differences re-judged against float32 rounding, then explained.
+
+    A float64 forward tells rounding the model amplifies from a fault (:mod:`.conditioning`); a divergence
+    whose fix is confirmed by re-running — another attribute, weight, epsilon or formula and the segment agrees
+    with PyTorch — is a fault whatever rounding does.  So diverging outputs are explained first, and the float64
+    run is asked only when that explanation proves no fault (then explained again if it changed a verdict)."""
+    def run_explain(m: Measurement, pol: CasePolicy) -> explain.Explanation:
+        return explain.explain_case(p, runner, seen.feeds, seen.final, aligned, m, captured, inputs, pol, progress)
+
+    found = None
+    if not measured.ok:
+        found = run_explain(measured, dataclasses.replace(
+            policy, memo=None if policy.memo is None else _ReadOnlyMemo(policy.memo)))
+        first = found.first
+        if first is not None and first.confirmed is True and first.cause in PROVEN_FAULTS:
+            if policy.memo is not None:
+                policy.memo.keep(first)
+            return measured, found
+    judged = conditioning.judge(p, measured.outputs, measured.layers, captured, inputs, seen.final, aligned.probed,
+                                policy.tolerance, progress)
+    if judged is None and found is not None:
+        if policy.memo is not None and found.first is not None:
+            policy.memo.keep(found.first)
+        return measured, found
+    if judged is not None:
+        measured = dataclasses.replace(measured, outputs=judged.outputs, layers=judged.layers, notes=(judged.note,),
+                                       ok=all(o.agrees for o in judged.outputs))
+    return measured, run_explain(measured, policy)
 
 
 def observe_case(p: Prepared, runner: Runner, made_feeds: tuple[dict[str, np.ndarray], tuple[str, ...]],
