@@ -3,6 +3,7 @@ quantization step), a Reshape to a wrong shape that keeps the elements in order,
 not PyTorch's, a Split's outputs."""
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -355,3 +356,46 @@ def test_a_weight_fault_in_a_projection_pytorch_runs_as_one_addmm_is_narrowed_to
     fd = report.first_divergence
     assert not report.ok and matmul.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
     assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+
+
+class CausalAttention(torch.nn.Module):
+    """Two heads with a causal mask sized by the query (``q.size(-2)``): a TorchScript export computes the mask
+    from the query's Shape, and the sequence equals the head size, so a wrong perm keeps every shape."""
+
+    def __init__(self, d: int = 16, heads: int = 2):
+        super().__init__()
+        torch.manual_seed(23)
+        self.heads, self.head = heads, d // heads
+        self.qkv, self.out = torch.nn.Linear(d, 3 * d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        q, k, v = (t.view(b, n, self.heads, self.head).transpose(1, 2) for t in self.qkv(x).split(d, dim=-1))
+        size = q.size(-2)
+        bias = torch.where(torch.tril(torch.ones(size, size, dtype=torch.bool)), 0.0, float("-inf"))
+        scores = q @ k.transpose(-1, -2) / self.head ** 0.5 + bias
+        context = torch.softmax(scores, dim=-1) @ v
+        return self.out(context.transpose(1, 2).reshape(b, n, d))
+
+
+def test_a_mask_sized_by_the_query_is_not_computed_from_its_values(tmp_path):
+    """The mask's value depends on the query only through its Shape: were that a data dependency, the query
+    (PyTorch computes the mask from no tensor) would look out of order, every op pair after it would be
+    dropped, and a wrong perm on the Transpose after attention @ V be blamed with the whole attention (GPT-2
+    and Phi in TorchScript files: 29- and 38-node segments)."""
+    model, x = CausalAttention().eval(), torch.randn(1, 8, 16, generator=torch.Generator().manual_seed(5))
+    buffer = io.BytesIO()
+    with dc.quiet():  # a dynamic sequence: the mask's size is read off the query at run time
+        torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=17, input_names=["x"],
+                          dynamic_axes={"x": {1: "sequence"}})
+    proto = onnx.load_from_string(buffer.getvalue())
+    assert any(n.op_type == "Shape" for n in proto.graph.node)
+    transpose = [n for n in proto.graph.node if n.op_type == "Transpose"][-1]
+    assert list(next(a.ints for a in transpose.attribute if a.name == "perm")) == [0, 2, 1, 3]
+    bad = plant.set_attribute(proto, transpose.name, "perm", [0, 3, 1, 2])
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=bad)
+    fd = report.first_divergence
+    assert not report.ok and transpose.name in fd.layer.segment and len(computing_nodes(fd.layer)) <= 2, \
+        fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation

@@ -150,21 +150,27 @@ def _same_value_chain(tensor: str, good: dict[str, Match], graph: GraphIndex, wi
     return chain
 
 
+#: ops whose output is a property of their input's shape, not of its values: a value computed through them
+#: (a causal mask sized by the query) is not computed from that input in PyTorch's sense
+SHAPE_ONLY = frozenset({"Shape", "Size"})
+
+
 def _matched_ancestors(tensor: str, matched: dict[str, Match], graph: GraphIndex, within: set[str]) -> set[str]:
-    """The nearest matched tensors ``tensor`` is computed from inside the segment (through unmatched ones)."""
+    """The nearest matched tensors ``tensor`` is computed from inside the segment (through unmatched ones, not
+    through the input of a Shape: its values are not read)."""
     found, seen = set(), set()
-    node = graph.node_of(tensor)
-    stack = [i for i in (node.inputs if node else ()) if i in within]
+    stack = [tensor]
     while stack:
         t = stack.pop()
         if t in seen:
             continue
         seen.add(t)
-        if t in matched:
+        if t in matched and t != tensor:
             found.add(t)
             continue
         producer = graph.node_of(t)
-        stack.extend(i for i in (producer.inputs if producer else ()) if i in within)
+        if producer is not None and producer.op_type not in SHAPE_ONLY:
+            stack.extend(i for i in producer.inputs if i in within)
     return found
 
 
