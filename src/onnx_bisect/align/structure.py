@@ -383,8 +383,31 @@ def _nearest(ref: np.ndarray, near: list[str], values,
         (steps if _one_step(graph, near[c[1]], near[best[1]]) else rivals).append(c)
     if rivals:
         return None
-    rel, i, perm = max(steps, key=lambda c: c[1])
+    rel, i, perm = max(_unscaled(steps, [values[t] for t in near], ref), key=lambda c: c[1])
     return near[i], perm, rel
+
+
+def _unscaled(steps: list[tuple], tensors: list[np.ndarray], ref: np.ndarray) -> list[tuple]:
+    """``steps`` (``(rel, index into tensors, perm)``) less those that are another step times a constant: the
+    same direction, so nearness by value only rewards shrinking a tensor that upstream error made noisy (a
+    GELU's ×0.5 after the Linear it reads was taken for the Linear).  Of such copies the one whose magnitude
+    is nearest ``ref``'s stays."""
+    def off(c) -> float:
+        size, want = float(np.linalg.norm(tensors[c[1]].astype(np.float64))), float(np.linalg.norm(ref))
+        return abs(float(np.log(size / want))) if size > 0 and want > 0 else float("inf")
+
+    kept = [c for c in steps if all(off(c) <= off(d) for d in steps
+                                    if d is not c and _same_direction(tensors[c[1]], tensors[d[1]]))]
+    return kept or steps
+
+
+def _same_direction(a: np.ndarray, b: np.ndarray) -> bool:
+    """Whether ``b`` is ``a`` times a positive constant (to float noise), element for element."""
+    if a.size != b.size:
+        return False
+    x, y = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    nx, ny = float(np.dot(x, x)), float(np.dot(y, y))
+    return nx > 0 and ny > 0 and float(np.dot(x, y)) / np.sqrt(nx * ny) >= 1 - STRUCTURE_MAX_REL ** 2
 
 
 def _climb(ref: np.ndarray, found: tuple[str, tuple[int, ...] | None, float], values, graph: GraphIndex,
