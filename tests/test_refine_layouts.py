@@ -399,3 +399,55 @@ def test_a_mask_sized_by_the_query_is_not_computed_from_its_values(tmp_path):
     assert not report.ok and transpose.name in fd.layer.segment and len(computing_nodes(fd.layer)) <= 2, \
         fd.layer.segment
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+
+
+class RelativeBias(torch.nn.Module):
+    """Scores plus a bias gathered from a table by relative coordinates computed at run time from the scores'
+    size (BEiT's relative position bias): the coordinates are integers, permuted by a Transpose."""
+
+    def __init__(self, window: int = 4, heads: int = 2):
+        super().__init__()
+        torch.manual_seed(29)
+        self.window = window
+        self.table = torch.nn.Parameter(torch.randn((2 * window - 1) ** 2, heads))
+
+    def forward(self, scores):
+        n, w = scores.size(-1), self.window
+        position = torch.arange(n)
+        coords = torch.stack((position // w, position % w))  # 2, n
+        relative = (coords[:, :, None] - coords[:, None, :]).permute(1, 2, 0) + (w - 1)  # n, n, 2
+        index = relative[..., 0] * (2 * w - 1) + relative[..., 1]
+        bias = self.table[index.reshape(-1)].reshape(n, n, -1).permute(2, 0, 1)
+        return torch.softmax(scores + bias, dim=-1)
+
+
+class BiasedScores(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(30)
+        self.proj, self.bias = torch.nn.Linear(16, 16), RelativeBias()
+
+    def forward(self, x):
+        return self.bias(self.proj(x))
+
+
+def test_a_fix_that_changes_one_node_of_an_integer_computation_pins_the_segment_to_it():
+    """A wrong permutation of integer coordinates: no float tensor holds PyTorch's value until the Gather that
+    reads them, so the values narrow the divergence only to the whole index computation; the confirmed fix
+    changes one node of it, and the segment is that node (BEiT in a TorchScript file: 264 nodes -> 1)."""
+    model, x = BiasedScores().eval(), torch.randn(1, 2, 16, 16, generator=torch.Generator().manual_seed(8))
+    buffer = io.BytesIO()
+    with dc.quiet():  # a dynamic size: the coordinates are computed at run time, not folded into a constant
+        torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=17, input_names=["x"],
+                          dynamic_axes={"x": {2: "n", 3: "m"}})
+    proto = onnx.load_from_string(buffer.getvalue())
+    transpose = next(n for n in proto.graph.node if n.op_type == "Transpose"
+                     and list(next(a.ints for a in n.attribute if a.name == "perm")) == [1, 2, 0])
+    bad = plant.set_attribute(proto, transpose.name, "perm", [2, 1, 0])
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=bad)
+    fd = report.first_divergence
+    assert not report.ok and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert fd.layer.segment == (transpose.name,), fd.layer.segment
+    assert fd.within is not None and len(fd.within.segment) > 1
+    assert fd.evidence["narrowed_to_the_fixed_node"] == transpose.name

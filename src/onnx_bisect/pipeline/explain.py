@@ -87,9 +87,28 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
             repro = build_repro(ctx, first, runner.backend.settings)
     if refined is not None or amp is not None:
         first = dataclasses.replace(first, within=refined.within if refined else None, amplification=amp)
+    first = pinned_by_fix(first, p.index)
     if policy.memo is not None:
         policy.memo.keep(first)
     return Explanation(first, faithful, warnings=_passed_over(skipped), repro=repro)
+
+
+def pinned_by_fix(first: Divergence, index) -> Divergence:
+    """A confirmed fix that changes one node of a larger segment says where the fault is: the segment narrowed to
+    that node, the wider one kept as ``within``.  (The values inside may not say it: a permutation of the integer
+    coordinates a relative position bias is gathered with — no float tensor holds PyTorch's value until the
+    Gather, so the nodes computing it from right ones were the whole index computation.)"""
+    evidence = first.evidence
+    named = {row.get("onnx_node") for key in ("attributes", "mismatches") for row in evidence.get(key, ())
+             if isinstance(row, dict)} | ({evidence["onnx_node"]} if isinstance(evidence.get("onnx_node"), str) else set())
+    segment = first.layer.segment
+    if first.confirmed is not True or len(named) != 1 or len(segment) < 2 or next(iter(named)) not in segment:
+        return first
+    node = next(iter(named))
+    op_type = next((n.op_type for n in index.nodes if n.name == node), "")
+    layer = dataclasses.replace(first.layer, segment=(node,), segment_ops=(op_type,))
+    return dataclasses.replace(first, layer=layer, within=first.within or first.layer,
+                               evidence={**evidence, "narrowed_to_the_fixed_node": node})
 
 
 def _passed_over(modules: tuple[str, ...]) -> tuple[str, ...]:
