@@ -254,3 +254,64 @@ def test_a_container_recorded_late_does_not_bound_what_its_children_computed():
     fd = report.first_divergence
     assert not report.ok and fd.layer.segment == (norm.name,), fd.layer.segment
     assert fd.layer.pair.activation.module == "model.ln_f" and fd.cause == "epsilon-mismatch", fd.explanation
+
+
+class _ConstantBias(torch.nn.Module):
+    """A relative position bias computed from parameters alone (the exporter folds it into a constant)."""
+
+    def __init__(self, n: int = 8, heads: int = 2):
+        super().__init__()
+        self.table = torch.nn.Parameter(torch.randn(2 * n - 1, heads))
+        self.register_buffer("index", torch.arange(n)[:, None] - torch.arange(n)[None, :] + n - 1)
+
+    def forward(self):
+        return self.table[self.index].permute(2, 0, 1).unsqueeze(0)
+
+
+class _BiasedBlock(torch.nn.Module):
+    def __init__(self, d: int = 16, heads: int = 2):
+        super().__init__()
+        self.heads, self.bias, self.norm = heads, _ConstantBias(heads=heads), torch.nn.LayerNorm(d)
+        self.q, self.k, self.v, self.out = (torch.nn.Linear(d, d) for _ in range(4))
+
+    def forward(self, x):
+        b, s, d = x.shape
+        bias, h = self.bias(), self.norm(x)
+
+        def split(t):
+            return t.reshape(b, s, self.heads, d // self.heads).transpose(1, 2)
+        scores = split(self.q(h)) @ split(self.k(h)).transpose(-2, -1) / 8 ** 0.5 + bias
+        context = (torch.softmax(scores, dim=-1) @ split(self.v(h))).transpose(1, 2).reshape(b, s, d)
+        return x + self.out(context)
+
+
+class _Biased(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(12)
+        self.embed, self.blocks = torch.nn.Linear(8, 16), torch.nn.ModuleList(_BiasedBlock() for _ in range(2))
+
+    def forward(self, x):
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def test_a_value_folded_into_a_constant_takes_no_loose_pair(tmp_path):
+    """Downstream of a wrong LayerNorm epsilon, the second block's bias (folded into a constant: no tensor
+    computes it) must not take the nearest tensor after its inputs — the scores it is added to — which made it
+    the first divergence, cause unknown, and left the LayerNorm unpaired (BEiT in a renamed file)."""
+    model, x = _Biased().eval(), torch.randn(1, 8, 8, generator=torch.Generator().manual_seed(13))
+    proto = dc.export(model, (x,), "dynamo")
+    norm = [n for n in proto.graph.node if n.op_type == "LayerNormalization"][1]
+    renamed = _renamed(tmp_path, plant.set_attribute(proto, norm.name, "epsilon", 0.8))
+    planted = renamed.graph.node[list(proto.graph.node).index(norm)].name
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=renamed)
+    fd = report.first_divergence
+    assert not report.ok and planted in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
+    assert fd.cause == "epsilon-mismatch", fd.explanation
+    biases = [r for r in report.layers if r.pair.activation.module.endswith(".bias")]
+    assert len(biases) == 2 and all(r.pair.absent is not None and r.pair.tensor is None for r in biases), \
+        [(r.pair.activation.module, r.pair.tensor, r.pair.note) for r in biases]

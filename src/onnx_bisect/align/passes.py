@@ -11,10 +11,10 @@ Methods, in order of trust:
    and containers returning a child's tensor;
 5. structure: the same elements (up to a reshape or transpose) after the
    tensors of the activation's inputs, accepted only when the values agree;
-6. loose structure, only in a graph without scope information whose outputs
+6. absent: values an exporter folded into a constant;
+7. loose structure, only in a graph without scope information whose outputs
    diverge: the nearest value after the inputs, so that a fault is still
-   located at its own segment rather than at the last module;
-7. absent: values an exporter folded into a constant.
+   located at its own segment rather than at the last module.
 """
 from __future__ import annotations
 
@@ -57,10 +57,12 @@ PASSES: tuple[Pass, ...] = (
     Pass("folded scales", fusion.pair_scaled),
     Pass("fused into a consumer", fusion.pair_into_consumers),
     *SETTLE,
+    # before loose pairs: a value the file holds as a constant is no tensor's (BEiT's relative position bias,
+    # folded: downstream of a fault its nearest tensor was the scores it is added to)
+    Pass("folded constants", absent.mark_folded_constants),
     Pass("loose structure", structure.pair_loosely, structure.loose_gate),
     Pass("fused into a consumer (loose)", fusion.pair_into_consumers, structure.loose_gate),
     *(Pass(f"{p.name} (loose)", p.run, structure.loose_gate) for p in SETTLE),
-    Pass("folded constants", absent.mark_folded_constants),
 )
 
 
