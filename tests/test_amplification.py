@@ -207,3 +207,22 @@ def test_the_bisection_finds_the_segment_carrying_most_of_the_error_above_the_fl
     assert amp is not None and amp.tensor == "t2", amp
     assert amp.output_ratio == pytest.approx(2.4) and amp.output_ratio_without == pytest.approx(1.1)
     assert len(runs) <= 2 + int(np.ceil(np.log2(len(ordered))))
+
+
+def test_weight_noise_whose_error_is_within_rounding_of_the_largest_activation_is_still_named(tmp_path):
+    """fc1 also computes one large channel (20, read only faintly later): the noise's own error on the small
+    channels is then below 64 ULPs of that channel's magnitude — what float32 re-ordering could explain at that
+    scale — though it is the error the LayerNorm amplifies.  The weights are the evidence (not equal to float32's
+    resolution, and restoring PyTorch's makes the layer agree): weight-mismatch, not unknown (MobileBERT's
+    bottleneck, amplified fault)."""
+    text = SOURCE.replace("self.fc1.bias.mul_(0.01)", "self.fc1.bias.mul_(0.01)\n                self.fc1.bias[0] = 20.0")
+    text = text.replace("return self.head(self.act(self.fc2(self.act(self.norm(self.fc1(x))))))",
+                        "h = self.fc1(x)\n            y = self.head(self.act(self.fc2(self.act(self.norm(h[:, 1:])))))"
+                        "\n            return y + 1e-3 * h[:, :1]")
+    text = text.replace("torch.nn.LayerNorm(32)", "torch.nn.LayerNorm(31)").replace("torch.nn.Linear(32, 32)",
+                                                                                  "torch.nn.Linear(31, 32)")
+    source, proto = _export(tmp_path, text=text)
+    _, fd = _diverging(tmp_path, source, _plant_noise(proto), "noisy")
+    assert fd["module"] == "fc1" and fd["onnx_nodes"] == ["/fc1/Gemm"], fd["onnx_nodes"]
+    assert fd["amplification"] is not None and fd["local_max_abs"] < 64 * np.finfo(np.float32).eps * 21
+    assert fd["cause"] == "weight-mismatch" and fd["confirmed"] is True, fd["explanation"]
