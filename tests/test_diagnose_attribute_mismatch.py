@@ -95,3 +95,40 @@ def test_the_clip_bounds_of_a_fused_conv_against_the_relu6():
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     row = fd.evidence["attributes"][0]
     assert (row["attribute"], row["onnx_value"], row["expected"]) == ("activation_params", [0.0, 3.0], [0.0, 6.0])
+
+
+class _Recurrent(torch.nn.Module):
+    """A batch-first GRU read by a Linear: the export reshapes the GRU's sequence-first output, then transposes it
+    to batch-first."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(17)
+        self.gru, self.out = torch.nn.GRU(8, 16, batch_first=True), torch.nn.Linear(16, 5)
+
+    def forward(self, x):
+        b, n, _ = x.shape
+        return self.out(self.gru(x)[0].reshape(b * n, 16)).reshape(b, n, 5)
+
+
+def test_a_reshape_before_a_transpose_is_checked_against_the_shape_before_the_transpose():
+    """The Reshape after the GRU gets another shape of as many elements (the rows flattened later, so the model
+    still runs): the Transpose after it then lays the values out wrong.  The shape that was due is no PyTorch value's shape — it
+    is the GRU output's laid out as before that Transpose — and with it the segment reproduces PyTorch (a TCN's
+    GRU in an onnxslim file, whose nodes carry no scopes: cause unknown, the Linear's ops the only ones known)."""
+    model, x = _Recurrent().eval(), torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(18))
+    proto = dc.export(model, (x,), "dynamo")
+    nodes = list(proto.graph.node)
+    reshape = next(n for i, n in enumerate(nodes) if n.op_type == "Reshape" and nodes[i + 1].op_type == "Transpose")
+    shape = next(i for i in proto.graph.initializer if i.name == reshape.input[1])
+    assert list(numpy_helper.to_array(shape)) == [4, 2, 16]
+    shape.CopyFrom(numpy_helper.from_array(np.array([4, 8, 4], dtype=np.int64), shape.name))
+    for node in proto.graph.node:  # no scopes (as onnxslim leaves it): only the Linear's ops are captured
+        node.ClearField("metadata_props")
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert not report.ok and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert reshape.name in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
+    [row] = fd.evidence["attributes"]
+    assert row["onnx_node"] == reshape.name and row["expected"] == [4, 2, 16], row

@@ -267,6 +267,13 @@ def _shapes(ctx, proto) -> Iterator[Alternative]:
     activation = ctx.layer.pair.activation
     own = f"{activation.module_type}'s shape"
     wanted = [(tuple(activation.value.shape), own)] if proto.output[0] == ctx.tensor else []
+    # a Reshape whose output only Transposes lead to the divergent tensor: the shapes PyTorch's values there had
+    # (the op's own; those of ops nearby holding as many elements: a recurrent layer's batch-first output the
+    # op flattened), laid out as before those Transposes
+    for shape in dict.fromkeys([tuple(activation.value.shape)] + _near_shapes(ctx, activation)):
+        laid_out = _before_transposes(ctx, proto.output[0], shape)
+        if laid_out is not None:
+            wanted.append((laid_out, f"PyTorch's {list(shape)} before the Transpose after the Reshape"))
     wanted += [(tuple(a), own) for _, a in activation.args
                if isinstance(a, tuple) and all(isinstance(x, int) for x in a)]
     wanted += _view_shapes(ctx, proto, activation)
@@ -279,6 +286,40 @@ def _shapes(ctx, proto) -> Iterator[Alternative]:
             if value.shape != have.shape or not np.array_equal(value, have):
                 yield Alternative(proto.name, f"shape input '{proto.input[1]}'", have.tolist(), list(want),
                                   source, _replacement_shape(proto.input[1], value))
+
+
+def _near_shapes(ctx, activation) -> list[tuple[int, ...]]:
+    """Shapes of the values PyTorch computed with as many elements as ``activation``: of the ops around it
+    (nearest first), then of the layers whose tensors the segment reads (the layer before it, whose output it
+    flattened)."""
+    size = activation.value.size
+    ops = sorted((a for a in ctx.ops if a.value is not None and np.size(a.value) == size),
+                 key=lambda a: abs(a.index - activation.index))
+    read = {t for p in ctx.segment_protos for t in p.input}
+    inputs = [r.pair.activation for r in ctx.layers if r.pair.tensor in read and r.pair.activation.value is not None
+              and np.size(r.pair.activation.value) == size]
+    return list(dict.fromkeys(tuple(np.shape(a.value)) for a in ops + inputs))[:MAX_VIEW_SHAPES]
+
+
+def _before_transposes(ctx, tensor: str, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The shape ``tensor`` must have for the Transposes that alone lead from it to the divergent tensor to give
+    ``shape`` (a recurrent output reshaped sequence-first, then transposed to PyTorch's batch-first), or None
+    when other nodes (or none) lie between them."""
+    perms = []
+    while tensor != ctx.tensor:
+        readers = [n for n in ctx.segment_protos if tensor in n.input]
+        if len(readers) != 1 or readers[0].op_type != "Transpose":
+            return None
+        perms.append(list(attribute(readers[0], "perm", [])))
+        tensor = readers[0].output[0]
+    if not perms or any(sorted(p) != list(range(len(shape))) for p in perms):
+        return None
+    for perm in reversed(perms):  # undo the last Transpose first: out[i] = in[perm[i]]
+        before = [0] * len(shape)
+        for i, axis in enumerate(perm):
+            before[axis] = shape[i]
+        shape = tuple(before)
+    return shape
 
 
 #: ATen ops that only give their input another shape
