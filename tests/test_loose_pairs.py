@@ -315,3 +315,58 @@ def test_a_value_folded_into_a_constant_takes_no_loose_pair(tmp_path):
     biases = [r for r in report.layers if r.pair.activation.module.endswith(".bias")]
     assert len(biases) == 2 and all(r.pair.absent is not None and r.pair.tensor is None for r in biases), \
         [(r.pair.activation.module, r.pair.tensor, r.pair.note) for r in biases]
+
+
+class _DropPath(torch.nn.Module):
+    """Stochastic depth, in eval mode: returns its input."""
+
+    def forward(self, x):
+        return x
+
+
+class _WindowBlock(torch.nn.Module):
+    """Swin-style, at a stage whose map is one 2x2 window: attention inside it, the output projection's value
+    reversed out of the window (a reshape and a transpose: the same numbers, here even in the same order) and
+    handed to a DropPath before the residual Add."""
+
+    def __init__(self, d: int = 16, heads: int = 2):
+        super().__init__()
+        torch.manual_seed(14)
+        self.heads, self.norm, self.drop = heads, torch.nn.LayerNorm(d), _DropPath()
+        self.q, self.k, self.v, self.out = (torch.nn.Linear(d, d) for _ in range(4))
+        self.norm2, self.fc = torch.nn.LayerNorm(d), torch.nn.Linear(d, d)
+        with torch.no_grad():
+            self.out.bias.mul_(0.05)  # small, as trained biases often are: the MatMul is nearly the output
+
+    def forward(self, x):
+        _, _, d = x.shape
+        w = self.norm(x).view(1, 1, 2, 1, 2, d).permute(0, 1, 3, 2, 4, 5).reshape(1, 4, d)
+
+        def split(t):
+            return t.reshape(1, 4, self.heads, d // self.heads).transpose(1, 2)
+        scores = split(self.q(w)) @ split(self.k(w)).transpose(-2, -1) * 0.25
+        context = (torch.softmax(scores, dim=-1) @ split(self.v(w))).transpose(1, 2).reshape(1, 4, d)
+        back = self.out(context).view(1, 1, 1, 2, 2, d).permute(0, 1, 3, 2, 4, 5).reshape(1, 4, d)
+        x = x + self.drop(back)
+        return x + self.fc(self.norm2(x))
+
+
+def test_a_passthrough_takes_the_numbers_of_the_projection_it_returns_reordered(tmp_path):
+    """Downstream of a wrong attention scale, the DropPath's value is the output projection's reversed out of
+    the windows: the same numbers as the tensor the projection took, reordered.  Those numbers are its own, not
+    another module's: it must take that tensor, not the nearest other one (the MatMul before the projection's
+    bias), which no fix at the scale can make right — the segment stayed the whole attention, cause unknown
+    (Swin in a renamed file)."""
+    model, x = _WindowBlock().eval(), torch.randn(1, 4, 16, generator=torch.Generator().manual_seed(15))
+    proto = dc.export(model, (x,), "dynamo")
+    scale = next(n for n in proto.graph.node if n.op_type == "Mul" and any(
+        i.name in n.input and i.dims == [] for i in proto.graph.initializer))
+    value = next(i for i in proto.graph.initializer if i.name in scale.input and i.dims == [])
+    value.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(value) * 1.5, value.name))
+    renamed = _renamed(tmp_path, proto)
+    planted = renamed.graph.node[list(proto.graph.node).index(scale)].name
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=renamed)
+    fd = report.first_divergence
+    assert not report.ok and planted in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation

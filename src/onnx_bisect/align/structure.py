@@ -255,7 +255,7 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
                                    if p.tensor in exact and p.activation.is_leaf and p.activation.module})
     keys = {t: _copy_key(sig) for t, sig in signatures.items() if t not in upstream and sig is not None}
     taken = leaf_tensors(draft)
-    held = {_copy_key(signatures[t]) for t in taken if signatures.get(t) is not None}
+    held = _held_numbers(draft, taken, signatures)
     ordered = sorted(keys, key=graph.order_of)
     reach = reaches(acts, graph, draft)
     enclosing = enclosing_calls(acts)
@@ -269,14 +269,15 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
             lo = max(lower_bound(e, reach) for e in [a, *enclosing.get(a.index, ())])
 
             def allowed(t: str, a=a, lo=lo) -> bool:
-                return (t in keys and graph.order_of(t) > lo and t not in taken and keys[t] not in held
+                return (t in keys and graph.order_of(t) > lo and t not in taken
+                        and _torch_key(a) in held.get(keys[t], {_torch_key(a)})
                         and values[t].size == a.value.size and kind(values[t]) == "f"
                         and (a.passthrough or t not in earlier) and later.get(t, -1) < a.index)
             found = _nearest(a.value, _first_values([t for t in ordered if allowed(t)], keys), values, graph)
             if found is not None:
                 tensor = _claim_loose(a, _climb(a.value, found, values, graph, allowed), graph, draft)
                 taken.add(tensor)
-                held.add(keys[tensor])
+                held.setdefault(keys[tensor], set()).add(_torch_key(a))
         p = draft.get(a.index)
         own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
         reach[a.index] = max([reach.get(a.index, -1), own] + [reach.get(i, -1) for i in a.inputs])
@@ -286,6 +287,24 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         if own >= 0:
             earlier |= ancestors_of(graph, {p.tensor}, earlier)
     return draft.claims
+
+
+def _torch_key(a: Activation) -> tuple | None:
+    """The copy key of ``a``'s value (the same numbers reshaped or transposed share it)."""
+    sig = _signature(a.value)
+    return None if sig is None else _copy_key(sig)
+
+
+def _held_numbers(draft, taken: set[str], signatures) -> dict[tuple, set]:
+    """For each copy key of the taken tensors' numbers, the copy keys of the values of the activations holding
+    them: a tensor holding those numbers (reshaped, transposed) is another activation's only if that
+    activation's value is the same numbers too (Swin's window reverse of its output projection, which a
+    DropPath returns)."""
+    held: dict[tuple, set] = {}
+    for p in draft.values():
+        if p.tensor in taken and signatures.get(p.tensor) is not None:
+            held.setdefault(_copy_key(signatures[p.tensor]), set()).add(_torch_key(p.activation))
+    return held
 
 
 def _claim_loose(a: Activation, found: tuple[str, tuple[int, ...] | None, float], graph: GraphIndex,
