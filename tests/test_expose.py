@@ -75,3 +75,24 @@ def test_a_cut_at_a_tensor_whose_value_info_is_stale_declares_the_fed_shape():
     model.graph.value_info.append(agreeing)
     kept = next(i for i in cut_at_tensors(model, {"t": ref}).graph.input if i.name == reference_input_name("t"))
     assert kept.type.tensor_type.shape.dim[0].dim_param == "n"
+
+
+def test_a_segment_fed_at_one_output_of_a_split_runs_the_split_for_the_others():
+    """A cut at one output of a node with several (a Split's key, fed PyTorch's value) while the segment needs
+    another (its query): the node runs, and the fed output is not defined twice (ONNX Runtime refused the
+    segment: "Duplicate definition of name"; GPT-BigCode's multi-query attention in renamed and onnxslim files)."""
+    from onnx_bisect.diagnose.support import segment
+
+    graph = helper.make_graph(
+        [helper.make_node("Split", ["x"], ["q", "k", "v"], axis=1, num_outputs=3),
+         helper.make_node("Mul", ["q", "k"], ["y"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=9)
+    sub, boundary, _ = segment.extract(model, ["y"], {"k"})
+    assert set(boundary) == {"k", "x"}
+    x, k = np.arange(12, dtype=np.float32).reshape(2, 6), np.full((2, 2), 10.0, np.float32)
+    segment.with_inputs(sub, {"x": x, "k": k})
+    [y] = ort.InferenceSession(sub.SerializeToString(), providers=["CPUExecutionProvider"]).run(["y"], {"x": x, "k": k})
+    np.testing.assert_array_equal(y, x[:, :2] * 10.0)
+    assert [n.output[0] for n in model.graph.node] == ["q", "y"], "the caller's model is not modified"

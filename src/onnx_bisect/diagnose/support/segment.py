@@ -54,6 +54,11 @@ def extract(model: onnx.ModelProto, outputs: list[str], stops: set[str]) -> tupl
     sub.functions.extend(model.functions)
     sub.graph.name = "segment"
     sub.graph.node.extend(nodes)
+    fed = set(boundary)
+    for node in sub.graph.node:  # a node of several outputs computing one that is fed (a Split's output cut)
+        for i, out in enumerate(node.output):  # would define it twice: that output goes unused here
+            if out in fed:
+                node.output[i] = f"{out}::fed"
     sub.graph.initializer.extend(inits[n] for n in sorted(used))
     sub.graph.output.extend(helper.make_empty_tensor_value_info(o) for o in outputs if o not in boundary)
     return sub, boundary, used
