@@ -145,12 +145,17 @@ def candidate_tensors(capture: Capture, graph: GraphIndex, scopes: ScopeMap) -> 
             for t in node.outputs:
                 if t and _may_have_shape(graph.shapes.get(t), sizes):
                     names[t] = None
+    # the operands a runtime-fused node adds (a module's last Add summed inside it: see .fused_outputs)
+    summed = {i for node in graph.nodes if node.op_type in SUMMING for i in node.inputs[:2] + node.inputs[4:5] if i}
+    names.update(dict.fromkeys(sorted(summed)))
     found = [n for n in names if n not in graph.initializers and n not in graph.graph_inputs]
     # an activation that does not depend on the inputs (position embeddings) may be folded into a constant
-    return found + sorted(t for t in graph.initializers if graph.elem_types.get(t) in FLOAT_TYPES
-                          and t in graph.shapes and _may_have_shape(graph.shapes[t], sizes))
+    return found + sorted(t for t in graph.initializers if graph.elem_types.get(t) in FLOAT_TYPES and (
+        t in summed or t in graph.shapes and _may_have_shape(graph.shapes[t], sizes)))
 
 
+#: ONNX Runtime's fused nodes that add inputs 0, 1 (and the bias, input 4) before normalizing
+SUMMING = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
 FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                          onnx.TensorProto.BFLOAT16})
 

@@ -23,6 +23,12 @@ class NodeInfo:
     scope: tuple[str, ...] | None  # module path components, () = root, None = unknown
     scope_source: str  # "metadata", "name" or ""
     rewrite_rule: str = ""
+    #: the node's plain attributes (ints, floats, strings and their lists) as ``(name, value)`` pairs
+    attributes: tuple[tuple[str, object], ...] = field(default=(), compare=False, hash=False)
+
+    def attribute(self, name: str, default=None):
+        """The plain attribute ``name`` (``default`` when absent)."""
+        return next((v for k, v in self.attributes if k == name), default)
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ def index_graph(model: onnx.ModelProto) -> GraphIndex:
             index=i, name=node.name or f"{node.op_type}_{i}", op_type=node.op_type, domain=node.domain,
             inputs=tuple(node.input) + outer_inputs(node), outputs=tuple(node.output),
             scope=scope, scope_source=source, rewrite_rule=meta.get(REWRITE_RULE_KEY, ""),
+            attributes=_plain_attributes(node),
         )
         nodes.append(info)
         for out in node.output:
@@ -58,6 +59,21 @@ def index_graph(model: onnx.ModelProto) -> GraphIndex:
         elem_types=elem_types, shapes=shapes, half_resolution=_half_resolution(
             nodes, elem_types, consumers, {o.name for o in g.output}),
     )
+
+
+_PLAIN = {onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
+          onnx.AttributeProto.INTS, onnx.AttributeProto.FLOATS}
+
+
+def _plain_attributes(node: onnx.NodeProto) -> tuple[tuple[str, object], ...]:
+    """``(name, value)`` of the node's int, float and string attributes and their (short) lists."""
+    out = []
+    for a in node.attribute:
+        if a.type in _PLAIN and len(a.ints) + len(a.floats) <= 64:
+            value = onnx.helper.get_attribute_value(a)
+            out.append((a.name, value.decode("utf-8", "replace") if isinstance(value, bytes) else
+                        tuple(value) if isinstance(value, list) else value))
+    return tuple(out)
 
 
 #: ops whose outputs only hold values taken from their data inputs (a float16 value stays one)

@@ -1,0 +1,84 @@
+"""Files ONNX Runtime optimized offline: a node that carries a module's scope computes more than the module (a
+FusedConv applying a functional LeakyReLU; a SkipLayerNormalization adding an embedding's position term, the
+module's last Add).  The module is ``fused`` into that node — no false divergence on the clean file, and a
+fault after it is still found."""
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import onnx
+import onnxruntime as ort
+import torch
+
+import onnx_bisect
+from onnx_bisect.records import Status
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+import plant  # noqa: E402
+
+
+class _Tokens(torch.nn.Module):
+    """A class token and a position embedding added to patch tokens (CLIP's vision embeddings)."""
+
+    def __init__(self, d: int = 8, n: int = 16):
+        super().__init__()
+        self.cls, self.pos = torch.nn.Parameter(torch.randn(1, 1, d)), torch.nn.Parameter(torch.randn(1, n + 1, d))
+
+    def forward(self, patches):
+        return torch.cat([self.cls, patches], dim=1) + self.pos
+
+
+class _Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(31)
+        self.conv, self.conv2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 1)
+        self.tokens, self.norm, self.head = _Tokens(), torch.nn.LayerNorm(8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.conv2(torch.nn.functional.leaky_relu(self.conv(x), 0.1))
+        return self.head(self.norm(self.tokens(h.flatten(2).transpose(1, 2))))
+
+
+def _optimized(tmp_path, proto: onnx.ModelProto) -> onnx.ModelProto:
+    onnx.save(proto, tmp_path / "plain.onnx")
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    ort.InferenceSession(str(tmp_path / "plain.onnx"), so, providers=["CPUExecutionProvider"])
+    return onnx.load(tmp_path / "optimized.onnx")
+
+
+def _export(model, x) -> onnx.ModelProto:
+    buffer = io.BytesIO()
+    with dc.quiet():
+        torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=17)
+    return onnx.load_from_string(buffer.getvalue())
+
+
+def test_modules_fused_by_the_runtime_are_fused_not_diverged(tmp_path):
+    model, x = _Model().eval(), torch.randn(1, 3, 4, 4, generator=torch.Generator().manual_seed(32))
+    optimized = _optimized(tmp_path, _export(model, x))
+    ops = {n.op_type for n in optimized.graph.node}
+    assert {"FusedConv", "SkipLayerNormalization"} <= ops, ops
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=optimized)
+    assert report.ok and not report.warnings, report.warnings
+    rows = {r.pair.activation.module: r for r in report.layers}
+    assert rows["conv"].status is Status.FUSED and rows["conv"].pair.op_type == "FusedConv"
+    assert rows["tokens"].status is Status.FUSED and rows["tokens"].pair.op_type == "SkipLayerNormalization"
+
+
+def test_a_fault_after_a_module_fused_by_the_runtime_is_found(tmp_path):
+    model, x = _Model().eval(), torch.randn(1, 3, 4, 4, generator=torch.Generator().manual_seed(32))
+    optimized = _optimized(tmp_path, _export(model, x))
+    conv2 = next(n for n in optimized.graph.node if n.op_type == "Conv")
+    bad = plant.perturb_initializer(optimized, conv2.input[1], rel=0.3)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=bad)
+    fd = report.first_divergence
+    assert not report.ok and conv2.name in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
