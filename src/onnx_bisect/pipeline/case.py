@@ -215,8 +215,12 @@ def measure_case(p: Prepared, runner: Runner, seen: Observation, aligned: Alignm
         with progress.step("local", f"measuring local error at {len(aligned.cuts)} cut points"):
             local_values = runner.local(cut.feeds, cut.references, cut.unfed)
     with progress.step("report", "comparing"):
-        layers = localize.localize(aligned.pairs, p.index, aligned.probed, local_values, aligned.cuts, cmp,
-                                   accumulated_reliable=reproduction is not Reproduction.DIFFERENT)
+        # a graph output's row reads the unmodified model's value: exposing the other tensors changes what ONNX
+        # Runtime fuses, so the instrumented run may differ from it slightly (float16 files), and the outputs'
+        # verdict and their rows must not disagree
+        shipped = {t: seen.final[t] for t in p.index.graph_outputs if t in seen.final and t in aligned.probed}
+        layers = localize.localize(aligned.pairs, p.index, {**aligned.probed, **shipped}, local_values, aligned.cuts,
+                                   cmp, accumulated_reliable=reproduction is not Reproduction.DIFFERENT)
         warnings = (list(seen.feed_warnings) + list(p.warnings) + weight_warnings(p, layers)
                     + _warnings(p.loaded, captured, p.index, reproduction, reproduction_max_abs))
     return Measurement(outputs, ok, reproduction, reproduction_max_abs, layers, cut, cmp, tuple(warnings))
