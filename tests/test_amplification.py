@@ -226,3 +226,25 @@ def test_weight_noise_whose_error_is_within_rounding_of_the_largest_activation_i
     assert fd["module"] == "fc1" and fd["onnx_nodes"] == ["/fc1/Gemm"], fd["onnx_nodes"]
     assert fd["amplification"] is not None and fd["local_max_abs"] < 64 * np.finfo(np.float32).eps * 21
     assert fd["cause"] == "weight-mismatch" and fd["confirmed"] is True, fd["explanation"]
+
+
+def test_one_float16_node_in_a_renamed_file_is_blamed_not_the_linear_reading_it(tmp_path):
+    """Every node and tensor renamed: the LayerNorm's float16 output is judged at float16's resolution (or not
+    paired at all), so the error shows first in the Linear reading it, whose segment only reads a float16 input.
+    The precision fix names the nodes that computed that input in float16, and the segment becomes them (a
+    CLIP vision tower in a renamed file: blamed on the Linear, the fix's node list empty)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from fault_sweep import rename
+
+    text = SOURCE.replace("self.fc2(self.act(self.norm(", "self.fc2((self.norm(")
+    source, proto = _export(tmp_path, dynamo=True, text=text)
+    onnx.save(_half_norm(proto), tmp_path / "half.onnx")
+    rename(tmp_path / "half.onnx", tmp_path / "renamed.onnx")
+    renamed = onnx.load(tmp_path / "renamed.onnx")
+    norm = [n.name for n in renamed.graph.node if n.op_type == "LayerNormalization"]
+    _, fd = _diverging(tmp_path, source, renamed, "renamed_half_norm")
+    assert set(norm) <= set(fd["onnx_nodes"]) and len(fd["onnx_nodes"]) <= 6, fd["onnx_nodes"]
+    assert not {"Gemm", "MatMul"} & {n.op_type for n in renamed.graph.node if n.name in fd["onnx_nodes"]}
+    assert fd["cause"] == "precision" and fd["confirmed"] is True
+    assert set(norm) <= set(fd["evidence"].get("low_precision_nodes", []) + fd["evidence"].get(
+        "low_precision_producers", [])), fd["evidence"]

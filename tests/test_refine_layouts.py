@@ -450,4 +450,4 @@ def test_a_fix_that_changes_one_node_of_an_integer_computation_pins_the_segment_
     assert not report.ok and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     assert fd.layer.segment == (transpose.name,), fd.layer.segment
     assert fd.within is not None and len(fd.within.segment) > 1
-    assert fd.evidence["narrowed_to_the_fixed_node"] == transpose.name
+    assert fd.evidence["narrowed_to_the_fixed_nodes"] == [transpose.name]

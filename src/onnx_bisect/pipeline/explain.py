@@ -10,7 +10,7 @@ import onnx
 
 from ..diagnose import Baseline, CutRun, DiagnosisContext, OnnxModel, diagnose, explained_by_quantization, float_twin
 from ..measure import localize, observe
-from ..records import (Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Repro, Reproduction, Status,
+from ..records import (Cause, Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Repro, Reproduction, Status,
                        TensorPair, Tolerance)
 from ..report.progress import Progress
 from ..run import expose
@@ -93,22 +93,33 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
     return Explanation(first, faithful, warnings=_passed_over(skipped), repro=repro)
 
 
+#: a confirmed fix naming at most this many nodes (a precision fix: the nodes to keep in float32) pins the segment
+PINNED_AT_MOST = 12
+
+
 def pinned_by_fix(first: Divergence, index) -> Divergence:
-    """A confirmed fix that changes one node of a larger segment says where the fault is: the segment narrowed to
-    that node, the wider one kept as ``within``.  (The values inside may not say it: a permutation of the integer
-    coordinates a relative position bias is gathered with — no float tensor holds PyTorch's value until the
-    Gather, so the nodes computing it from right ones were the whole index computation.)"""
-    evidence = first.evidence
+    """A confirmed fix that changes one node of a larger segment, or keeps a few nodes in float32, says where the
+    fault is: the segment becomes those nodes, the one the divergence showed in kept as ``within``.  (The values
+    may not say it: a permutation of the integer coordinates a relative position bias is gathered with — no
+    float tensor holds PyTorch's value until the Gather; a float16 LayerNorm in a float32 model, whose output is
+    judged at float16's resolution, so the error shows only in the Linear after it.)"""
+    if first.confirmed is not True:
+        return first
+    evidence, segment = first.evidence, first.layer.segment
     named = {row.get("onnx_node") for key in ("attributes", "mismatches") for row in evidence.get(key, ())
              if isinstance(row, dict)} | ({evidence["onnx_node"]} if isinstance(evidence.get("onnx_node"), str) else set())
-    segment = first.layer.segment
-    if first.confirmed is not True or len(named) != 1 or len(segment) < 2 or next(iter(named)) not in segment:
+    low = set(evidence.get("low_precision_nodes") or ()) | set(evidence.get("low_precision_producers") or ()) \
+        if first.cause is Cause.PRECISION else set()
+    if len(named) == 1 and len(segment) > 1 and next(iter(named)) in segment:
+        nodes = [n for n in index.nodes if n.name in named]
+    elif low and len(low) <= PINNED_AT_MOST and low != set(segment):
+        nodes = [n for n in index.nodes if n.name in low]  # graph order
+    else:
         return first
-    node = next(iter(named))
-    op_type = next((n.op_type for n in index.nodes if n.name == node), "")
-    layer = dataclasses.replace(first.layer, segment=(node,), segment_ops=(op_type,))
+    layer = dataclasses.replace(first.layer, segment=tuple(n.name for n in nodes),
+                                segment_ops=tuple(n.op_type for n in nodes))
     return dataclasses.replace(first, layer=layer, within=first.within or first.layer,
-                               evidence={**evidence, "narrowed_to_the_fixed_node": node})
+                               evidence={**evidence, "narrowed_to_the_fixed_nodes": [n.name for n in nodes]})
 
 
 def _passed_over(modules: tuple[str, ...]) -> tuple[str, ...]:

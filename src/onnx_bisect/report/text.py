@@ -102,10 +102,14 @@ def divergence_where(fd: Divergence) -> str:
 
 
 def narrowed_text(fd: Divergence) -> str:
-    """`` (narrowed from the N-node segment computing X)`` when the divergence was narrowed to an op, else ``""``."""
-    return (f" (narrowed from the {len(computing_nodes(fd.within))}-node segment computing "
-            f"{fd.within.pair.activation.name})"
-            if fd.within is not None else "")
+    """`` (narrowed from the N-node segment computing X)`` when the divergence was narrowed to an op, else ``""``;
+    for a segment pinned to the nodes a confirmed fix changes, says so."""
+    if fd.within is None:
+        return ""
+    wider = f"the {len(computing_nodes(fd.within))}-node segment computing {fd.within.pair.activation.name}"
+    if fd.evidence.get("narrowed_to_the_fixed_nodes") and not set(fd.layer.segment) <= set(fd.within.segment):
+        return f" (the nodes the confirmed fix changes; the divergence shows in {wider})"
+    return f" (narrowed from {wider})"
 
 
 def _table(report: Report, show_all: bool) -> str:

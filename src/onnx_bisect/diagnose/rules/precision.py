@@ -42,17 +42,21 @@ class LowPrecision(Rule):
             values = {}
         after = ctx.compare(values[ctx.tensor], ctx.reference) if ctx.tensor in values else None
         stats = _range_stats(ctx, values, outputs)
-        reduce_ops = sorted({ctx.node(n).op_type for n in low if ctx.node(n).op_type in ACCUMULATING})
+        # half-precision inputs were rounded by the nodes computing them, outside the segment: those are the ones
+        # to keep in float32 (a float16 LayerNorm whose output is judged at float16's resolution)
+        producers = _half_island(ctx, low_inputs) - low
+        reduce_ops = sorted({ctx.node(n).op_type for n in low | producers if ctx.node(n).op_type in ACCUMULATING})
         evidence = {"low_precision_nodes": sorted(low)[:40], "n_low_precision_nodes": len(low),
+                    "low_precision_producers": sorted(producers)[:40],
                     "nodes_examined": len(nodes), "scope": "path from the graph inputs" if path else "segment",
                     "low_precision_inputs": low_inputs, "max_abs": error.max_abs,
                     "max_abs_in_float32": after.max_abs if after else None,
                     "nonfinite_in_onnx": error.nonfinite, "accumulating_ops_in_low_precision": reduce_ops, **stats}
         summary = _summary(ctx, path, low, nodes, low_inputs, error, after, stats, reduce_ops)
-        block = sorted(low)[:8]
+        block = sorted(low | producers)[:8]
         fix = (f"Keep these nodes in float32, e.g. onnxconverter_common.float16.convert_float_to_float16(model, "
-               f"keep_io_types=True, node_block_list={block}{' …' if len(low) > 8 else ''}) or op_block_list="
-               f"{reduce_ops or sorted({ctx.node(n).op_type for n in low})[:4]}"
+               f"keep_io_types=True, node_block_list={block}{' …' if len(low | producers) > 8 else ''}) or "
+               f"op_block_list={reduce_ops or sorted({ctx.node(n).op_type for n in low | producers})[:4]}"
                + ("; scale the activations down or use bfloat16 where values exceed float16's range" if
                   stats["values_beyond_float16_max"] else "")
                + ("; or loosen the tolerance to what float16 can deliver" if path else "") + ".")
@@ -83,6 +87,25 @@ def _summary(ctx: DiagnosisContext, path: bool, low, nodes, low_inputs, error, a
     return (f"{where[0].upper() + where[1:]} computing {ctx.layer.pair.activation.name} runs in half precision "
             f"({len(low)} of {len(nodes)} node(s){', inputs ' + ', '.join(low_inputs) if low_inputs else ''}) "
             f"and differs by {error.max_abs:.2g}: {'; '.join(reasons)}; {fp32_text}.")
+
+
+#: nodes named as the half-precision computation behind a segment's inputs, at most
+ISLAND_AT_MOST = 40
+
+
+def _half_island(ctx: DiagnosisContext, tensors: list[str]) -> set[str]:
+    """The nodes computing the half-precision ``tensors``, back through their half-precision inputs to the Casts
+    that made them (the float16 part of the graph that rounded them)."""
+    graph, found, stack = ctx.onnx.graph, set(), list(tensors)
+    while stack and len(found) < ISLAND_AT_MOST:
+        node = graph.node_of(stack.pop())
+        if node is None or node.name in found:
+            continue
+        found.add(node.name)
+        if not (node.op_type == "Cast" and graph.elem_types.get(node.outputs[0]) in LOW):
+            stack.extend(i for i in node.inputs if i and graph.elem_types.get(i) in LOW
+                         and i not in graph.initializers)
+    return found
 
 
 def _low_precision_nodes(ctx: DiagnosisContext, names: set[str]) -> set[str]:
