@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import torch
 from onnx import helper, numpy_helper
 
@@ -132,3 +133,32 @@ def test_a_reshape_before_a_transpose_is_checked_against_the_shape_before_the_tr
     assert reshape.name in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
     [row] = fd.evidence["attributes"]
     assert row["onnx_node"] == reshape.name and row["expected"] == [4, 2, 16], row
+
+
+def test_a_wrong_constant_inside_a_quick_gelu_is_found_from_its_formula(tmp_path):
+    """The 1.702 of CLIP's quick GELU (x·sigmoid(1.702·x)) scaled ×1.5 in its Mul, in a renamed file of the fault
+    sweep's CLIP vision tower: no op's argument says 1.702 and no single scalar fits the segment's values; the
+    activation's formula does (cause unknown before)."""
+    import fault_sweep
+    import sweep_models
+
+    model, inputs = sweep_models.build("clipvision")
+    proto = fault_sweep.export(model, inputs, "dynamo")
+    muls = [n for n in proto.graph.node if n.op_type == "Mul" and any(
+        i.name in n.input and i.dims == [] and abs(float(numpy_helper.to_array(i)) - 1.702) < 1e-4
+        for i in proto.graph.initializer)]
+    mul = muls[-1]
+    const = next(i for i in proto.graph.initializer if i.name in mul.input and i.dims == [])
+    own = numpy_helper.from_array(numpy_helper.to_array(const) * np.float32(1.5), const.name + "_planted")
+    proto.graph.initializer.append(own)  # the layers share the constant: the second layer's Mul gets its own
+    mul.input[list(mul.input).index(const.name)] = own.name
+    onnx.save(proto, tmp_path / "bad.onnx")
+    fault_sweep.rename(tmp_path / "bad.onnx", tmp_path / "renamed.onnx")
+    renamed = onnx.load(tmp_path / "renamed.onnx")
+    planted = renamed.graph.node[list(proto.graph.node).index(mul)].name
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=renamed)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    [row] = fd.evidence["attributes"]
+    assert row["onnx_node"] == planted and abs(row["expected"] - 1.702) < 1e-5, row

@@ -181,6 +181,7 @@ def _scalar_candidates(ctx, proto, position: int, have: float) -> Iterator[tuple
 #: wrong one inside the decomposition (GELU's x/√2 divided by another number) is no op's argument
 FORMULA_CONSTANTS = {
     "gelu": (math.sqrt(2.0), 1.0 / math.sqrt(2.0), 1.0, 0.5, 0.044715, math.sqrt(2.0 / math.pi)),
+    "quickgelu": (1.702,),  # x·sigmoid(1.702·x): CLIP's
     "hardswish": (3.0, 6.0, 1.0 / 6.0),
     "hardsigmoid": (3.0, 6.0, 1.0 / 6.0, 0.5),
     "mish": (1.0,),
