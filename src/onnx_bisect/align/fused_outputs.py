@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..records import MatchMethod, TensorPair
+from ..records import MatchMethod, ModuleKind, TensorPair
 from ..records.graph import NodeInfo
 from .similarity import STRUCTURE_MAX_REL, distance, kind
 from .scopes import SUMMING
 from .state import AlignInputs, AlignmentState, Claim
 
-#: ONNX Runtime's fused nodes that apply an ``activation`` attribute after their op
+#: ONNX Runtime's fused nodes that apply an ``activation`` attribute after their op, and the modules they host
 ACTIVATED = ("FusedConv", "FusedGemm", "FusedMatMul")
+HOSTED = (ModuleKind.CONV, ModuleKind.LINEAR, ModuleKind.BATCHNORM)
 
 
 def release_fused_outputs(state: AlignmentState, x: AlignInputs) -> list[Claim]:
@@ -40,7 +41,7 @@ def release_fused_outputs(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         ref = np.asarray(ref, np.float64).reshape(v.shape)
         if distance(v, ref) <= STRUCTURE_MAX_REL:
             continue  # it holds the module's value: nothing fused there
-        host = _activation_host(p.tensor, v, ref, x) or _summing_host(p.tensor, ref, x)
+        host = _activation_host(p.activation, p.tensor, v, ref, x) or _summing_host(p.tensor, ref, x)
         if host is not None:
             node, note = host
             draft.claim(TensorPair(p.activation, None, node.name, node.op_type, MatchMethod.FUSED, p.confidence,
@@ -48,8 +49,12 @@ def release_fused_outputs(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     return draft.claims
 
 
-def _activation_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs):
-    """``(node, note)`` when ``tensor``'s node applies an activation the values show after the module."""
+def _activation_host(a, tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs):
+    """``(node, note)`` when ``tensor``'s node applies an activation the values show after the module — a module
+    the node hosts (a Conv, Linear or a BatchNorm folded into it): an activation module's own value is what the
+    node's output must hold (were its bounds wrong, clamping its value again would hide that)."""
+    if a.kind not in HOSTED:
+        return None
     node = x.graph.node_of(tensor)
     name = node.attribute("activation") if node is not None and node.op_type in ACTIVATED else None
     out = activated(name, tuple(node.attribute("activation_params", ()) or ())) if name else None
