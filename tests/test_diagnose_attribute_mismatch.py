@@ -162,3 +162,28 @@ def test_a_wrong_constant_inside_a_quick_gelu_is_found_from_its_formula(tmp_path
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     [row] = fd.evidence["attributes"]
     assert row["onnx_node"] == planted and abs(row["expected"] - 1.702) < 1e-5, row
+
+
+def test_a_scalar_whose_product_no_module_returns_is_found_by_searching_it():
+    """The fault sweep's Conformer block, TorchScript export optimized offline by ONNX Runtime: the macaron
+    half-step's 0.5 (``x + 0.5·ff1(x)``, the parent's own arithmetic) set to 0.75.  Its Mul's output is no
+    module's value and the segment ends at the LayerNorm after the residual Add, so no closed form fits the
+    factor; searched by re-running the segment, 0.5 is found and confirmed (cause unknown before)."""
+    import fault_sweep
+    import sweep_models
+
+    model, inputs = sweep_models.build("conformer")
+    proto = rewrites.ort_optimized(fault_sweep.export(model, inputs, "torchscript"), "extended")
+    mul = next(n for n in proto.graph.node if n.op_type == "Mul" and n.name == "/Mul")
+    const = next(i for i in proto.graph.initializer if i.name in mul.input and not i.dims)
+    assert float(numpy_helper.to_array(const)) == 0.5
+    own = numpy_helper.from_array(np.array(0.75, dtype=np.float32), const.name + "_planted")
+    proto.graph.initializer.append(own)
+    mul.input[list(mul.input).index(const.name)] = own.name
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=proto)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    [row] = fd.evidence["attributes"]
+    assert row["onnx_node"] == mul.name and row["expected"] == 0.5, row
+    assert fd.layer.segment == (mul.name,), fd.layer.segment

@@ -155,7 +155,7 @@ def _scalars(ctx, proto) -> Iterator[Alternative]:
             continue
         have = float(value.reshape(-1)[0])
         tried = set()
-        for want, source in _scalar_candidates(ctx, proto, position, have):
+        for want, source in _scalar_candidates(ctx, proto, position, have, tensor, value):
             key = float(f"{want:.6g}")
             if not np.isfinite(want) or key in tried or np.isclose(want, have, rtol=1e-6, atol=0):
                 continue
@@ -164,7 +164,8 @@ def _scalars(ctx, proto) -> Iterator[Alternative]:
                               _replacement(tensor, np.full(value.shape, want, value.dtype)))
 
 
-def _scalar_candidates(ctx, proto, position: int, have: float) -> Iterator[tuple[float, str]]:
+def _scalar_candidates(ctx, proto, position: int, have: float, tensor: str, value: np.ndarray
+                       ) -> Iterator[tuple[float, str]]:
     fitted = _fit_scalar(ctx, proto, position) if proto.output[0] == ctx.tensor else None
     if fitted is not None:
         yield fitted, "the PyTorch output"
@@ -175,6 +176,14 @@ def _scalar_candidates(ctx, proto, position: int, have: float) -> Iterator[tuple
                 op = ctx.layer.pair.activation.module_type
                 yield x, f"{op}'s argument {x:.6g}"
                 yield 1.0 / x, f"the inverse of {op}'s argument {x:.6g}"
+    if fitted is None and proto.op_type in ("Mul", "Div"):
+        # inside the segment (a macaron half-step's 0.5 before a residual Add and a LayerNorm): no closed form,
+        # so the factor is searched by re-running the segment, and a simple number near it tried first
+        searched = _searched_scalar(ctx, tensor, have, value)
+        if searched is not None:
+            for nice in _nice_numbers(searched):
+                yield nice, "the PyTorch output (searched, a simple number near it)"
+            yield searched, "the PyTorch output (searched)"
 
 
 #: the constants of the formulas exporters write these modules (or ATen ops) as, by a word of their name: a
@@ -225,6 +234,60 @@ def _numbers(arg) -> list[float]:
     if isinstance(arg, (int, float)):
         return [float(arg)]
     return []
+
+
+#: segment runs a scalar search may take, and how far from the file's value it looks (a factor either way)
+SEARCH_RUNS = 24
+SEARCH_SPAN = 8.0
+
+
+def _searched_scalar(ctx, tensor: str, have: float, value: np.ndarray) -> float | None:
+    """The factor near ``have`` (same sign, within :data:`SEARCH_SPAN` either way) whose segment output is
+    nearest PyTorch's: a golden-section search on its logarithm, one segment run per step."""
+    if not np.isfinite(have) or have == 0:
+        return None
+    reference = ctx.reference.astype(np.float64)
+
+    def error(u: float) -> float:
+        model, weights = _replacement(tensor, np.full(value.shape, have * math.exp(u), value.dtype))(
+            edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
+        try:
+            out = ctx.run_segment(model, weights)[ctx.tensor].astype(np.float64)
+        except Exception:  # noqa: BLE001 - a value the segment will not run with is no candidate
+            return math.inf
+        return float(np.linalg.norm(out.reshape(-1) - reference.reshape(-1))) if out.size == reference.size \
+            else math.inf
+
+    ratio = (math.sqrt(5.0) - 1.0) / 2.0
+    lo, hi = -math.log(SEARCH_SPAN), math.log(SEARCH_SPAN)
+    a, b = hi - ratio * (hi - lo), lo + ratio * (hi - lo)
+    fa, fb = error(a), error(b)
+    for _ in range(SEARCH_RUNS - 2):
+        if fa <= fb:
+            hi, b, fb = b, a, fa
+            a = hi - ratio * (hi - lo)
+            fa = error(a)
+        else:
+            lo, a, fa = a, b, fb
+            b = lo + ratio * (hi - lo)
+            fb = error(b)
+    best = a if fa <= fb else b
+    return have * math.exp(best) if math.isfinite(min(fa, fb)) else None
+
+
+def _nice_numbers(x: float) -> list[float]:
+    """Simple numbers within 0.5 % of ``x``: a fraction p/q (q ≤ 16), or the square root of one, or its inverse
+    (an attention scale 1/√d)."""
+    out = []
+    for transform, back in ((lambda v: v, lambda v: v), (lambda v: v * v, math.sqrt), (lambda v: 1 / (v * v),
+                                                                                         lambda v: 1 / math.sqrt(v))):
+        t = transform(abs(x))
+        for q in range(1, 17):
+            p = round(t * q)
+            if p and abs(p / q - t) <= 5e-3 * t:
+                out.append(math.copysign(back(p / q), x))
+                break
+    return list(dict.fromkeys(out))
 
 
 def _fit_scalar(ctx, proto, position: int) -> float | None:
