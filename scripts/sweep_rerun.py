@@ -12,7 +12,8 @@ onnx_bisect source folder first on PYTHONPATH (a frozen copy, so that editing th
 under way). A case is pinpointed when every planted node is in ``onnx_nodes`` and there are at most 12; the
 right cause is the sweep's expected one (a shape constant is always ``attribute-mismatch``: a wrong constant
 at the file's own input size is the op's argument, not a shape baked for another size). Prints the rates per
-kind, provenance and architecture, and with ``--misses`` every miss.
+kind, provenance and architecture, and with ``--misses`` every miss.  ``--clean`` re-judges the clean files
+instead: a false alarm is an exit other than 0 or a diverged layer; a warning is counted apart.
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def select(cases: list[dict], args: argparse.Namespace) -> list[dict]:
     def wanted(value: str, option: str | None) -> bool:
         return not option or value in option.split(",")
 
-    kept = [c for c in cases if c["status"] == "counted" and wanted(c["kind"], args.kinds)
+    status = "clean" if args.clean else "counted"
+    kept = [c for c in cases if c["status"] == status and wanted(c["kind"], args.kinds)
             and wanted(c["arch"], args.archs) and wanted(c["provenance"], args.provs)
             and c["arch"] not in (args.skip_archs or "").split(",")]
     if not args.per:
@@ -64,6 +66,12 @@ def judge(case: dict, args: argparse.Namespace, runs: Path) -> dict:
     result = json.loads(report.read_text()) if report.exists() and proc.returncode in (0, 1) else {}
     fd = result.get("first_divergence") or {}
     nodes = fd.get("onnx_nodes") or []
+    if case["status"] == "clean":  # fault_sweep's verdict on a clean file: a false alarm, a warning
+        diverged = [layer.get("module") for layer in result.get("layers", []) if layer.get("status") == "diverged"]
+        return dict(id=case["id"], kind="clean", arch=case["arch"], prov=case["provenance"], exit=proc.returncode,
+                    false_alarm=proc.returncode != 0 or bool(diverged), diverged=diverged[:4],
+                    warnings=[str(w)[:200] for w in result.get("warnings", [])],
+                    error=proc.stderr[-300:] if proc.returncode > 1 else "")
     scored = fault_sweep.case_from_dict(case)
     if case["kind"] == "shape-constant":  # results planted before the planter said so (see sweep_faults)
         scored.expected = "attribute-mismatch"
@@ -76,6 +84,12 @@ def judge(case: dict, args: argparse.Namespace, runs: Path) -> dict:
 
 
 def summary(rows: list[dict], misses: bool) -> None:
+    if rows and rows[0]["kind"] == "clean":
+        alarms, warned = [r for r in rows if r["false_alarm"]], [r for r in rows if r["warnings"]]
+        print(f"clean files: {len(rows)}; false alarms {len(alarms)}; with warnings {len(warned)}")
+        for r in alarms + warned:
+            print("CLEAN", r["id"], r["exit"], r["diverged"], r["warnings"][:1], r["error"])
+        return
     groups: dict[str, list[dict]] = collections.defaultdict(list)
     for r in rows:
         for key in ("ALL", r["kind"], "prov:" + r["prov"], "arch:" + r["arch"]):
@@ -101,6 +115,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--out", default="sweep-rerun.json")
     p.add_argument("--misses", action="store_true")
+    p.add_argument("--clean", action="store_true", help="re-judge the clean files instead (false alarms, warnings)")
     args = p.parse_args()
     cases = select(json.loads(Path(args.results).read_text())["cases"], args)
     print(f"{len(cases)} cases", flush=True)
