@@ -182,3 +182,29 @@ def test_a_graph_outputs_row_reads_the_shipped_output_not_the_instrumented_run()
     assert report.ok, [o.diff for o in report.outputs]
     assert report.reproduction_max_abs > 0, "the instrumented run is not bit for bit the shipped one here"
     assert not [r.pair.activation.name for r in report.layers if r.status is Status.DIVERGED]
+
+
+def test_a_weight_fault_in_a_float16_file_is_pinned_to_the_node_reading_the_weight():
+    """BLOOM (the fault sweep's, dynamo export, float16): noise on the attention output projection's weight.  In
+    float16 no op inside the attention holds PyTorch's value to float32's noise, so the values narrow the
+    divergence to the whole 21-node attention; the confirmed fix restores one initializer, read by one MatMul,
+    and the segment is that MatMul."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import fault_sweep
+    import plant
+    import sweep_models
+
+    model, inputs = sweep_models.build("bloom")
+    proto = rewrites.to_float16(fault_sweep.export(model, inputs, "dynamo"))
+    dense = [n for n in proto.graph.node if n.op_type == "MatMul" and any(
+        i.name in n.input and len(i.dims) == 2 for i in proto.graph.initializer)][1]
+    weight = next(i for i in dense.input if i in {t.name for t in proto.graph.initializer})
+    bad = plant.perturb_initializer(proto, weight, rel=0.3)
+    report = onnx_bisect.bisect(model, inputs, onnx=bad, atol=1e-2, rtol=1e-2)
+    fd = report.first_divergence
+    assert not report.ok and fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert fd.layer.segment == (dense.name,), fd.layer.segment
+    assert fd.within is not None and len(fd.within.segment) > 1

@@ -98,8 +98,9 @@ PINNED_AT_MOST = 12
 
 
 def pinned_by_fix(first: Divergence, index) -> Divergence:
-    """A confirmed fix that changes one node of a larger segment, or keeps a few nodes in float32, says where the
-    fault is: the segment becomes those nodes, the one the divergence showed in kept as ``within``.  (The values
+    """A confirmed fix that changes one node of a larger segment, keeps a few nodes in float32, or restores weights
+    a few of its nodes read, says where the fault is: the segment becomes those nodes, the one the divergence
+    showed in kept as ``within``.  (The values
     may not say it: a permutation of the integer coordinates a relative position bias is gathered with — no
     float tensor holds PyTorch's value until the Gather; a float16 LayerNorm in a float32 model, whose output is
     judged at float16's resolution, so the error shows only in the Linear after it.)"""
@@ -110,16 +111,38 @@ def pinned_by_fix(first: Divergence, index) -> Divergence:
              if isinstance(row, dict)} | ({evidence["onnx_node"]} if isinstance(evidence.get("onnx_node"), str) else set())
     low = set(evidence.get("low_precision_nodes") or ()) | set(evidence.get("low_precision_producers") or ()) \
         if first.cause is Cause.PRECISION else set()
+    readers = _weight_readers(evidence, index) if first.cause is Cause.WEIGHT_MISMATCH else set()
     if len(named) == 1 and len(segment) > 1 and next(iter(named)) in segment:
         nodes = [n for n in index.nodes if n.name in named]
     elif low and len(low) <= PINNED_AT_MOST and low != set(segment):
         nodes = [n for n in index.nodes if n.name in low]  # graph order
+    elif readers and len(readers) < len(segment) and readers <= set(segment):
+        nodes = [n for n in index.nodes if n.name in readers]
     else:
         return first
     layer = dataclasses.replace(first.layer, segment=tuple(n.name for n in nodes),
                                 segment_ops=tuple(n.op_type for n in nodes))
     return dataclasses.replace(first, layer=layer, within=first.within or first.layer,
                                evidence={**evidence, "narrowed_to_the_fixed_nodes": [n.name for n in nodes]})
+
+
+#: ops that only carry a weight to the node computing with it (dequantized, cast, laid out)
+WEIGHT_CARRIERS = frozenset({"DequantizeLinear", "Cast", "Transpose", "Reshape", "Unsqueeze", "Squeeze", "Identity"})
+
+
+def _weight_readers(evidence: dict, index) -> set[str]:
+    """The nodes computing with the initializers a weight fix restores, through the ops carrying them there (a
+    DequantizeLinear, a Cast, a Transpose); empty when they are many."""
+    found: set[str] = set()
+    stack = [row["initializer"] for row in evidence.get("parameters", ()) if isinstance(row, dict)
+             and row.get("initializer")]
+    while stack and len(found) <= PINNED_AT_MOST:
+        for c in index.consumers.get(stack.pop(), ()):
+            node = index.nodes[c]
+            found.add(node.name)
+            if node.op_type in WEIGHT_CARRIERS:
+                stack.extend(node.outputs)
+    return found if len(found) <= PINNED_AT_MOST else set()
 
 
 def _passed_over(modules: tuple[str, ...]) -> tuple[str, ...]:
