@@ -187,3 +187,31 @@ def test_a_scalar_whose_product_no_module_returns_is_found_by_searching_it():
     [row] = fd.evidence["attributes"]
     assert row["onnx_node"] == mul.name and row["expected"] == 0.5, row
     assert fd.layer.segment == (mul.name,), fd.layer.segment
+
+
+def test_a_reshape_moving_a_size_one_axis_is_found_before_the_segment_that_reads_it(tmp_path):
+    """The fault sweep's ConvNeXt V2 simplified by onnx-simplifier: the Reshape after the first pointwise Linear
+    gets [8, 1, 8, 64] for [1, 8, 8, 64] — the same numbers in the same order, so the Linear and its GELU pair
+    as matching, and only the global response norm after them, reducing over the spatial axes, computes wrong.
+    Fed PyTorch's value in PyTorch's shape, as that Reshape at PyTorch's shape would give it, the norm agrees:
+    the Reshape is named (cause unknown before, the norm's five nodes blamed)."""
+    import fault_sweep
+    import sweep_models
+
+    model, inputs = sweep_models.build("convnextv2")
+    onnx.save(fault_sweep.export(model, inputs, "torchscript"), tmp_path / "plain.onnx")
+    fault_sweep.simplify(tmp_path / "plain.onnx", tmp_path / "sim.onnx")
+    proto = onnx.load(tmp_path / "sim.onnx")
+    inits = {i.name: i for i in proto.graph.initializer}
+    reshape = next(n for n in proto.graph.node if n.op_type == "Reshape" and n.input[1] in inits
+                   and list(numpy_helper.to_array(inits[n.input[1]])) == [1, 8, 8, 64])
+    own = numpy_helper.from_array(np.array([8, 1, 8, 64], dtype=np.int64), reshape.input[1] + "_planted")
+    proto.graph.initializer.append(own)
+    reshape.input[1] = own.name
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=proto)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    [row] = fd.evidence["attributes"]
+    assert row["onnx_node"] == reshape.name and row["expected"] == [1, 8, 8, 64], row
+    assert fd.layer.segment == (reshape.name,) and reshape.name not in fd.within.segment

@@ -3,10 +3,12 @@ pads, dilations and groups, Pad mode, pooling windows, a scale or offset constan
 a Where's branches …) contradicts the PyTorch module's or op's, or another value reproduces PyTorch exactly."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from ..support import edits, layout
-from ..support.alternatives import Alternative, alternatives, attribute_change
+from ..support.alternatives import Alternative, alternatives, attribute_change, boundary_shapes
 from ...records import Cause, ModuleKind, module_kind
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
@@ -98,26 +100,28 @@ def _baked(ctx: DiagnosisContext, alt: Alternative) -> bool:
 def _search(ctx: DiagnosisContext) -> list[Alternative]:
     """Try each plausible alternative of each segment node; keep one with which the segment reproduces PyTorch."""
     trials = 0
-    for proto in ctx.segment_protos:
-        for alt in alternatives(ctx, proto, ctx.shape_of):
-            trials += 1
-            if trials > MAX_TRIALS:
-                return []
-            model, weights = alt.apply(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
-            try:
-                values = ctx.run_segment(model, weights)
-            except Exception:  # noqa: BLE001 - an alternative the runtime rejects is simply not the answer
-                continue
-            if ctx.compare(values[ctx.tensor], ctx.reference).ok:
-                return [alt]
+    tried = (alt for proto in ctx.segment_protos for alt in alternatives(ctx, proto, ctx.shape_of))
+    for alt in itertools.chain(tried, boundary_shapes(ctx)):
+        trials += 1
+        if trials > MAX_TRIALS:
+            return []
+        model, weights = alt.apply(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
+        try:
+            values = ctx.run_segment(model, weights, feeds=alt.feeds)
+        except Exception:  # noqa: BLE001 - an alternative the runtime rejects is simply not the answer
+            continue
+        if ctx.compare(values[ctx.tensor], ctx.reference).ok:
+            return [alt]
     return []
 
 
 def _apply(ctx: DiagnosisContext, wrong: list[Alternative]) -> FixedSegment:
     model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
+    feeds: dict = {}
     for alt in wrong:
         model, weights = alt.apply(model, weights)
-    return FixedSegment(model, weights)
+        feeds.update(alt.feeds or {})
+    return FixedSegment(model, weights, feeds or None)
 
 
 def _norm(value, rank: int):

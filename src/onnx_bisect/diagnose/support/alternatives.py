@@ -37,6 +37,7 @@ class Alternative:
     want: Any
     source: str  # what implies ``want``: "the PyTorch output", "aten.mul.Scalar's factor"
     edit: Edit
+    feeds: dict[str, np.ndarray] | None = None  # values the segment reads instead (a fixed node outside it)
 
     def apply(self, model: onnx.ModelProto, weights: Weights) -> tuple[onnx.ModelProto, Weights]:
         """This alternative applied to ``model``/``weights`` (which are modified: pass copies)."""
@@ -384,6 +385,52 @@ def _before_transposes(ctx, tensor: str, shape: tuple[int, ...]) -> tuple[int, .
             before[axis] = shape[i]
         shape = tuple(before)
     return shape
+
+
+def boundary_shapes(ctx) -> Iterator[Alternative]:
+    """A Reshape just outside the segment whose output — a tensor the segment reads, paired with an activation
+    it holds element for element — has another shape than PyTorch's value (a size-1 axis moved: the same
+    numbers in the same order, read along other axes by a reduction or a Conv): the Reshape at PyTorch's
+    shape, the segment fed the value in that shape."""
+    by_tensor = {r.pair.tensor: r.pair.activation for r in ctx.layers if r.pair.tensor and r.pair.activation.value
+                 is not None}
+    for t, value in ctx.segment_feeds().items():
+        a = by_tensor.get(t)
+        producer = _reshape_behind(ctx, t) if a is not None else None
+        if producer is None or len(producer.inputs) < 2:
+            continue
+        want = tuple(np.shape(a.value))
+        have = ctx.constant(producer.inputs[1])
+        if have is None or have.dtype.kind not in "iu" or value.shape == want or int(np.prod(want)) != value.size:
+            continue
+        fixed = np.array(want, dtype=have.dtype)
+        if have.shape != fixed.shape:
+            continue
+        yield Alternative(producer.name, f"shape input '{producer.inputs[1]}'", have.tolist(), list(want),
+                          f"{a.name}'s shape", _replacement_shape(producer.inputs[1], fixed),
+                          feeds={t: np.ascontiguousarray(value.reshape(want))})
+
+
+#: ops whose output has the shape of their (non-constant) input
+ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Erf", "Relu", "Sigmoid", "Tanh", "Gelu", "Cast", "Neg",
+                         "Abs", "Sqrt", "Exp", "Log", "LeakyRelu", "Clip", "HardSigmoid", "HardSwish", "Softplus",
+                         "Identity", "Mish", "Elu", "Selu", "PRelu", "FastGelu", "QuickGelu"})
+
+
+def _reshape_behind(ctx, tensor: str):
+    """The nearest Reshape ``tensor`` is computed from through elementwise ops (a Linear's output reshaped, then
+    its activation), or None."""
+    graph, queue, seen = ctx.onnx.graph, [tensor], set()
+    while queue and len(seen) < 16:  # nearest first: a GELU reads its input on two paths
+        node = graph.node_of(queue.pop(0))
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.op_type == "Reshape":
+            return node
+        if node.op_type in ELEMENTWISE:  # (not by the file's shapes: they may be stale where it was edited)
+            queue += [i for i in node.inputs if i and not graph.is_constant(i)]
+    return None
 
 
 #: ATen ops that only give their input another shape
