@@ -112,7 +112,10 @@ def pinned_by_fix(first: Divergence, index) -> Divergence:
     low = set(evidence.get("low_precision_nodes") or ()) | set(evidence.get("low_precision_producers") or ()) \
         if first.cause is Cause.PRECISION else set()
     readers = _weight_readers(evidence, index) if first.cause is Cause.WEIGHT_MISMATCH else set()
-    if len(named) == 1 and (len(segment) > 1 or next(iter(named)) not in segment):  # outside: a Reshape before it
+    # one node: when the segment is too large to point at anything (or the node lies outside it: a Reshape before
+    # it); a small segment is kept whole — two adjacent layout ops can each undo the other's fault, and the fix
+    # found may be the neighbour's compensating change
+    if len(named) == 1 and (len(segment) > PINNED_AT_MOST or next(iter(named)) not in segment):
         nodes = [n for n in index.nodes if n.name in named]
     elif low and len(low) <= PINNED_AT_MOST and low != set(segment):
         nodes = [n for n in index.nodes if n.name in low]  # graph order
