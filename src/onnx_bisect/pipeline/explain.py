@@ -98,12 +98,12 @@ PINNED_AT_MOST = 12
 
 
 def pinned_by_fix(first: Divergence, index) -> Divergence:
-    """A confirmed fix that changes one node of a larger segment, keeps a few nodes in float32, or restores weights
-    a few of its nodes read, says where the fault is: the segment becomes those nodes, the one the divergence
-    showed in kept as ``within``.  (The values
-    may not say it: a permutation of the integer coordinates a relative position bias is gathered with — no
-    float tensor holds PyTorch's value until the Gather; a float16 LayerNorm in a float32 model, whose output is
-    judged at float16's resolution, so the error shows only in the Linear after it.)"""
+    """A confirmed fix that changes one node (of a segment too large to point at anything, or just outside it),
+    keeps a few nodes in float32, or restores weights a few of its nodes read, says where the fault is: the
+    segment becomes those nodes, the one the divergence showed in kept as ``within``.  (The values may not say
+    it: a permutation of the integer coordinates a relative position bias is gathered with — no float tensor
+    holds PyTorch's value until the Gather; a float16 LayerNorm in a float32 model, whose output is judged at
+    float16's resolution, so the error shows only in the Linear after it.)"""
     if first.confirmed is not True:
         return first
     evidence, segment = first.evidence, first.layer.segment
