@@ -120,19 +120,6 @@ PROVEN_FAULTS = frozenset({Cause.ATTRIBUTE_MISMATCH, Cause.WEIGHT_MISMATCH, Caus
                            Cause.BAKED_SHAPE, Cause.BATCH_MIXING, Cause.DTYPE})
 
 
-class _ReadOnlyMemo:
-    """An earlier case's diagnoses for a speculative explain, which keeps none of its own."""
-
-    def __init__(self, memo):
-        self._memo = memo
-
-    def get(self, tensor: str, introduced: bool):
-        return self._memo.get(tensor, introduced)
-
-    def keep(self, divergence) -> None:
-        pass
-
-
 def explain_judged(p: Prepared, runner: Runner, seen: Observation, aligned: Alignment, measured: Measurement,
                    captured: Capture, inputs: ModelInputs, policy: CasePolicy, progress: Progress):
     """``(measurement, explanation)``: the differences re-judged against float32 rounding, then explained.
@@ -147,18 +134,18 @@ def explain_judged(p: Prepared, runner: Runner, seen: Observation, aligned: Alig
     found = None
     if not measured.ok:
         found = run_explain(measured, dataclasses.replace(
-            policy, memo=None if policy.memo is None else _ReadOnlyMemo(policy.memo)))
+            policy, memo=None if policy.memo is None else policy.memo.read_only()))
         first = found.first
-        if first is not None and first.confirmed is True and first.cause in PROVEN_FAULTS:
-            if policy.memo is not None:
+        proven = first is not None and first.confirmed is True and first.cause in PROVEN_FAULTS
+        judged = None if proven else conditioning.judge(p, measured.outputs, measured.layers, captured, inputs,
+                                                        seen.final, aligned.probed, policy.tolerance, progress)
+        if judged is None:  # the explanation stands: keep it for later cases
+            if policy.memo is not None and first is not None:
                 policy.memo.keep(first)
             return measured, found
-    judged = conditioning.judge(p, measured.outputs, measured.layers, captured, inputs, seen.final, aligned.probed,
-                                policy.tolerance, progress)
-    if judged is None and found is not None:
-        if policy.memo is not None and found.first is not None:
-            policy.memo.keep(found.first)
-        return measured, found
+    else:
+        judged = conditioning.judge(p, measured.outputs, measured.layers, captured, inputs, seen.final,
+                                    aligned.probed, policy.tolerance, progress)
     if judged is not None:
         measured = dataclasses.replace(measured, outputs=judged.outputs, layers=judged.layers, notes=(judged.note,),
                                        ok=all(o.agrees for o in judged.outputs))

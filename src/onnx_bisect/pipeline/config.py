@@ -65,6 +65,17 @@ class DiagnosisMemo:
         """Remember ``divergence`` for later cases."""
         self._found[(divergence.layer.pair.tensor, divergence.introduced)] = divergence
 
+    def read_only(self) -> DiagnosisMemo:
+        """A view that answers from this memo but keeps nothing (for an explanation that may be discarded)."""
+        view = _ReadOnlyMemo()
+        view._found = self._found
+        return view
+
+
+class _ReadOnlyMemo(DiagnosisMemo):
+    def keep(self, divergence: Divergence) -> None:
+        """Keeps nothing: see :meth:`DiagnosisMemo.read_only`."""
+
 
 @dataclass(frozen=True)
 class CasePolicy:
