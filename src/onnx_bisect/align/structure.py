@@ -267,17 +267,18 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         if a.index not in draft and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size \
                 and not _returns_paired_value(a, holders, draft):
             lo = max(lower_bound(e, reach) for e in [a, *enclosing.get(a.index, ())])
+            mine = _torch_key(a)  # once per activation: a pass over its value
 
-            def allowed(t: str, a=a, lo=lo) -> bool:
+            def allowed(t: str, a=a, lo=lo, mine=mine) -> bool:
                 return (t in keys and graph.order_of(t) > lo and t not in taken
-                        and _torch_key(a) in held.get(keys[t], {_torch_key(a)})
-                        and values[t].size == a.value.size and kind(values[t]) == "f"
+                        and values[t].size == a.value.size and mine in held.get(keys[t], {mine})
+                        and kind(values[t]) == "f"
                         and (a.passthrough or t not in earlier) and later.get(t, -1) < a.index)
             found = _nearest(a.value, _first_values([t for t in ordered if allowed(t)], keys), values, graph)
             if found is not None:
                 tensor = _claim_loose(a, _climb(a.value, found, values, graph, allowed), graph, draft)
                 taken.add(tensor)
-                held.setdefault(keys[tensor], set()).add(_torch_key(a))
+                held.setdefault(keys[tensor], set()).add(mine)
         p = draft.get(a.index)
         own = graph.order_of(p.tensor) if p is not None and p.tensor in graph.producer else -1
         reach[a.index] = max([reach.get(a.index, -1), own] + [reach.get(i, -1) for i in a.inputs])
