@@ -14,6 +14,7 @@ import torch
 
 import onnx_bisect
 from onnx_bisect.capture import dispatch
+from onnx_bisect.report.text import to_json
 from onnx_bisect.records import ModelInputs
 from onnx_bisect.report.text import computing_nodes
 
@@ -450,4 +451,5 @@ def test_a_fix_that_changes_one_node_of_an_integer_computation_pins_the_segment_
     assert not report.ok and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     assert fd.layer.segment == (transpose.name,), fd.layer.segment
     assert fd.within is not None and len(fd.within.segment) > 1
-    assert fd.evidence["narrowed_to_the_fixed_nodes"] == [transpose.name]
+    assert fd.fixed_nodes == (transpose.name,)
+    assert to_json(report)["first_divergence"]["fixed_nodes"] == [transpose.name]

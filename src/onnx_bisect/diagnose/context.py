@@ -355,6 +355,9 @@ class Finding:
     summary: str  # one or two sentences in plain words
     fix: str
     evidence: dict[str, Any] = field(default_factory=dict)
+    #: the ONNX nodes the fix edits, keeps in float32 or restores the weights of, when it names a few: once the
+    #: fix is confirmed by re-running, that is where the fault is (``pipeline.explain.pinned_by_fix``)
+    changes: tuple[str, ...] = ()
     counterfactual: Counterfactual | None = field(default=None, compare=False, repr=False)
     optimize: bool = True  # whether the confirming re-run keeps the backend's graph optimizations
     from_inputs: bool = False  # the confirming re-run computes from the graph inputs, not from the cut tensors

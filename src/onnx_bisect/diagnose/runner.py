@@ -66,6 +66,7 @@ def diagnose(ctx: DiagnosisContext) -> Divergence:
     return Divergence(
         layer=ctx.layer, introduced=ctx.introduced, cause=chosen.cause, explanation=chosen.summary,
         confidence=confidence, evidence=evidence, fix=chosen.fix, confirmed=confirmed,
+        fixed_nodes=chosen.changes,
     )
 
 

@@ -100,52 +100,28 @@ PINNED_AT_MOST = 12
 def pinned_by_fix(first: Divergence, index) -> Divergence:
     """A confirmed fix that changes one node (of a segment too large to point at anything, or just outside it),
     keeps a few nodes in float32, or restores weights a few of its nodes read, says where the fault is: the
-    segment becomes those nodes, the one the divergence showed in kept as ``within``.  (The values may not say
-    it: a permutation of the integer coordinates a relative position bias is gathered with — no float tensor
-    holds PyTorch's value until the Gather; a float16 LayerNorm in a float32 model, whose output is judged at
-    float16's resolution, so the error shows only in the Linear after it.)"""
-    if first.confirmed is not True:
+    segment becomes those nodes (``Divergence.fixed_nodes``), the one the divergence showed in kept as
+    ``within``.  (The values may not say it: a permutation of the integer coordinates a relative position bias is
+    gathered with — no float tensor holds PyTorch's value until the Gather; a float16 LayerNorm in a float32
+    model, whose output is judged at float16's resolution, so the error shows only in the Linear after it.)"""
+    fixed, segment = set(first.fixed_nodes), first.layer.segment
+    if first.confirmed is not True or not fixed or len(fixed) > PINNED_AT_MOST:
         return first
-    evidence, segment = first.evidence, first.layer.segment
-    named = {row.get("onnx_node") for key in ("attributes", "mismatches") for row in evidence.get(key, ())
-             if isinstance(row, dict)} | ({evidence["onnx_node"]} if isinstance(evidence.get("onnx_node"), str) else set())
-    low = set(evidence.get("low_precision_nodes") or ()) | set(evidence.get("low_precision_producers") or ()) \
-        if first.cause is Cause.PRECISION else set()
-    readers = _weight_readers(evidence, index) if first.cause is Cause.WEIGHT_MISMATCH else set()
-    # one node: when the segment is too large to point at anything (or the node lies outside it: a Reshape before
-    # it); a small segment is kept whole — two adjacent layout ops can each undo the other's fault, and the fix
-    # found may be the neighbour's compensating change
-    if len(named) == 1 and (len(segment) > PINNED_AT_MOST or next(iter(named)) not in segment):
-        nodes = [n for n in index.nodes if n.name in named]
-    elif low and len(low) <= PINNED_AT_MOST and low != set(segment):
-        nodes = [n for n in index.nodes if n.name in low]  # graph order
-    elif readers and len(readers) < len(segment) and readers <= set(segment):
-        nodes = [n for n in index.nodes if n.name in readers]
+    if first.cause is Cause.PRECISION:  # the nodes to keep in float32
+        pinned = fixed != set(segment)
+    elif first.cause is Cause.WEIGHT_MISMATCH:  # the nodes reading the restored weights
+        pinned = len(fixed) < len(segment) and fixed <= set(segment)
     else:
+        # one node: when the segment is too large to point at anything (or the node lies outside it: a Reshape
+        # before it); a small segment is kept whole — two adjacent layout ops can each undo the other's fault, and
+        # the fix found may be the neighbour's compensating change
+        pinned = len(fixed) == 1 and (len(segment) > PINNED_AT_MOST or not fixed <= set(segment))
+    if not pinned:
         return first
+    nodes = [n for n in index.nodes if n.name in fixed]  # graph order
     layer = dataclasses.replace(first.layer, segment=tuple(n.name for n in nodes),
                                 segment_ops=tuple(n.op_type for n in nodes))
-    return dataclasses.replace(first, layer=layer, within=first.within or first.layer,
-                               evidence={**evidence, "narrowed_to_the_fixed_nodes": [n.name for n in nodes]})
-
-
-#: ops that only carry a weight to the node computing with it (dequantized, cast, laid out)
-WEIGHT_CARRIERS = frozenset({"DequantizeLinear", "Cast", "Transpose", "Reshape", "Unsqueeze", "Squeeze", "Identity"})
-
-
-def _weight_readers(evidence: dict, index) -> set[str]:
-    """The nodes computing with the initializers a weight fix restores, through the ops carrying them there (a
-    DequantizeLinear, a Cast, a Transpose); empty when they are many."""
-    found: set[str] = set()
-    stack = [row["initializer"] for row in evidence.get("parameters", ()) if isinstance(row, dict)
-             and row.get("initializer")]
-    while stack and len(found) <= PINNED_AT_MOST:
-        for c in index.consumers.get(stack.pop(), ()):
-            node = index.nodes[c]
-            found.add(node.name)
-            if node.op_type in WEIGHT_CARRIERS:
-                stack.extend(node.outputs)
-    return found if len(found) <= PINNED_AT_MOST else set()
+    return dataclasses.replace(first, layer=layer, within=first.within or first.layer)
 
 
 def _passed_over(modules: tuple[str, ...]) -> tuple[str, ...]:

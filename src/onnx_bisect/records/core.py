@@ -327,6 +327,7 @@ class Divergence:
     confirmed: bool | None = None  # re-run with the fix applied: True/False; None = not attempted
     within: LayerResult | None = None  # the module-level layer whose segment this op-level one was narrowed from
     amplification: Amplification | None = None  # set when the error is below tolerance locally, amplified later
+    fixed_nodes: tuple[str, ...] = ()  # the nodes the (confirmed) fix changes, when it names a few
 
 
 @dataclass(frozen=True)

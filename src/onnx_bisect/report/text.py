@@ -107,7 +107,8 @@ def narrowed_text(fd: Divergence) -> str:
     if fd.within is None:
         return ""
     wider = f"the {len(computing_nodes(fd.within))}-node segment computing {fd.within.pair.activation.name}"
-    if fd.evidence.get("narrowed_to_the_fixed_nodes") and not set(fd.layer.segment) <= set(fd.within.segment):
+    if (fd.fixed_nodes and set(fd.layer.segment) == set(fd.fixed_nodes)
+            and not set(fd.layer.segment) <= set(fd.within.segment)):
         return f" (the nodes the confirmed fix changes; the divergence shows in {wider})"
     return f" (narrowed from {wider})"
 
@@ -270,6 +271,7 @@ def divergence_json(fd: Divergence | None) -> dict[str, Any] | None:
         "evidence": jsonable(fd.evidence),
         "fix": fd.fix,
         "confirmed": fd.confirmed,
+        "fixed_nodes": list(fd.fixed_nodes),
         "explanation": fd.explanation,
         "amplification": None if fd.amplification is None else {
             "local_tolerance_ratio": json_float(fd.amplification.local_ratio),

@@ -38,7 +38,8 @@ class EpsilonMismatch(Rule):
                    f"value (local max abs {ctx.layer.local.max_abs:.2g}).")
         fix = ("Restore the module's eps in the ONNX graph (the epsilon attribute, or the constant added before the "
                "square root) and check whatever tool rewrote it; re-exporting from the module gives the right value.")
-        return Finding(self.cause, 0.9, summary, fix, evidence, counterfactual=lambda c: _restore(c, wrong))
+        return Finding(self.cause, 0.9, summary, fix, evidence, changes=tuple(dict.fromkeys(w[0] for w in wrong)),
+                       counterfactual=lambda c: _restore(c, wrong))
 
 
 def _sites(ctx: DiagnosisContext):

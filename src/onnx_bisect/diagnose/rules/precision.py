@@ -61,7 +61,7 @@ class LowPrecision(Rule):
                   stats["values_beyond_float16_max"] else "")
                + ("; or loosen the tolerance to what float16 can deliver" if path else "") + ".")
         confidence = 0.85 if after is not None and after.ok else (0.6 if after is None else 0.35)
-        return Finding(self.cause, confidence, summary, fix, evidence,
+        return Finding(self.cause, confidence, summary, fix, evidence, changes=tuple(sorted(low | producers)),
                        counterfactual=lambda c: _float32(c, nodes, path), from_inputs=path)
 
 

@@ -40,7 +40,7 @@ class ResizeMode(Rule):
             fix = (f"Set the Resize's attributes to mode={found[0]}, coordinate_transformation_mode={found[1]}"
                    + (f", nearest_mode={found[2]}" if found[0] == "nearest" else "")
                    + f", or re-export with the same F.interpolate({as_torch}) the model uses.")
-            return Finding(self.cause, 0.9, summary, fix, evidence,
+            return Finding(self.cause, 0.9, summary, fix, evidence, changes=(proto.name,),
                            counterfactual=lambda c, n=proto.name, f=found: FixedSegment(_set(c.onnx.skeleton, n, f),
                                                                                       c.onnx.weights))
         return None

@@ -70,7 +70,29 @@ class WeightMismatch(Rule):
             fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
                    "check the export script loads the weights before torch.onnx.export.")
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
+                       changes=_readers(ctx, [n for n, _, _, _ in differing]),
                        counterfactual=lambda c: _restore(c, differing))
+
+
+#: ops that only carry a weight to the node computing with it (dequantized, cast, laid out)
+WEIGHT_CARRIERS = frozenset({"DequantizeLinear", "Cast", "Transpose", "Reshape", "Unsqueeze", "Squeeze", "Identity"})
+
+
+def _readers(ctx: DiagnosisContext, initializers: list[str]) -> tuple[str, ...]:
+    """The nodes computing with ``initializers``, through the ops carrying them there (a DequantizeLinear, a
+    Cast, a Transpose): the nodes a weight fix changes."""
+    graph, found, stack, seen = ctx.onnx.graph, {}, list(initializers), set()
+    while stack:
+        tensor = stack.pop()
+        if tensor in seen:
+            continue
+        seen.add(tensor)
+        for c in graph.consumers.get(tensor, ()):
+            node = graph.nodes[c]
+            found[node.name] = None
+            if node.op_type in WEIGHT_CARRIERS:
+                stack.extend(node.outputs)
+    return tuple(found)
 
 
 def _counterpart(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
