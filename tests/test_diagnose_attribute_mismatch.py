@@ -1,6 +1,7 @@
 """Attribute rule: node attributes against the module's configuration, else found by trying alternatives."""
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -215,3 +216,43 @@ def test_a_reshape_moving_a_size_one_axis_is_found_before_the_segment_that_reads
     [row] = fd.evidence["attributes"]
     assert row["onnx_node"] == reshape.name and row["expected"] == [1, 8, 8, 64], row
     assert fd.layer.segment == (reshape.name,) and reshape.name not in fd.within.segment
+
+
+class _RelativeGather(torch.nn.Module):
+    """Relative positions clamped to a bucket range and gathered from per-bucket scores (DeBERTa's c2p/p2c
+    attention, T5's buckets): the clamp works on integers, which no PyTorch float value holds."""
+
+    def __init__(self, span: int = 4):
+        super().__init__()
+        torch.manual_seed(12)
+        self.span, self.proj, self.table = span, torch.nn.Linear(16, 16), torch.nn.Parameter(torch.randn(2 * span, 16))
+
+    def forward(self, x):
+        n = x.shape[1]
+        pos = torch.arange(n, device=x.device)
+        index = torch.clamp(pos[None, :] - pos[:, None] + self.span, 0, 2 * self.span - 1)
+        scores = self.proj(x) @ self.table.t()  # 1, n, 2 * span
+        return torch.gather(scores, -1, index.unsqueeze(0).expand(x.shape[0], n, n)).softmax(-1)
+
+
+def test_the_bounds_of_a_clip_on_gather_indices_are_the_gathered_axis_range():
+    """A Clip of integer positions with a narrowed upper bound, inside an unnamed segment of integer arithmetic:
+    the bounds that keep the indices within the axis the Gather reads reproduce PyTorch (a DeBERTa TorchScript
+    file: a 29-node segment, unknown)."""
+    model, x = _RelativeGather().eval(), torch.randn(1, 12, 16, generator=torch.Generator().manual_seed(3))
+    buffer = io.BytesIO()
+    with dc.quiet():  # a dynamic length: the positions are computed at run time, not folded into a constant
+        torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=17, input_names=["x"],
+                          dynamic_axes={"x": {1: "n"}})
+    proto = onnx.load_from_string(buffer.getvalue())
+    clip = next(n for n in proto.graph.node if n.op_type == "Clip")
+    bound = next(n for n in proto.graph.node if n.output[0] == clip.input[2])
+    assert int(numpy_helper.to_array(bound.attribute[0].t)) == 7
+    bound.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array(3, dtype=np.int64)))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    row = fd.evidence["attributes"][0]
+    assert (row["onnx_node"], row["attribute"], row["onnx_value"], row["expected"]) == (clip.name, "max", 3.0, 7.0)
+    assert clip.name in fd.layer.segment and len(fd.layer.segment) <= 12, fd.layer.segment

@@ -75,7 +75,7 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
     elif op == "Reshape" and len(proto.input) > 1:
         yield from _shapes(ctx, proto)
     elif op == "Clip":
-        yield from _clip_bounds(ctx, proto)
+        yield from _clip_bounds(ctx, proto, shape_of)
     elif op in ("FusedConv", "FusedGemm") and attribute(proto, "activation") == "Clip":
         yield from _fused_clip_bounds(ctx, proto)
 
@@ -467,23 +467,55 @@ def _replacement_shape(tensor: str, value: np.ndarray) -> Edit:
     return edit
 
 
-def _clip_bounds(ctx, proto) -> Iterator[Alternative]:
-    """Clip bounds at those of PyTorch's clamp (its arguments), or at the range of PyTorch's output."""
+def _clip_bounds(ctx, proto, shape_of) -> Iterator[Alternative]:
+    """Clip bounds at those of PyTorch's clamps (the divergent op's arguments, then those of the clamps captured
+    around it), at the range of PyTorch's output, or — for a Clip of integers that index a Gather — at the
+    gathered axis's range."""
     bounds = [(i, proto.input[i]) for i in (1, 2) if len(proto.input) > i and proto.input[i]]
     if not bounds:
         return
     reference = ctx.reference
     finite = reference[np.isfinite(reference)]
     numbers = [x for _, a in ctx.layer.pair.activation.args for x in _numbers(a)]
+    numbers += [x for op in ctx.ops if op.module_type.startswith(CLAMP_OPS) for _, a in op.args for x in _numbers(a)]
+    axis = _indexed_axis(ctx, proto.output[0], shape_of)
     for i, tensor in bounds:
         value = ctx.constant(tensor)
         if value is None or value.size != 1:
             continue
         have = float(value.reshape(-1)[0])
-        guesses = list(numbers)
+        guesses = list(numbers) + ([0.0 if i == 1 else float(axis - 1)] if axis else [])
         if proto.output[0] == ctx.tensor and finite.size:
             guesses.append(float(finite.min() if i == 1 else finite.max()))
         for want in dict.fromkeys(float(f"{g:.6g}") for g in guesses):
             if not np.isclose(want, have):
                 yield Alternative(proto.name, "min" if i == 1 else "max", have, want, "the PyTorch output",
                                   _replacement(tensor, np.full(value.shape, want, value.dtype)))
+
+
+#: ATen ops clamping to their arguments
+CLAMP_OPS = ("aten.clamp", "aten.clip", "aten.hardtanh")
+#: ops carrying integer indices unchanged in value to the Gather reading them
+INDEX_CARRIERS = frozenset({"Squeeze", "Unsqueeze", "Expand", "Reshape", "Cast", "Identity", "Flatten"})
+GATHERS = frozenset({"Gather", "GatherElements"})
+
+
+def _indexed_axis(ctx, tensor: str, shape_of) -> int | None:
+    """The size of the axis a Gather reads along with ``tensor``'s integers as its indices (through ops that
+    carry them unchanged), when there is one such axis; None otherwise."""
+    graph, sizes, stack, seen = ctx.onnx.graph, set(), [tensor], set()
+    while stack:
+        t = stack.pop()
+        if t in seen or len(seen) > 32:
+            continue
+        seen.add(t)
+        for c in graph.consumers.get(t, ()):
+            node = graph.nodes[c]
+            if node.op_type in INDEX_CARRIERS and node.inputs and node.inputs[0] == t:
+                stack.extend(node.outputs)
+            elif node.op_type in GATHERS and node.inputs[1:2] == (t,):
+                shape = shape_of(node.inputs[0])
+                axis = node.attribute("axis", 0)
+                if shape and -len(shape) <= axis < len(shape) and isinstance(shape[axis], int):
+                    sizes.add(shape[axis])
+    return sizes.pop() if len(sizes) == 1 else None
