@@ -6,11 +6,13 @@ from pathlib import Path
 
 import onnx
 import pytest
+import torch
 from onnx import TensorProto, helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 import plant  # noqa: E402
+import rewrites  # noqa: E402
 
 import onnx_bisect  # noqa: E402
 from onnx_bisect.diagnose import preflight  # noqa: E402
@@ -103,3 +105,38 @@ def test_clean_model_gets_no_preflight_warning_but_the_batch_axis():
     report = onnx_bisect.bisect(model, inputs, onnx=proto)
     assert [w for w in report.warnings if "batch size" not in w] == []
     assert "preflight" in report.timings
+
+
+class _RMSNormNet(torch.nn.Module):
+    """A Linear and a hand-written RMSNorm, which ONNX Runtime's optimizer rewrites into its own
+    SimplifiedLayerNormalization in the ONNX domain."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.fc, self.weight = torch.nn.Linear(16, 16), torch.nn.Parameter(torch.rand(16) + 0.5)
+
+    def forward(self, x):
+        h = self.fc(x)
+        return h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+def test_an_offline_optimized_files_runtime_ops_are_a_note_not_a_checker_warning():
+    """ONNX Runtime's offline optimizer writes SimplifiedLayerNormalization in the ONNX domain, which the onnx
+    package has no schema for: a clean optimized file gets a note that it runs on ONNX Runtime only, and no
+    checker warning; a broken node next to it is still reported."""
+    model, x = _RMSNormNet().eval(), torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(1))
+    proto = rewrites.rewrite(dc.export(model, (x,), "torchscript"), "ort-extended")
+    assert any(n.op_type == "SimplifiedLayerNormalization" and n.domain == "" for n in proto.graph.node)
+    assert preflight.checker_errors(proto)  # the onnx package alone does not know the op
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    assert report.ok and report.warnings == (), report.warnings
+    assert any("SimplifiedLayerNormalization in the ONNX domain" in n for n in report.notes), report.notes
+    own = make_backend().own_ops()
+    assert preflight.checker_errors(proto, own) == []
+    bad = onnx.ModelProto()
+    bad.CopyFrom(proto)
+    bad.graph.input[0].type.tensor_type.elem_type = TensorProto.INT64  # a wrong input type stays a warning
+    [warning] = preflight.checker_errors(bad, own)
+    assert "onnx.checker" in warning

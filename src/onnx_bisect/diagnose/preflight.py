@@ -35,6 +35,7 @@ class Preflight:
 
     warnings: tuple[str, ...] = ()
     weight_differences: tuple["WeightDifference", ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 def check_model(loaded: LoadedModel, inputs: ModelInputs, skeleton: onnx.ModelProto, weights: Weights,
@@ -47,12 +48,14 @@ def check_model(loaded: LoadedModel, inputs: ModelInputs, skeleton: onnx.ModelPr
     found: list[str] = []
     found += training_mode_nodes(skeleton)
     found += float64_model(loaded, inputs, skeleton)
-    found += checker_errors(skeleton)
+    own = getattr(backend, "own_ops", lambda: frozenset())()
+    found += checker_errors(skeleton, own)
     if backend is not None:
         problem = runtime_support(skeleton, backend)
         if problem:
             raise OnnxLoadError(problem)
-    return Preflight(tuple(found), tuple(compare_weights(loaded, skeleton, weights, capture)))
+    return Preflight(tuple(found), tuple(compare_weights(loaded, skeleton, weights, capture)),
+                     notes=tuple(runtime_only_ops(skeleton, own)))
 
 
 # ---------------------------------------------------------------- training mode
@@ -101,10 +104,17 @@ def float64_model(loaded: LoadedModel, inputs: ModelInputs, skeleton: onnx.Model
 
 # ---------------------------------------------------------------- onnx.checker
 
-def checker_errors(skeleton: onnx.ModelProto) -> list[str]:
-    """``onnx.checker`` with ``full_check`` (strict shape inference), on a view whose split-off weights are inputs."""
+def checker_errors(skeleton: onnx.ModelProto, runtime_ops: frozenset[tuple[str, str]] = frozenset()) -> list[str]:
+    """``onnx.checker`` with ``full_check`` (strict shape inference), on a view whose split-off weights are inputs;
+    nodes of ``runtime_ops`` (ops the runtime defines in the ONNX domain, which the onnx package has no schema
+    for) are checked as the runtime's own (:func:`runtime_only_ops` notes them)."""
     view = checkable_view(skeleton)
     view.graph.ClearField("value_info")
+    own = [n for n in view.graph.node if (n.domain, n.op_type) in runtime_ops and n.domain in ("", "ai.onnx")]
+    for node in own:
+        node.domain = RUNTIME_DOMAIN
+    if own and not any(o.domain == RUNTIME_DOMAIN for o in view.opset_import):
+        view.opset_import.append(helper.make_opsetid(RUNTIME_DOMAIN, 1))
     try:
         onnx.checker.check_model(view, full_check=True)
     except Exception as exc:  # noqa: BLE001 - ValidationError, InferenceError and friends
@@ -112,6 +122,21 @@ def checker_errors(skeleton: onnx.ModelProto) -> list[str]:
         return [f"onnx.checker (full check, strict shape inference) reports: {first}. ONNX Runtime may still run "
                 "the model, but other runtimes and tools may not. Fix: repair the named node or re-export."]
     return []
+
+
+#: where a view checked by onnx.checker puts the runtime's own ops (a domain the checker does not know)
+RUNTIME_DOMAIN = "com.microsoft"
+
+
+def runtime_only_ops(skeleton: onnx.ModelProto, runtime_ops: frozenset[tuple[str, str]]) -> list[str]:
+    """A note when the ONNX domain holds ops only the runtime defines (its graph optimizer writes them there)."""
+    ops = sorted({n.op_type for n in skeleton.graph.node
+                  if n.domain in ("", "ai.onnx") and (n.domain, n.op_type) in runtime_ops})
+    if not ops:
+        return []
+    return [f"The graph uses {', '.join(ops)} in the ONNX domain: ONNX Runtime's own op(s), as its graph optimizer "
+            "writes them (an offline-optimized file). It runs on ONNX Runtime; other runtimes and onnx.checker do "
+            "not know them, so keep the unoptimized file for those."]
 
 
 # ---------------------------------------------------------------- runtime support

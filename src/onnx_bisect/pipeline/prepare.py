@@ -147,7 +147,8 @@ def prepare(loaded: LoadedModel, inputs: ModelInputs, captured: Capture, exporte
                                          + op_pairs.op_tensors(op_acts, index)))
     with progress.step("preflight", "checking the model before running it"):
         checked = preflight.check_model(loaded, inputs, skeleton, weight_store, backend, modules)
-        notes = preflight.static_batch(skeleton) if exported.exporter is Exporter.GIVEN else []
+        notes = list(checked.notes)
+        notes += preflight.static_batch(skeleton) if exported.exporter is Exporter.GIVEN else []
         notes += feeds.nested_inputs(inputs, skeleton, loaded.forward_params)
     if save_onnx:
         with progress.step("save", f"writing the exported model to {save_onnx}"):

@@ -1,6 +1,7 @@
 """ONNX Runtime backend."""
 from __future__ import annotations
 
+import functools
 import os
 from typing import Mapping, Sequence
 
@@ -115,6 +116,17 @@ def from_files(model: onnx.ModelProto, weights: Weights | None
     return out, rest, folder
 
 
+@functools.lru_cache(maxsize=1)
+def _own_ops() -> frozenset[tuple[str, str]]:
+    try:
+        from onnxruntime.capi import _pybind_state as ort_c
+        schemas = ort_c.get_all_operator_schema()
+    except Exception:  # noqa: BLE001 - a minimal build without schema introspection
+        return frozenset()
+    known = {(s.domain, s.name) for s in onnx.defs.get_all_schemas_with_history()}
+    return frozenset((s.domain, s.name) for s in schemas if (s.domain, s.name) not in known)
+
+
 class OnnxRuntimeBackend:
     """Runs models with one ONNX Runtime execution provider and the user's session settings."""
 
@@ -129,6 +141,11 @@ class OnnxRuntimeBackend:
             )
         self.settings = settings
         self.name = f"onnxruntime {ort.__version__} ({settings.provider})"
+
+    def own_ops(self) -> frozenset[tuple[str, str]]:
+        """``(domain, op_type)`` of the ops this runtime defines beyond the onnx package's schemas (its contrib
+        ops, and the ones its graph optimizer writes in the ONNX domain: SimplifiedLayerNormalization)."""
+        return _own_ops()
 
     def _options(self, weights: Weights | None, one_shot: bool, optimize: bool,
                  folder: str | None = None) -> ort.SessionOptions:
