@@ -453,3 +453,32 @@ def test_a_fix_that_changes_one_node_of_an_integer_computation_pins_the_segment_
     assert fd.within is not None and len(fd.within.segment) > 1
     assert fd.fixed_nodes == (transpose.name,)
     assert to_json(report)["first_divergence"]["fixed_nodes"] == [transpose.name]
+
+
+class _SquareTokens(torch.nn.Module):
+    """A Conv's map flattened to tokens and transposed to (tokens, channels): 16 x 16, square."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(21)
+        self.conv, self.norm, self.fc = torch.nn.Conv2d(16, 16, 1), torch.nn.LayerNorm(16), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.fc(self.norm(self.conv(x).flatten(2).transpose(1, 2)))
+
+
+def test_an_unexplained_narrowed_op_is_diagnosed_again_as_the_segment_it_was_narrowed_from():
+    """A Transpose whose permutation became the identity holds the value of PyTorch's flatten, the op before the
+    transpose: the values narrow the divergence to the LayerNorm after it, which no cause explains. Diagnosed
+    as the module-level segment it was narrowed from, the permutation is found (SegFormer's sequence reduction
+    in a TorchScript file: cause unknown)."""
+    model, x = _SquareTokens().eval(), torch.randn(1, 16, 4, 4, generator=torch.Generator().manual_seed(2))
+    proto = dc.export(model, (x,), "torchscript")
+    transpose = next(n for n in proto.graph.node if n.op_type == "Transpose")
+    bad = plant.set_attribute(proto, transpose.name, "perm", [0, 1, 2])
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=bad)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert fd.evidence["attributes"][0]["onnx_node"] == transpose.name
+    assert transpose.name in fd.layer.segment and len(computing_nodes(fd.layer)) <= 6, fd.layer.segment

@@ -68,6 +68,8 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
     refined = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp, progress, lambda ops: _float_twin(
         p, runner, layer, measured.layers, references, model_feeds, captured, inputs, tolerance, cmp, ops)) \
         if introduced else None
+    wide = _context(p, runner, layer, introduced, measured.layers, references, model_feeds, captured, inputs,
+                    tolerance, cmp, refined.ops) if refined is not None else None
     if refined is not None:
         layer, references = refined.layer, refined.references
         layer, tolerance, cmp = _within_tolerance(refined.within, layer, tolerance, cmp)
@@ -81,6 +83,8 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
                    tolerance, cmp, refined.ops if refined is not None else ())
     with progress.step("diagnose", "diagnosing the first divergence"):
         first = diagnose(ctx)
+        if first.cause is Cause.UNKNOWN and wide is not None:
+            ctx, first, refined = _wider(ctx, first, wide, refined)
     repro = None
     if policy.keep_repro:
         with progress.step("repro", "cutting the divergent segment out as a model of its own"):
@@ -91,6 +95,18 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
     if policy.memo is not None:
         policy.memo.keep(first)
     return Explanation(first, faithful, warnings=_passed_over(skipped), repro=repro)
+
+
+def _wider(ctx: DiagnosisContext, first: Divergence, wide: DiagnosisContext, refined):
+    """An op-level segment no cause explains, diagnosed again as the module-level segment it was narrowed from:
+    values can pair an op with the wrong one of two PyTorch ops (a Transpose whose permutation became the
+    identity holds the value of the view before PyTorch's transpose, so the narrowed segment is the LayerNorm
+    after it).  The wider diagnosis stands when its fix is confirmed by re-running; ``(ctx, first, refined)``."""
+    wider = diagnose(wide)
+    if wider.cause is Cause.UNKNOWN or wider.confirmed is not True:
+        return ctx, first, refined
+    return wide, dataclasses.replace(wider, evidence={**wider.evidence, "narrowed_segment_unexplained": list(
+        first.layer.segment)}), None
 
 
 #: a confirmed fix naming at most this many nodes (a precision fix: the nodes to keep in float32) pins the segment
