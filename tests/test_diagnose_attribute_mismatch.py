@@ -256,3 +256,28 @@ def test_the_bounds_of_a_clip_on_gather_indices_are_the_gathered_axis_range():
     row = fd.evidence["attributes"][0]
     assert (row["onnx_node"], row["attribute"], row["onnx_value"], row["expected"]) == (clip.name, "max", 3.0, 7.0)
     assert clip.name in fd.layer.segment and len(fd.layer.segment) <= 12, fd.layer.segment
+
+
+def test_a_reshape_laying_a_4d_transpose_out_in_3d_is_checked_against_the_merged_shape():
+    """The dynamo exporter lays Falcon's multi-query key transpose (1, 1, 16, 8) -> (1, 1, 8, 16) out as a Reshape
+    to [-1, 16, 8], a 3-d Transpose and a Reshape back: PyTorch has no value of that rank, so the wanted shape
+    is PyTorch's with its leading axes merged, laid out as before the Transpose (unknown before)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import fault_sweep
+    import sweep_models
+
+    model, inputs = sweep_models.build("falcon")
+    proto = fault_sweep.export(model, inputs, "dynamo")
+    consumers = {t: n for n in proto.graph.node for t in n.input}
+    constants = {i.name: i for i in proto.graph.initializer}
+    reshape = next(n for n in proto.graph.node if n.op_type == "Reshape" and n.input[1] in constants
+                   and numpy_helper.to_array(constants[n.input[1]]).tolist() == [-1, 16, 8]
+                   and consumers[n.output[0]].op_type == "Transpose")
+    constants[reshape.input[1]].CopyFrom(numpy_helper.from_array(np.array([-1, 32, 4], np.int64), reshape.input[1]))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=proto)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    row = fd.evidence["attributes"][0]
+    assert row["onnx_node"] == reshape.name and row["expected"] == [1, 16, 8], row
+    assert reshape.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment

@@ -336,7 +336,7 @@ def _shapes(ctx, proto) -> Iterator[Alternative]:
     # (the op's own; those of ops nearby holding as many elements: a recurrent layer's batch-first output the
     # op flattened), laid out as before those Transposes
     for shape in dict.fromkeys([tuple(activation.value.shape)] + _near_shapes(ctx, activation)):
-        laid_out = _before_transposes(ctx, proto.output[0], shape)
+        laid_out = _before_transposes(ctx, proto.output[0], _at_rank(shape, have.size))
         if laid_out is not None:
             wanted.append((laid_out, f"PyTorch's {list(shape)} before the Transpose after the Reshape"))
     wanted += [(tuple(a), own) for _, a in activation.args
@@ -351,6 +351,15 @@ def _shapes(ctx, proto) -> Iterator[Alternative]:
             if value.shape != have.shape or not np.array_equal(value, have):
                 yield Alternative(proto.name, f"shape input '{proto.input[1]}'", have.tolist(), list(want),
                                   source, _replacement_shape(proto.input[1], value))
+
+
+def _at_rank(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    """``shape`` with its leading axes merged (or size-1 axes put in front) to ``rank`` axes: an exporter lays a
+    4-d transpose out as a 3-d one, the leading batch and head axes merged."""
+    if len(shape) > rank >= 1:
+        cut = len(shape) - rank + 1
+        return (int(np.prod(shape[:cut])),) + tuple(shape[cut:])
+    return (1,) * (rank - len(shape)) + tuple(shape)
 
 
 def _near_shapes(ctx, activation) -> list[tuple[int, ...]]:
