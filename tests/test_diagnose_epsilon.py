@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+import torch
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
@@ -11,6 +12,7 @@ import diagnosis_cases as dc  # noqa: E402
 import plant  # noqa: E402
 from diagnosis_suite import bisect_case  # noqa: E402
 
+import onnx_bisect  # noqa: E402
 from onnx_bisect.diagnose.rules.epsilon import EpsilonMismatch  # noqa: E402
 
 
@@ -50,3 +52,36 @@ def test_constant_of_a_decomposed_norm(eps):
 def test_silent_when_epsilons_agree():
     _, ctx = bisect_case(dc.gelu("transformer", "dynamo"))
     assert EpsilonMismatch().match(ctx) is None
+
+
+class _ConvNormNet(torch.nn.Module):
+    """A LayerNorm over the channels of a Conv1d's (N, C, W) output, computed inline with an epsilon of the
+    module's own naming (as SqueezeBERT's and many hand-written blocks do): no module has an ``eps`` to read."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(9)
+        self.conv, self.out = torch.nn.Conv1d(8, 16, 3, padding=1), torch.nn.Conv1d(16, 4, 1)
+        self.gain, self.shift = torch.nn.Parameter(torch.rand(16) + 0.5), torch.nn.Parameter(torch.randn(16) * 0.1)
+        self.stability = 1e-12
+
+    def forward(self, x):
+        y = self.conv(x).transpose(1, 2)
+        y = torch.nn.functional.layer_norm(y, (16,), self.gain, self.shift, self.stability).transpose(1, 2)
+        return self.out(torch.relu(y))
+
+
+def test_the_eps_of_a_norm_no_module_owns_is_read_from_the_op_pytorch_ran():
+    """No module has an ``eps``: the epsilon is the argument of the layer_norm op PyTorch ran (SqueezeBERT's
+    LayerNorm in a TorchScript file, its scope lost: unknown before)."""
+    model, x = _ConvNormNet().eval(), torch.randn(2, 8, 12, generator=torch.Generator().manual_seed(4))
+    proto = dc.export(model, (x,), "torchscript")
+    norm = next(n for n in proto.graph.node if n.op_type == "LayerNormalization")
+    bad = plant.set_attribute(proto, norm.name, "epsilon", 0.5)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=bad)
+    fd = report.first_divergence
+    assert fd.cause == "epsilon-mismatch" and fd.confirmed is True, fd.explanation
+    [row] = fd.evidence["mismatches"]
+    assert (row["onnx_node"], row["onnx_epsilon"], row["pytorch_eps"]) == (norm.name, 0.5, 1e-12), row
+    assert norm.name in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment

@@ -16,6 +16,13 @@ NORM_OPS = {"LayerNormalization", "BatchNormalization", "InstanceNormalization",
 #: ops that take the square root of (variance + eps) in a decomposed normalization
 ROOT_OPS = {"Sqrt", "Reciprocal", "Pow", "Rsqrt"}
 EPS_NAMES = ("eps", "variance_epsilon", "epsilon", "layer_norm_eps")
+#: PyTorch's normalization ops (ATen), whose last float argument is the eps, by the ONNX op they export as
+NORM_ATEN = {"LayerNormalization": ("aten.native_layer_norm", "aten.layer_norm"),
+             "GroupNormalization": ("aten.native_group_norm", "aten.group_norm"),
+             "BatchNormalization": ("aten.native_batch_norm", "aten._native_batch_norm_legit", "aten.batch_norm"),
+             "InstanceNormalization": ("aten.native_batch_norm", "aten._native_batch_norm_legit",
+                                       "aten.instance_norm")}
+ANY_NORM_ATEN = tuple(dict.fromkeys(op for ops in NORM_ATEN.values() for op in ops))
 
 
 class EpsilonMismatch(Rule):
@@ -46,7 +53,7 @@ def _sites(ctx: DiagnosisContext):
     """``(node, where, onnx eps, torch eps, module, constant tensor or None)`` for every epsilon in the segment."""
     infos = {n.name: n for n in ctx.segment_nodes}
     for proto in ctx.segment_protos:
-        torch_eps, module = _torch_eps(ctx, infos[proto.name])
+        torch_eps, module = _torch_eps(ctx, infos[proto.name], NORM_ATEN.get(proto.op_type, ANY_NORM_ATEN))
         if torch_eps is None:
             continue
         if proto.op_type in NORM_OPS:
@@ -66,16 +73,40 @@ def _feeds_root(ctx: DiagnosisContext, add) -> bool:
     return any(ctx.onnx.graph.nodes[i].op_type in ROOT_OPS for i in consumers)
 
 
-def _torch_eps(ctx: DiagnosisContext, info) -> tuple[float | None, str]:
-    """The eps of the module that emitted the node, else of the nearest module that has one."""
+def _torch_eps(ctx: DiagnosisContext, info, aten_ops: tuple[str, ...]) -> tuple[float | None, str]:
+    """The eps of the module that emitted the node, else of the nearest normalization PyTorch ran (its ATen op's
+    argument: a scope lost or renamed, a norm module of another class), else of the nearest module that has
+    one."""
     name, module = ctx.module_of(info)
-    candidates = ([(name, module)] if module is not None else []) + ctx.modules_near()
-    for qualname, m in candidates:
-        for attr in EPS_NAMES:
-            value = getattr(m, attr, None)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                return float(value), qualname or "<model>"
+    own = _module_eps(module) if module is not None else None
+    if own is not None:
+        return own, name or "<model>"
+    found = _op_eps(ctx, aten_ops)
+    if found is not None:
+        return found
+    for qualname, m in ctx.modules_near():
+        value = _module_eps(m)
+        if value is not None:
+            return value, qualname or "<model>"
     return None, ""
+
+
+def _module_eps(module) -> float | None:
+    for attr in EPS_NAMES:
+        value = getattr(module, attr, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _op_eps(ctx: DiagnosisContext, aten_ops: tuple[str, ...]) -> tuple[float, str] | None:
+    """``(eps, module)`` of the normalization op among PyTorch's ops around the divergence nearest its op."""
+    at = ctx.layer.pair.activation.index
+    for op in sorted((o for o in ctx.ops if o.module_type.startswith(aten_ops)), key=lambda o: abs(o.index - at)):
+        floats = [v for _, v in op.args if isinstance(v, float)]
+        if floats:
+            return floats[-1], op.module or "<model>"
+    return None
 
 
 def _restore(ctx: DiagnosisContext, wrong) -> FixedSegment:
