@@ -208,3 +208,45 @@ def test_a_weight_fault_in_a_float16_file_is_pinned_to_the_node_reading_the_weig
     assert not report.ok and fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert fd.layer.segment == (dense.name,), fd.layer.segment
     assert fd.within is not None and len(fd.within.segment) > 1
+
+
+class _Deep(torch.nn.Module):
+    """Six Linear + tanh layers with large weights: an error entering early grows on its way to the output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(32, 32) for _ in range(6))
+        for layer in self.layers:
+            layer.weight.data *= 2.5
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x)) * 3
+        return x
+
+
+def test_weight_noise_of_a_few_float16_steps_is_a_weight_fault_not_float16_rounding():
+    """Noise of about one float16 step on every element of a float16 weight, amplified by the layers after it:
+    within four steps of the largest weight, so a bound scaled by that weight calls it rounding — the precision
+    rule's float32 re-run restored PyTorch's weights with the float32 arithmetic and was confirmed.  A rounded
+    copy is within one step of every element; this one is not: the weights are the cause."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import plant
+
+    model, x = _Deep().eval(), torch.randn(4, 32, generator=torch.Generator().manual_seed(1))
+    proto = rewrites.to_float16(rewrites.export(model, (x,), "torchscript"))
+    weight = next(i.name for i in proto.graph.initializer if len(i.dims) == 2)
+    gemm = next(n.name for n in proto.graph.node if weight in n.input)
+    clean = onnx_bisect.bisect(model, (x,), onnx=proto, atol=1e-2, rtol=1e-2)
+    assert not clean.warnings and (clean.ok or clean.first_divergence.cause == "precision"), clean.warnings
+    report = onnx_bisect.bisect(model, (x,), onnx=plant.perturb_initializer(proto, weight, rel=0.001),
+                                atol=1e-2, rtol=1e-2)
+    fd = report.first_divergence
+    assert not report.ok and fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert fd.layer.segment[-1] == gemm and fd.amplification is not None, fd.layer.segment
+    [row] = fd.evidence["parameters"]
+    assert row["initializer"] == weight and row["fraction_differing"] > 0.2, row
