@@ -11,6 +11,7 @@ import torch
 from onnx import helper, numpy_helper
 
 import onnx_bisect
+from onnx_bisect.report.text import computing_nodes
 import rewrites
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
@@ -281,3 +282,45 @@ def test_a_reshape_laying_a_4d_transpose_out_in_3d_is_checked_against_the_merged
     row = fd.evidence["attributes"][0]
     assert row["onnx_node"] == reshape.name and row["expected"] == [1, 16, 8], row
     assert reshape.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+
+
+class _Windows(torch.nn.Module):
+    """Window partition with sizes read from the input (a dynamic file): the Reshape's shape is a Concat of
+    computed sizes and constant pieces."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(2)
+        self.conv, self.fc = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        y = self.conv(x).permute(0, 2, 3, 1)
+        n, h, w, c = y.shape
+        y = y.reshape(-1, h // 2, 2, w // 2, 2, c).permute(0, 1, 3, 2, 4, 5).reshape(-1, 4, c)
+        return self.fc(y).softmax(1)
+
+
+def test_a_wrong_constant_piece_of_a_computed_shape_is_found_against_pytorchs_shape():
+    """One constant piece of the Concat that assembles a Reshape's shape is wrong (the -1 absorbs it): the piece
+    at the entries of PyTorch's shape reproduces PyTorch, and the fix names the Concat and the Reshape (Swin V2
+    window partition in a TorchScript file: baked-shape, 17 nodes)."""
+    model, x = _Windows().eval(), torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(5))
+    buffer = io.BytesIO()
+    with dc.quiet():
+        torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=17, input_names=["x"],
+                          dynamic_axes={"x": {0: "n", 2: "h", 3: "w"}})
+    proto = onnx.load_from_string(buffer.getvalue())
+    reshape = next(n for n in proto.graph.node if n.op_type == "Reshape")
+    concat = next(n for n in proto.graph.node if n.output[0] == reshape.input[1])
+    assert concat.op_type == "Concat"
+    piece = next(n for n in proto.graph.node if n.output[0] == concat.input[2])
+    assert numpy_helper.to_array(piece.attribute[0].t).tolist() == [2]
+    piece.attribute[0].t.CopyFrom(numpy_helper.from_array(np.array([1], dtype=np.int64)))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    row = fd.evidence["attributes"][0]
+    assert (row["onnx_node"], row["onnx_value"], row["expected"]) == (concat.name, [1], [2]), row
+    assert {concat.name, reshape.name} <= set(fd.layer.segment) and len(computing_nodes(fd.layer)) <= 6, \
+        fd.layer.segment

@@ -128,10 +128,10 @@ def pinned_by_fix(first: Divergence, index) -> Divergence:
     elif first.cause is Cause.WEIGHT_MISMATCH:  # the nodes reading the restored weights
         pinned = len(fixed) < len(segment) and fixed <= set(segment)
     else:
-        # one node: when the segment is too large to point at anything (or the node lies outside it: a Reshape
-        # before it); a small segment is kept whole — two adjacent layout ops can each undo the other's fault, and
-        # the fix found may be the neighbour's compensating change
-        pinned = len(fixed) == 1 and (len(segment) > PINNED_AT_MOST or not fixed <= set(segment))
+        # the nodes an edit changes: when the segment is too large to point at anything (or they lie outside it: a
+        # Reshape before it); a small segment is kept whole — two adjacent layout ops can each undo the other's
+        # fault, and the fix found may be the neighbour's compensating change
+        pinned = len(segment) > PINNED_AT_MOST or not fixed <= set(segment)
     if not pinned:
         return first
     nodes = [n for n in index.nodes if n.name in fixed]  # graph order

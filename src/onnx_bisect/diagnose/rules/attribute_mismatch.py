@@ -44,7 +44,7 @@ class AttributeMismatch(Rule):
         fix = ("Set the attribute(s) to the values above, or re-export: the tool or hand edit that produced this "
                "graph changed the node's configuration.")
         return Finding(self.cause, 0.9 if confirmed_by_search else 0.85, summary, fix, {"attributes": rows},
-                       changes=tuple(dict.fromkeys(a.node for a in wrong)), counterfactual=lambda c: _apply(c, wrong))
+                       changes=tuple(dict.fromkeys(n for a in wrong for n in (a.node, *a.shows_in))), counterfactual=lambda c: _apply(c, wrong))
 
 
 def _expected(ctx: DiagnosisContext, proto):

@@ -38,6 +38,7 @@ class Alternative:
     source: str  # what implies ``want``: "the PyTorch output", "aten.mul.Scalar's factor"
     edit: Edit
     feeds: dict[str, np.ndarray] | None = None  # values the segment reads instead (a fixed node outside it)
+    shows_in: tuple[str, ...] = ()  # the nodes the change takes effect in (a shape piece: the Reshape)
 
     def apply(self, model: onnx.ModelProto, weights: Weights) -> tuple[onnx.ModelProto, Weights]:
         """This alternative applied to ``model``/``weights`` (which are modified: pass copies)."""
@@ -74,6 +75,8 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
         yield from _scalars(ctx, proto)
     elif op == "Reshape" and len(proto.input) > 1:
         yield from _shapes(ctx, proto)
+    elif op == "Concat":
+        yield from _shape_pieces(ctx, proto, shape_of)
     elif op == "Clip":
         yield from _clip_bounds(ctx, proto, shape_of)
     elif op in ("FusedConv", "FusedGemm") and attribute(proto, "activation") == "Clip":
@@ -351,6 +354,36 @@ def _shapes(ctx, proto) -> Iterator[Alternative]:
             if value.shape != have.shape or not np.array_equal(value, have):
                 yield Alternative(proto.name, f"shape input '{proto.input[1]}'", have.tolist(), list(want),
                                   source, _replacement_shape(proto.input[1], value))
+
+
+def _shape_pieces(ctx, proto, shape_of) -> Iterator[Alternative]:
+    """A Concat assembling a Reshape's shape from computed sizes and constant pieces: each constant piece at the
+    entries of the shape PyTorch's value (or view) has there."""
+    graph = ctx.onnx.graph
+    reshape = next((graph.nodes[c] for c in graph.consumers.get(proto.output[0], ())
+                    if graph.nodes[c].op_type == "Reshape" and graph.nodes[c].inputs[1:2] == (proto.output[0],)), None)
+    if reshape is None:
+        return
+    pieces, offset = [], 0
+    for tensor in proto.input:
+        value, shape = ctx.constant(tensor), shape_of(tensor)
+        length = value.size if value is not None else (shape[0] if shape and isinstance(shape[0], int) else None)
+        if length is None:
+            return
+        pieces.append((tensor, value, offset))
+        offset += length
+    activation = ctx.layer.pair.activation
+    wanted = [tuple(activation.value.shape)] if reshape.outputs[0] == ctx.tensor else []
+    wanted += [w for w, _ in _view_shapes(ctx, ctx.node(reshape.name), activation)]
+    for want in dict.fromkeys(w for w in wanted if len(w) == offset):
+        for tensor, value, at in pieces:
+            if value is None or value.dtype.kind not in "iu" or value.ndim != 1:
+                continue
+            fixed = np.array(want[at:at + value.size], dtype=value.dtype)
+            if not np.array_equal(fixed, value) and not (value == -1).any():
+                yield Alternative(proto.name, f"shape piece '{tensor}'", value.tolist(), fixed.tolist(),
+                                  f"{activation.name}'s shape", _replacement_shape(tensor, fixed),
+                                  shows_in=(reshape.name,))
 
 
 def _at_rank(shape: tuple[int, ...], rank: int) -> tuple[int, ...]:
