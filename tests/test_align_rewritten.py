@@ -8,8 +8,11 @@ the weight, located at a segment of a few nodes holding the perturbed node.
 """
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 
 import pytest
+import torch
 
 import onnx_bisect
 from onnx_bisect.records import Status
@@ -90,3 +93,40 @@ def test_layer_norm_epsilon_fault_is_pinned_to_its_node(rewritten):
     assert planted
 
 
+
+
+class _ScaledMlp(torch.nn.Module):
+    """A 1x1-Conv MLP with a GELU and a layer scale on its residual branch (PoolFormer's): onnx-simplifier folds
+    the GELU's final ×0.5 and the layer scale into the second Conv's kernel."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.norm, self.conv1, self.act = torch.nn.GroupNorm(1, 8), torch.nn.Conv2d(8, 16, 1), torch.nn.GELU()
+        self.conv2, self.scale = torch.nn.Conv2d(16, 8, 1), torch.nn.Parameter(torch.rand(8) + 0.5)
+
+    def forward(self, x):
+        return x + self.scale[:, None, None] * self.conv2(self.act(self.conv1(self.norm(x))))
+
+
+def test_factors_a_simplifier_folded_into_the_next_weights_are_fused_not_diverged():
+    """The GELU's tensor holds twice its value and the second Conv's its value times the layer scale: both
+    ``fused`` into the weights that undo them (a warning that two layers introduce error, before), and a wrong
+    constant inside that GELU is still found — reproducing PyTorch's value times the folded factor."""
+    import onnxsim
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import plant
+
+    model, x = _ScaledMlp().eval(), torch.randn(1, 8, 6, 6, generator=torch.Generator().manual_seed(3))
+    simplified, _ = onnxsim.simplify(rewrites.export(model, (x,), "torchscript"))
+    assert not any(n.op_type == "Mul" and n.name.startswith("/Mul") for n in simplified.graph.node)
+    report = onnx_bisect.bisect(model, (x,), onnx=simplified)
+    assert report.ok and report.warnings == (), report.warnings
+    status = {r.pair.activation.name: r.status for r in report.layers}
+    assert status["act"] is Status.FUSED and status["conv2"] is Status.FUSED, status
+    div = next(n for n in simplified.graph.node if n.op_type == "Div")
+    bad = plant.set_constant(simplified, div.input[1], float(plant._constant(simplified, div.input[1])) * 1.5)
+    fd = onnx_bisect.bisect(model, (x,), onnx=bad).first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert fd.evidence["attributes"][0]["onnx_node"] == div.name and "times 2" in fd.explanation

@@ -324,3 +324,34 @@ def test_a_wrong_constant_piece_of_a_computed_shape_is_found_against_pytorchs_sh
     assert (row["onnx_node"], row["onnx_value"], row["expected"]) == (concat.name, [1], [2]), row
     assert {concat.name, reshape.name} <= set(fd.layer.segment) and len(computing_nodes(fd.layer)) <= 6, \
         fd.layer.segment
+
+
+class _Hardtanh(torch.nn.Module):
+    """A Conv, a functional hardtanh (its bounds in no module) and an upsampling into the next Conv."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(6)
+        self.conv, self.out = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 2, 3, padding=1)
+
+    def forward(self, x):
+        y = torch.nn.functional.hardtanh(self.conv(x), -0.5, 0.5)
+        return self.out(torch.nn.functional.interpolate(y, scale_factor=2, mode="nearest"))
+
+
+def test_the_bounds_of_a_functional_clamp_in_a_small_segment_are_the_ops_arguments():
+    """A 3-node segment (Clip, Resize, Conv) is too small to narrow, and its Clip's bounds are no module's: with
+    PyTorch's ops captured around it, the hardtanh's arguments reproduce PyTorch (an MLP-Mixer decoder's
+    hardtanh in every file: unknown before)."""
+    model, x = _Hardtanh().eval(), torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    proto = dc.export(model, (x,), "dynamo")
+    clip = next(n for n in proto.graph.node if n.op_type == "Clip")
+    bound = next(i for i in proto.graph.initializer if i.name == clip.input[2])
+    bound.CopyFrom(numpy_helper.from_array(np.array(0.0, dtype=np.float32), bound.name))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    row = fd.evidence["attributes"][0]
+    assert (row["onnx_node"], row["attribute"], row["expected"]) == (clip.name, "max", 0.5), row
+    assert "hardtanh" in row["source"] and clip.name in fd.layer.segment, row

@@ -9,6 +9,11 @@ ONNX Runtime's offline optimizations leave the node carrying the module's scope 
   embedding's position term) is fused into it, and the tensor the scope ends with holds the value *before*
   that Add.
 
+A simplifier (onnx-simplifier) folds a constant factor into the weights of the layer after a module: GELU's
+final ×0.5 into the next Conv's kernel, so the tensor the scope ends with holds twice the module's value.  That
+pair becomes ``fused`` when the values show a constant factor, every reader of the tensor is a Conv or MatMul
+with constant weights, and the next tensors paired after them agree (a wrong scale constant diverges there).
+
 Paired there, the module looks diverged on a clean file (a false alarm) and hides every fault after it.  Such a
 pair becomes ``fused`` into the node — but only when the values show it: the tensor equals the activation
 applied to the module's value, or the fused sum's operands add up to it.
@@ -19,7 +24,7 @@ import numpy as np
 
 from ..records import MatchMethod, ModuleKind, TensorPair
 from ..records.graph import NodeInfo
-from .similarity import STRUCTURE_MAX_REL, distance, kind
+from .similarity import STRUCTURE_MAX_REL, distance, fit_scale, kind
 from .scopes import SUMMING
 from .state import AlignInputs, AlignmentState, Claim
 
@@ -41,7 +46,8 @@ def release_fused_outputs(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         ref = np.asarray(ref, np.float64).reshape(v.shape)
         if distance(v, ref) <= STRUCTURE_MAX_REL:
             continue  # it holds the module's value: nothing fused there
-        host = _activation_host(p.activation, p.tensor, v, ref, x) or _summing_host(p.tensor, ref, x)
+        host = _activation_host(p.activation, p.tensor, v, ref, x) or _summing_host(p.tensor, ref, x) \
+            or _scaled_host(p.tensor, v, ref, x, draft)
         if host is not None:
             node, note = host
             draft.claim(TensorPair(p.activation, None, node.name, node.op_type, MatchMethod.FUSED, p.confidence,
@@ -81,6 +87,64 @@ def _summing_host(tensor: str, ref: np.ndarray, x: AlignInputs):
             return node, (f"no ONNX tensor of its own: its last Add is summed inside {node.name} ({node.op_type}), "
                           "fused by the runtime")
     return None
+
+
+#: nodes whose constant weights a simplifier folds a preceding constant factor into
+WEIGHTED = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+#: how far (tensors) past a scaled tensor a paired tensor that agrees is looked for
+SCALED_REACH = 12
+#: residual of a fitted folded factor (float noise), and the sample screen before fitting every element
+SCALE_MAX_REL, SCREEN_MAX_REL = 1e-4, 1e-2
+
+
+def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, draft):
+    """``(node, note)`` when ``tensor`` holds the module's value times a factor that a simplifier folded into
+    constant weights — one factor into the Convs / MatMuls reading it (GELU's ×0.5), or a factor per channel into
+    the Conv / MatMul computing it (a layer scale after the module) — and a paired tensor after it agrees with
+    PyTorch: the factor was undone there, not a fault (a wrong scale constant diverges on to the outputs)."""
+    graph = x.graph
+    readers = [graph.nodes[c] for c in graph.consumers.get(tensor, ())]
+    producer = graph.node_of(tensor)
+    if readers and all(_weighted(n, graph) and n.inputs[0] == tensor for n in readers):
+        scale, host = fit_scale(v, ref, None, screen=SCREEN_MAX_REL), readers[0]
+        where = f"the weights of {', '.join(n.name for n in readers)}"
+    elif producer is not None and _weighted(producer, graph):
+        scale, host = None, producer
+        for axis in (1, -1):
+            scale = scale if scale is not None and scale.residual <= SCALE_MAX_REL else \
+                fit_scale(v, ref, axis, screen=SCREEN_MAX_REL)
+        where = f"its own node's weights ({producer.name})"
+    else:
+        return None
+    if scale is None or scale.residual > SCALE_MAX_REL or scale.trivial or not _agreeing_after(tensor, x, draft):
+        return None
+    how = f"one factor {float(scale.factors[0]):.4g}" if scale.axis is None else f"a factor per channel (axis {scale.axis})"
+    return host, f"no ONNX tensor of its own: the tensor holds it times {how}, folded into {where} (a simplifier)"
+
+
+def _weighted(node: NodeInfo, graph) -> bool:
+    return node.op_type in WEIGHTED and len(node.inputs) > 1 and graph.is_constant(node.inputs[1])
+
+
+def _agreeing_after(tensor: str, x: AlignInputs, draft) -> bool:
+    """Whether a paired tensor computed from ``tensor`` (within a few nodes) holds its activation's value."""
+    paired = {p.tensor: p for p in draft.values() if p.tensor and p.method is not MatchMethod.FUSED}
+    frontier, seen = [o for c in x.graph.consumers.get(tensor, ()) for o in x.graph.nodes[c].outputs], set()
+    while frontier and len(seen) < SCALED_REACH:
+        t = frontier.pop(0)
+        if t in seen:
+            continue
+        seen.add(t)
+        if t in paired and _agrees(paired[t], x):
+            return True  # a pair that disagrees may hold its own folded factor (a layer scale): walk on
+        frontier += [o for c in x.graph.consumers.get(t, ()) for o in x.graph.nodes[c].outputs]
+    return False
+
+
+def _agrees(p: TensorPair, x: AlignInputs) -> bool:
+    v, ref = x.values.get(p.tensor), p.activation.value
+    return (v is not None and ref is not None and kind(v) == "f" and v.size == np.size(ref)
+            and distance(v, np.asarray(ref, np.float64).reshape(v.shape)) <= STRUCTURE_MAX_REL)
 
 
 def activated(name: str, params: tuple[float, ...]):

@@ -17,7 +17,7 @@ from ..run import expose
 from .config import CasePolicy
 from .prepare import Prepared
 from . import amplify
-from .refine import refine
+from .refine import ops_around, refine
 from .repro import build_repro
 from .runner import Runner
 from .verdict import reproduction_of
@@ -85,6 +85,8 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
         first = diagnose(ctx)
         if first.cause is Cause.UNKNOWN and wide is not None:
             ctx, first, refined = _wider(ctx, first, wide, refined)
+        elif first.cause is Cause.UNKNOWN and refined is None and introduced:
+            ctx, first = _with_ops(ctx, first, lambda: ops_around(p, layer, references, aligned.cuts, inputs))
     repro = None
     if policy.keep_repro:
         with progress.step("repro", "cutting the divergent segment out as a model of its own"):
@@ -107,6 +109,17 @@ def _wider(ctx: DiagnosisContext, first: Divergence, wide: DiagnosisContext, ref
         return ctx, first, refined
     return wide, dataclasses.replace(wider, evidence={**wider.evidence, "narrowed_segment_unexplained": list(
         first.layer.segment)}), None
+
+
+def _with_ops(ctx: DiagnosisContext, first: Divergence, capture):
+    """A segment too small to narrow that no cause explains, diagnosed again with PyTorch's ops around it (the
+    bounds of a functional hardtanh no module holds); that diagnosis stands when its fix is confirmed."""
+    ops = capture()
+    if not ops:
+        return ctx, first
+    again = dataclasses.replace(ctx, ops=ops)
+    found = diagnose(again)
+    return (again, found) if found.cause is not Cause.UNKNOWN and found.confirmed is True else (ctx, first)
 
 
 #: a confirmed fix naming at most this many nodes (a precision fix: the nodes to keep in float32) pins the segment

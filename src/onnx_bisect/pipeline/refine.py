@@ -163,6 +163,15 @@ def _reshaped(c: inside.Candidate, values) -> bool:
     return tuple(c.op.value.shape) != tuple(values[c.tensor].shape)
 
 
+def ops_around(p: Prepared, layer: LayerResult, references, cuts: dict[str, TensorPair],
+               inputs: ModelInputs) -> tuple[Activation, ...]:
+    """PyTorch's ops around ``layer``'s segment (one targeted forward), for a segment too small to narrow whose
+    diagnosis needs an op's arguments (a functional clamp's bounds no module holds); () when none."""
+    if p.loaded.module is None:
+        return ()
+    return _capture(p, layer, references, cuts, inputs)
+
+
 def _capture(p: Prepared, layer: LayerResult, references, cuts: dict[str, TensorPair],
              inputs: ModelInputs) -> tuple[Activation, ...]:
     """PyTorch's ops between the segment's inputs and its output: the window opens when the earliest input

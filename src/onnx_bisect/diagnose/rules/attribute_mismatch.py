@@ -28,9 +28,10 @@ class AttributeMismatch(Rule):
             return None
         wrong = [attribute_change(node, attr, have, want, source) for p in ctx.segment_protos
                  for node, attr, have, want, rank, source in _expected(ctx, p) if _norm(want, rank) != _norm(have, rank)]
-        confirmed_by_search = False
+        confirmed_by_search, factor = False, None
         if not wrong:
-            wrong = [a for a in _search(ctx) if not _baked(ctx, a)]
+            found, factor = _search(ctx)
+            wrong = [a for a in found if not _baked(ctx, a)]
             confirmed_by_search = bool(wrong)
         if not wrong:
             return None
@@ -40,11 +41,15 @@ class AttributeMismatch(Rule):
                            for a in wrong)
         summary = f"Node attributes disagree with PyTorch: {listed}."
         if confirmed_by_search:
-            summary += " With that value the segment reproduces PyTorch's output."
+            summary += " With that value the segment reproduces PyTorch's output" + (
+                f" times {factor:.6g}, a factor the weights of the layer reading it undo (folded by a simplifier)."
+                if factor is not None else ".")
         fix = ("Set the attribute(s) to the values above, or re-export: the tool or hand edit that produced this "
                "graph changed the node's configuration.")
         return Finding(self.cause, 0.9 if confirmed_by_search else 0.85, summary, fix, {"attributes": rows},
-                       changes=tuple(dict.fromkeys(n for a in wrong for n in (a.node, *a.shows_in))), counterfactual=lambda c: _apply(c, wrong))
+                       changes=tuple(dict.fromkeys(n for a in wrong for n in (a.node, *a.shows_in))),
+                       counterfactual=lambda c: _apply(c, wrong),
+                       reference=None if factor is None else lambda c: c.reference * np.float32(factor))
 
 
 def _expected(ctx: DiagnosisContext, proto):
@@ -97,22 +102,60 @@ def _baked(ctx: DiagnosisContext, alt: Alternative) -> bool:
         and int(np.prod(r.diff.actual_shape)) != int(np.prod(r.diff.shape)) for r in ctx.layers)
 
 
-def _search(ctx: DiagnosisContext) -> list[Alternative]:
-    """Try each plausible alternative of each segment node; keep one with which the segment reproduces PyTorch."""
-    trials = 0
+def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None]:
+    """Try each plausible alternative of each segment node; keep one with which the segment reproduces PyTorch
+    (times a factor the layer reading it undoes, when :func:`_folded_factor` finds one)."""
+    trials, folded = 0, _FoldedFactor(ctx)
     tried = (alt for proto in ctx.segment_protos for alt in alternatives(ctx, proto, ctx.shape_of))
     for alt in itertools.chain(tried, boundary_shapes(ctx)):
         trials += 1
         if trials > MAX_TRIALS:
-            return []
+            return [], None
         model, weights = alt.apply(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
         try:
             values = ctx.run_segment(model, weights, feeds=alt.feeds)
         except Exception:  # noqa: BLE001 - an alternative the runtime rejects is simply not the answer
             continue
         if ctx.compare(values[ctx.tensor], ctx.reference).ok:
-            return [alt]
-    return []
+            return [alt], None
+        factor = folded(values[ctx.tensor])
+        if factor is not None:
+            return [alt], factor
+    return [], None
+
+
+#: nodes a simplifier folds a constant factor after a module into (their constant weights)
+WEIGHTED = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+
+
+class _FoldedFactor:
+    """The factor a divergent tensor holds PyTorch's value times when only Convs / MatMuls with constant weights
+    read it — a simplifier folded the module's last scale into them (GELU's ×0.5) — asked only when the file's
+    own segment output is no scaled copy (else the scale is the fault)."""
+
+    def __init__(self, ctx: DiagnosisContext):
+        graph = ctx.onnx.graph
+        readers = [graph.nodes[c] for c in graph.consumers.get(ctx.tensor, ())]
+        self.ctx = ctx
+        self.open = bool(readers) and all(
+            n.op_type in WEIGHTED and len(n.inputs) > 1 and graph.is_constant(n.inputs[1])
+            and n.inputs[0] == ctx.tensor for n in readers)
+        self.checked = False
+
+    def __call__(self, value: np.ndarray) -> float | None:
+        if self.open and not self.checked:
+            self.checked = True
+            self.open = self._scaled(self.ctx.local_value) is None
+        return self._scaled(value) if self.open else None
+
+    def _scaled(self, value: np.ndarray) -> float | None:
+        ref = self.ctx.reference
+        r, v = ref.astype(np.float64).ravel(), value.astype(np.float64).ravel()
+        den = float(r @ r)
+        factor = float(v @ r) / den if den > 0 and v.size == r.size else float("nan")
+        if not np.isfinite(factor) or abs(factor) < 1e-6 or abs(factor - 1.0) < 1e-6:
+            return None
+        return factor if self.ctx.compare(value, ref * np.float32(factor)).ok else None
 
 
 def _apply(ctx: DiagnosisContext, wrong: list[Alternative]) -> FixedSegment:

@@ -518,20 +518,26 @@ def _clip_bounds(ctx, proto, shape_of) -> Iterator[Alternative]:
         return
     reference = ctx.reference
     finite = reference[np.isfinite(reference)]
-    numbers = [x for _, a in ctx.layer.pair.activation.args for x in _numbers(a)]
-    numbers += [x for op in ctx.ops if op.module_type.startswith(CLAMP_OPS) for _, a in op.args for x in _numbers(a)]
+    pair = ctx.layer.pair.activation
+    numbers = [(x, f"{pair.module_type} (its arguments)") for _, a in pair.args for x in _numbers(a)]
+    numbers += [(x, f"{op.module_type} (its arguments)") for op in ctx.ops if op.module_type.startswith(CLAMP_OPS)
+                for _, a in op.args for x in _numbers(a)]
     axis = _indexed_axis(ctx, proto.output[0], shape_of)
     for i, tensor in bounds:
         value = ctx.constant(tensor)
         if value is None or value.size != 1:
             continue
         have = float(value.reshape(-1)[0])
-        guesses = list(numbers) + ([0.0 if i == 1 else float(axis - 1)] if axis else [])
+        guesses = list(numbers) + ([(0.0 if i == 1 else float(axis - 1), "the range of the axis the Gather reads")]
+                                   if axis else [])
         if proto.output[0] == ctx.tensor and finite.size:
-            guesses.append(float(finite.min() if i == 1 else finite.max()))
-        for want in dict.fromkeys(float(f"{g:.6g}") for g in guesses):
-            if not np.isclose(want, have):
-                yield Alternative(proto.name, "min" if i == 1 else "max", have, want, "the PyTorch output",
+            guesses.append((float(finite.min() if i == 1 else finite.max()), "the range of the PyTorch output"))
+        tried: set[float] = set()
+        for guess, source in guesses:
+            want = float(f"{guess:.6g}")
+            if want not in tried and not np.isclose(want, have):
+                tried.add(want)
+                yield Alternative(proto.name, "min" if i == 1 else "max", have, want, source,
                                   _replacement(tensor, np.full(value.shape, want, value.dtype)))
 
 
