@@ -87,16 +87,21 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
             ctx, first, refined = _wider(ctx, first, wide, refined)
         elif first.cause is Cause.UNKNOWN and refined is None and introduced:
             ctx, first = _with_ops(ctx, first, lambda: ops_around(p, layer, references, aligned.cuts, inputs))
-    repro = None
-    if policy.keep_repro:
-        with progress.step("repro", "cutting the divergent segment out as a model of its own"):
-            repro = build_repro(ctx, first, runner.backend.settings)
+    repro = _repro(ctx, first, runner, policy, progress)
     if refined is not None or amp is not None:
         first = dataclasses.replace(first, within=refined.within if refined else None, amplification=amp)
     first = pinned_by_fix(first, p.index)
     if policy.memo is not None:
         policy.memo.keep(first)
     return Explanation(first, faithful, warnings=_passed_over(skipped), repro=repro)
+
+
+def _repro(ctx: DiagnosisContext, first: Divergence, runner: Runner, policy: CasePolicy, progress: Progress):
+    """The divergent segment cut out as a model of its own, when the policy asks for it."""
+    if not policy.keep_repro:
+        return None
+    with progress.step("repro", "cutting the divergent segment out as a model of its own"):
+        return build_repro(ctx, first, runner.backend.settings)
 
 
 def _wider(ctx: DiagnosisContext, first: Divergence, wide: DiagnosisContext, refined):
