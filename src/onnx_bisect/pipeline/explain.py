@@ -65,9 +65,9 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
         if traced is not None:
             amp, layer, cmp, tolerance = traced
             introduced = True
-    refined = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp, progress, lambda ops: _float_twin(
-        p, runner, layer, measured.layers, references, model_feeds, captured, inputs, tolerance, cmp, ops)) \
-        if introduced else None
+    refined, ops = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp, progress, lambda o: _float_twin(
+        p, runner, layer, measured.layers, references, model_feeds, captured, inputs, tolerance, cmp, o)) \
+        if introduced else (None, ())
     wide = _context(p, runner, layer, introduced, measured.layers, references, model_feeds, captured, inputs,
                     tolerance, cmp, refined.ops) if refined is not None else None
     if refined is not None:
@@ -80,12 +80,12 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
             explanation="(Diagnosed on an earlier sample that diverges at the same tensor.) " + earlier.explanation)
         return Explanation(first, faithful)
     ctx = _context(p, runner, layer, introduced, measured.layers, references, model_feeds, captured, inputs,
-                   tolerance, cmp, refined.ops if refined is not None else ())
+                   tolerance, cmp, refined.ops if refined is not None else ops)
     with progress.step("diagnose", "diagnosing the first divergence"):
         first = diagnose(ctx)
         if first.cause is Cause.UNKNOWN and wide is not None:
             ctx, first, refined = _wider(ctx, first, wide, refined)
-        elif first.cause is Cause.UNKNOWN and refined is None and introduced:
+        elif first.cause is Cause.UNKNOWN and refined is None and introduced and not ops:
             ctx, first = _with_ops(ctx, first, lambda: ops_around(p, layer, references, aligned.cuts, inputs))
     repro = _repro(ctx, first, runner, policy, progress)
     if refined is not None or amp is not None:

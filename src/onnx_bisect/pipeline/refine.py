@@ -63,25 +63,26 @@ class Refinement:
 def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str, np.ndarray],
            model_feeds: dict[str, np.ndarray], cuts: dict[str, TensorPair], inputs: ModelInputs, compare,
            progress: Progress, twin_of: Callable[[tuple[Activation, ...]], FixedSegment | None] | None = None,
-           ) -> Refinement | None:
-    """Narrow ``layer`` (whose segment introduces the error) to the op where the error enters, or None.
+           ) -> tuple[Refinement | None, tuple[Activation, ...]]:
+    """Narrow ``layer`` (whose segment introduces the error) to the op where the error enters (None when it
+    cannot), with PyTorch's ops captured around the segment (() when none were: the diagnosis reads them too).
 
     ``twin_of(ops)``: a quantized segment's float twin (its Q/DQ pairs undone; PyTorch's ``ops`` give the float
     values of quantized constants no parameter holds), searched in place of the file: its
     tensors pair with PyTorch's ops at float noise where the quantized ones differ by the quantization step;
     the region found there is named by the file's own nodes (the twin keeps every node's name)."""
     if len(layer.segment) <= SMALL_SEGMENT or p.loaded.module is None or layer.pair.tensor not in p.index.producer:
-        return None
+        return None, ()
     with progress.step("refine", f"narrowing a {len(layer.segment)}-node segment to the op that diverges"):
         ops = _capture(p, layer, references, cuts, inputs)
         if not ops:
-            return None
+            return None, ()
         twin = twin_of(ops) if twin_of is not None else None
         if twin is not None:
             found = _search(_twin_of(p, twin), runner, layer, references, model_feeds, ops, compare)
             if found is not None:
-                return _named_by(found, p.index)
-        return _search(p, runner, layer, references, model_feeds, ops, compare)
+                return _named_by(found, p.index), ops
+        return _search(p, runner, layer, references, model_feeds, ops, compare), ops
 
 
 def _twin_of(p: Prepared, twin: FixedSegment) -> Prepared:

@@ -8,7 +8,7 @@ import itertools
 import numpy as np
 
 from ..support import edits, layout
-from ..support.alternatives import Alternative, alternatives, attribute_change, boundary_shapes
+from ..support.alternatives import Alternative, alternatives, attribute_change, backed_perms, boundary_shapes
 from ...records import Cause, ModuleKind, module_kind
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
@@ -105,9 +105,14 @@ def _baked(ctx: DiagnosisContext, alt: Alternative) -> bool:
 def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None]:
     """Try each plausible alternative of each segment node; keep one with which the segment reproduces PyTorch
     (times a factor the layer reading it undoes, when :func:`_folded_factor` finds one)."""
-    trials, folded = 0, _FoldedFactor(ctx)
+    trials, folded, seen = 0, _FoldedFactor(ctx), set()
+    backed = (alt for proto in ctx.segment_protos for alt in backed_perms(ctx, proto, ctx.shape_of))
     tried = (alt for proto in ctx.segment_protos for alt in alternatives(ctx, proto, ctx.shape_of))
-    for alt in itertools.chain(tried, boundary_shapes(ctx)):
+    for alt in itertools.chain(backed, tried, boundary_shapes(ctx)):
+        key = (alt.node, alt.what, repr(alt.want))
+        if key in seen:
+            continue
+        seen.add(key)
         trials += 1
         if trials > MAX_TRIALS:
             return [], None

@@ -104,11 +104,9 @@ def _perm(ctx, proto, shape_of) -> Iterator[Alternative]:
     have = list(attribute(proto, "perm", list(range(rank))[::-1]))
     activation = ctx.layer.pair.activation
     tried = [have]
-    implied = _op_perm(activation, rank)
-    if implied is not None and implied not in tried:
-        tried.append(implied)
-        call = f"{activation.module_type}({', '.join(str(a) for _, a in activation.args)})"
-        yield attribute_change(proto.name, "perm", have, implied, f"the call {call}")
+    for alt in backed_perms(ctx, proto, shape_of):
+        tried.append(alt.want)
+        yield alt
     shapes = [[shape[i] for i in have]]
     if proto.output[0] == ctx.tensor:
         shapes.append(list(activation.value.shape))
@@ -118,6 +116,31 @@ def _perm(ctx, proto, shape_of) -> Iterator[Alternative]:
         if perm not in tried and [shape[k] for k in perm] in shapes:
             tried.append(perm)
             yield attribute_change(proto.name, "perm", have, perm, "the PyTorch output")
+
+
+#: PyTorch ops around the divergence whose permutations a Transpose is tried at
+MAX_OP_PERMS = 6
+
+
+def backed_perms(ctx, proto, shape_of) -> Iterator[Alternative]:
+    """A Transpose at the permutations PyTorch's ops ran — the divergent op's, then those of the ops around it
+    (nearest first) — of the node's rank: evidence, tried before any guessed alternative of any node (a guess on
+    an earlier Transpose can compensate a later one's fault)."""
+    shape = shape_of(proto.input[0]) if proto.op_type == "Transpose" and proto.input else None
+    if not shape:
+        return
+    rank, pair = len(shape), ctx.layer.pair.activation
+    have = list(attribute(proto, "perm", list(range(rank))[::-1]))
+    ops = [pair] + sorted((o for o in ctx.ops if o is not pair), key=lambda o: abs(o.index - pair.index))
+    tried = [have]
+    for op in ops:
+        implied = _op_perm(op, rank)
+        if implied is not None and implied not in tried:
+            tried.append(implied)
+            call = f"{op.module_type}({', '.join(str(a) for _, a in op.args)})"
+            yield attribute_change(proto.name, "perm", have, implied, f"the call {call}")
+            if len(tried) > MAX_OP_PERMS:
+                return
 
 
 def _op_perm(activation, rank: int) -> list[int] | None:
