@@ -24,6 +24,7 @@ import numpy as np
 
 from ..records import MatchMethod, ModuleKind, TensorPair
 from ..records.graph import NodeInfo
+from .fusion import SCALE_MAX_REL, SCREEN_MAX_REL
 from .similarity import STRUCTURE_MAX_REL, distance, fit_scale, kind
 from .scopes import SUMMING
 from .state import AlignInputs, AlignmentState, Claim
@@ -93,8 +94,6 @@ def _summing_host(tensor: str, ref: np.ndarray, x: AlignInputs):
 WEIGHTED = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 #: how far (tensors) past a scaled tensor a paired tensor that agrees is looked for
 SCALED_REACH = 12
-#: residual of a fitted folded factor (float noise), and the sample screen before fitting every element
-SCALE_MAX_REL, SCREEN_MAX_REL = 1e-4, 1e-2
 
 
 def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, draft):
@@ -108,12 +107,10 @@ def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, dr
     if readers and all(_weighted(n, graph) and n.inputs[0] == tensor for n in readers):
         scale, host = fit_scale(v, ref, None, screen=SCREEN_MAX_REL), readers[0]
         where = f"the weights of {', '.join(n.name for n in readers)}"
-    elif producer is not None and _weighted(producer, graph):
-        scale, host = None, producer
-        for axis in (1, -1):
-            scale = scale if scale is not None and scale.residual <= SCALE_MAX_REL else \
-                fit_scale(v, ref, axis, screen=SCREEN_MAX_REL)
-        where = f"its own node's weights ({producer.name})"
+    elif producer is not None and _weighted(producer, graph):  # channels first (Conv) or last (MatMul)
+        fits = (fit_scale(v, ref, axis, screen=SCREEN_MAX_REL) for axis in (1, -1))
+        scale = next((s for s in fits if s is not None and s.residual <= SCALE_MAX_REL), None)
+        host, where = producer, f"its own node's weights ({producer.name})"
     else:
         return None
     if scale is None or scale.residual > SCALE_MAX_REL or scale.trivial or not _agreeing_after(tensor, x, draft):
