@@ -165,3 +165,31 @@ def test_a_clean_quantized_model_with_many_rounded_layers_warns_of_nothing():
     assert report.ok and not report.warnings, report.warnings
     assert sum(r.status is Status.QUANTIZED for r in report.layers) >= 12
     assert not [r for r in report.layers if r.status is Status.DIVERGED]
+
+
+def test_noise_in_a_quantized_weight_is_a_weight_fault_where_activation_rounding_also_exceeds_the_tolerance():
+    """Noise written into the int8 weight of a QDQ model's first Linear, at a tolerance its activations' own
+    rounding exceeds: restoring PyTorch's weight alone leaves that rounding, undoing the quantization alone leaves
+    the noise — re-run in the segment's float computation with PyTorch's weight, it agrees: a weight fault,
+    confirmed, pinned to the nodes reading the weight (a set encoder's QDQ file: quantization, unconfirmed)."""
+    import numpy as np
+    import onnx
+    import torch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 16), torch.nn.Tanh(),
+                                torch.nn.Linear(16, 5)).eval()
+    x = torch.randn(2, 10, 6, generator=torch.Generator().manual_seed(1))
+    proto = dc.export(model, (x,), "torchscript")
+    with dc.quiet():
+        quantized = dc.plant.quantize_static_qdq(proto, {proto.graph.input[0].name: x.numpy()})
+    init = next(i for i in quantized.graph.initializer if i.name.endswith("_quantized") and len(i.dims) == 2)
+    q = onnx.numpy_helper.to_array(init)
+    noise = np.random.default_rng(2).normal(0, 0.3 * q.astype(float).std(), q.shape)
+    init.CopyFrom(onnx.numpy_helper.from_array(np.clip(np.round(q + noise), -127, 127).astype(q.dtype), init.name))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=quantized, atol=0.01, rtol=0.01)
+    fd = report.first_divergence
+    assert not report.ok and fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert fd.evidence["parameters"][0]["initializer"] == init.name and "float computation" in fd.explanation
+    assert fd.layer.segment[-1] == "/0/MatMul" and len(fd.layer.segment) <= 2, fd.layer.segment

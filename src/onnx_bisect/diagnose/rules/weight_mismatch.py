@@ -69,6 +69,9 @@ class WeightMismatch(Rule):
                        + how + _other_owners(ctx, [p for _, p, _, _ in differing]))
             fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
                    "check the export script loads the weights before torch.onnx.export.")
+        if _dequantizes_activations(ctx):
+            summary += (" The fix is re-run in the segment's float computation (its activation Q/DQ pairs undone, "
+                        "as the quantization rule's own fix does, which alone does not remove the divergence).")
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
                        changes=_readers(ctx, [n for n, _, _, _ in differing]),
                        counterfactual=lambda c: _restore(c, differing))
@@ -252,8 +255,22 @@ def _quantized(ctx: DiagnosisContext, candidates) -> list:
     return out
 
 
+def _dequantizes_activations(ctx: DiagnosisContext) -> bool:
+    """Whether the segment quantizes or dequantizes an activation (not only weights)."""
+    return any(p.op_type in quantization.QUANT_OPS and (p.op_type != "DequantizeLinear"
+                                                       or not ctx.onnx.graph.is_constant(p.input[0]))
+               for p in ctx.segment_protos)
+
+
 def _restore(ctx: DiagnosisContext, differing) -> FixedSegment:
-    model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
+    """PyTorch's weights in place of the differing ones; in a segment that (de)quantizes activations, in its
+    float computation (its Q/DQ pairs undone as the quantization rule's fix undoes them): the activations'
+    rounding alone exceeds the tolerance there, and only together with the weights does the segment agree."""
+    if _dequantizes_activations(ctx):
+        base = quantization.float_twin(ctx)
+        model, weights = base.model, base.weights
+    else:
+        model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
     quantized = {p.input[0]: p for p in ctx.segment_protos if p.op_type == "DequantizeLinear"}
     for name, _, rel, tensor in differing:
         if name in quantized:  # a quantized weight: its DequantizeLinear hands on PyTorch's float weight
