@@ -370,3 +370,23 @@ def test_a_passthrough_takes_the_numbers_of_the_projection_it_returns_reordered(
     fd = report.first_divergence
     assert not report.ok and planted in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+
+
+def test_a_tensor_a_saturating_op_cut_is_not_the_module_whose_value_reaches_beyond_it():
+    """Weight noise on the MLP-Mixer decoder's ConvTranspose in an onnxslim'd dynamo file (no scopes): the
+    GroupNorm after it is nearest to the hardtanh's output — clamping cut the noise off — but its PyTorch value
+    reaches beyond the bounds that output stops at, so it cannot be the GroupNorm's; paired at its own tensor,
+    the fault is pinned to the ConvTranspose (a 16-node segment blamed on the GroupNorm, unconfirmed, before)."""
+    import fault_sweep
+    import rewrites
+    import sweep_models
+
+    model, inputs = sweep_models.build("mixerdec")
+    proto = rewrites.slim(fault_sweep.export(model, inputs, "dynamo"))
+    report = onnx_bisect.bisect(model, inputs, onnx=plant.perturb_initializer(proto, "up.weight", rel=0.3))
+    fd = report.first_divergence
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    up = next(n.name for n in proto.graph.node if n.op_type == "ConvTranspose")
+    assert fd.layer.segment == (up,), fd.layer.segment
+    gn = next(r for r in report.layers if r.pair.activation.module == "gn")
+    assert gn.pair.op_type != "Clip", gn.pair

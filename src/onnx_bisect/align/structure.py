@@ -273,7 +273,8 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
                 return (t in keys and graph.order_of(t) > lo and t not in taken
                         and values[t].size == a.value.size and mine in held.get(keys[t], {mine})
                         and kind(values[t]) == "f"
-                        and (a.passthrough or t not in earlier) and later.get(t, -1) < a.index)
+                        and (a.passthrough or t not in earlier) and later.get(t, -1) < a.index
+                        and not ((n := graph.node_of(t)) is not None and _saturates(n.op_type, values[t], a.value)))
             found = _nearest(a.value, _first_values([t for t in ordered if allowed(t)], keys), values, graph)
             if found is not None:
                 tensor = _claim_loose(a, _climb(a.value, found, values, graph, allowed), graph, draft)
@@ -442,6 +443,23 @@ def _climb(ref: np.ndarray, found: tuple[str, tuple[int, ...] | None, float], va
         if not scored or scored[0][0] >= rel:
             return tensor, perm, rel
         rel, tensor, perm = scored[0]
+
+
+#: ops that saturate their input: their output is nearer a noisy module's value only by cutting the noise off
+SATURATING = frozenset({"Clip", "Relu", "Min", "Max"})
+
+
+def _saturates(op_type: str, out: np.ndarray, ref: np.ndarray) -> bool:
+    """Whether a saturating op's output cannot hold ``ref``: ``ref`` reaches beyond the range the op let through
+    (a GroupNorm's value beyond the bounds of the hardtanh after it), so the op is after the module, not its end
+    (a block's last ReLU passes its non-negative value)."""
+    if op_type not in SATURATING or not out.size or not np.size(ref):
+        return False
+    o, r = out[np.isfinite(out)], np.asarray(ref)[np.isfinite(ref)]
+    if not o.size or not r.size:
+        return False
+    slack = 1e-3 * max(float(np.max(np.abs(r))), 1e-12)
+    return float(r.max()) > float(o.max()) + slack or float(r.min()) < float(o.min()) - slack
 
 
 def _one_step(graph: GraphIndex, a: str, b: str) -> bool:
