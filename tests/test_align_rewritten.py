@@ -130,3 +130,36 @@ def test_factors_a_simplifier_folded_into_the_next_weights_are_fused_not_diverge
     fd = onnx_bisect.bisect(model, (x,), onnx=bad).first_divergence
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     assert fd.evidence["attributes"][0]["onnx_node"] == div.name and "times 2" in fd.explanation
+
+
+class _AmplifiedScaledMlp(_ScaledMlp):
+    """``_ScaledMlp`` behind a 1x1 Conv with tiny weights whose error the GroupNorm after it amplifies."""
+
+    def __init__(self):
+        super().__init__()
+        self.pre = torch.nn.Conv2d(8, 8, 1)
+        with torch.no_grad():
+            self.pre.weight.mul_(0.01)
+            self.pre.bias.mul_(0.01)
+
+    def forward(self, x):
+        return super().forward(self.pre(x))
+
+
+def test_folded_factors_are_told_from_a_fault_downstream_of_an_amplified_error():
+    """Noise below the tolerance on the first Conv, amplified by the GroupNorm: every tensor after it is noisy,
+    the scaled GELU and Conv too, so none agrees exactly — but the factors (2, the layer scale) are plainly not
+    1 and the tensors after them carry only the noise on: fused, and the amplified error is traced to the first
+    Conv (blamed on the GELU or the second Conv, before)."""
+    import onnxsim
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import plant
+
+    model, x = _AmplifiedScaledMlp().eval(), torch.randn(1, 8, 6, 6, generator=torch.Generator().manual_seed(3))
+    simplified, _ = onnxsim.simplify(rewrites.export(model, (x,), "torchscript"))
+    first = next(n for n in simplified.graph.node if n.op_type == "Conv")
+    report = onnx_bisect.bisect(model, (x,), onnx=plant.perturb_initializer(simplified, first.input[1], rel=1e-3))
+    fd = report.first_divergence
+    assert not report.ok and fd.layer.segment == (first.name,) and fd.amplification is not None, fd.layer.segment
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation

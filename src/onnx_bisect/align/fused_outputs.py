@@ -12,7 +12,8 @@ ONNX Runtime's offline optimizations leave the node carrying the module's scope 
 A simplifier (onnx-simplifier) folds a constant factor into the weights of the layer after a module: GELU's
 final ×0.5 into the next Conv's kernel, so the tensor the scope ends with holds twice the module's value.  That
 pair becomes ``fused`` when the values show a constant factor, every reader of the tensor is a Conv or MatMul
-with constant weights, and the next tensors paired after them agree (a wrong scale constant diverges there).
+with constant weights, and a tensor paired after them agrees — within the noise an error upstream leaves on the
+scaled tensor, carried on (a wrong scale constant leaves it off by the factor).
 
 Paired there, the module looks diverged on a clean file (a false alarm) and hides every fault after it.  Such a
 pair becomes ``fused`` into the node — but only when the values show it: the tensor equals the activation
@@ -24,7 +25,7 @@ import numpy as np
 
 from ..records import MatchMethod, ModuleKind, TensorPair
 from ..records.graph import NodeInfo
-from .fusion import SCALE_MAX_REL, SCREEN_MAX_REL
+from .fusion import SCREEN_MAX_REL
 from .similarity import STRUCTURE_MAX_REL, distance, fit_scale, kind
 from .scopes import SUMMING
 from .state import AlignInputs, AlignmentState, Claim
@@ -94,6 +95,11 @@ def _summing_host(tensor: str, ref: np.ndarray, x: AlignInputs):
 WEIGHTED = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 #: how far (tensors) past a scaled tensor a paired tensor that agrees is looked for
 SCALED_REACH = 12
+#: downstream of an error upstream the scaled tensor is noisy too (its fit's residual): the next pairs carry that
+#: noise on (amplified up to this much), not the factor — a wrong scale constant leaves them off by the factor
+NOISE_CARRIED = 10.0
+#: a folded factor fitted within upstream noise is told from that noise by being this far from 1
+PLAIN_FACTOR = 0.1
 
 
 def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, draft):
@@ -109,11 +115,14 @@ def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, dr
         where = f"the weights of {', '.join(n.name for n in readers)}"
     elif producer is not None and _weighted(producer, graph):  # channels first (Conv) or last (MatMul)
         fits = (fit_scale(v, ref, axis, screen=SCREEN_MAX_REL) for axis in (1, -1))
-        scale = next((s for s in fits if s is not None and s.residual <= SCALE_MAX_REL), None)
+        scale = next((s for s in fits if s is not None and s.residual <= SCREEN_MAX_REL), None)
         host, where = producer, f"its own node's weights ({producer.name})"
     else:
         return None
-    if scale is None or scale.residual > SCALE_MAX_REL or scale.trivial or not _agreeing_after(tensor, x, draft):
+    # fitted within the noise an error upstream may leave; factors near 1 fit any noisy value (weight noise)
+    if scale is None or scale.residual > SCREEN_MAX_REL or scale.trivial \
+            or float(np.max(np.abs(np.asarray(scale.factors, np.float64) - 1))) < PLAIN_FACTOR \
+            or not _agreeing_after(tensor, x, draft, max(STRUCTURE_MAX_REL, NOISE_CARRIED * scale.residual)):
         return None
     how = f"one factor {float(scale.factors[0]):.4g}" if scale.axis is None else f"a factor per channel (axis {scale.axis})"
     return host, f"no ONNX tensor of its own: the tensor holds it times {how}, folded into {where} (a simplifier)"
@@ -123,8 +132,9 @@ def _weighted(node: NodeInfo, graph) -> bool:
     return node.op_type in WEIGHTED and len(node.inputs) > 1 and graph.is_constant(node.inputs[1])
 
 
-def _agreeing_after(tensor: str, x: AlignInputs, draft) -> bool:
-    """Whether a paired tensor computed from ``tensor`` (within a few nodes) holds its activation's value."""
+def _agreeing_after(tensor: str, x: AlignInputs, draft, within: float) -> bool:
+    """Whether a paired tensor computed from ``tensor`` (within a few nodes) holds its activation's value
+    ``within`` that relative distance."""
     paired = {p.tensor: p for p in draft.values() if p.tensor and p.method is not MatchMethod.FUSED}
     frontier, seen = [o for c in x.graph.consumers.get(tensor, ()) for o in x.graph.nodes[c].outputs], set()
     while frontier and len(seen) < SCALED_REACH:
@@ -132,16 +142,16 @@ def _agreeing_after(tensor: str, x: AlignInputs, draft) -> bool:
         if t in seen:
             continue
         seen.add(t)
-        if t in paired and _agrees(paired[t], x):
+        if t in paired and _agrees(paired[t], x, within):
             return True  # a pair that disagrees may hold its own folded factor (a layer scale): walk on
         frontier += [o for c in x.graph.consumers.get(t, ()) for o in x.graph.nodes[c].outputs]
     return False
 
 
-def _agrees(p: TensorPair, x: AlignInputs) -> bool:
+def _agrees(p: TensorPair, x: AlignInputs, within: float) -> bool:
     v, ref = x.values.get(p.tensor), p.activation.value
     return (v is not None and ref is not None and kind(v) == "f" and v.size == np.size(ref)
-            and distance(v, np.asarray(ref, np.float64).reshape(v.shape)) <= STRUCTURE_MAX_REL)
+            and distance(v, np.asarray(ref, np.float64).reshape(v.shape)) <= within)
 
 
 def activated(name: str, params: tuple[float, ...]):

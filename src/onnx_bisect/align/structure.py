@@ -450,16 +450,20 @@ SATURATING = frozenset({"Clip", "Relu", "Min", "Max"})
 
 
 def _saturates(op_type: str, out: np.ndarray, ref: np.ndarray) -> bool:
-    """Whether a saturating op's output cannot hold ``ref``: ``ref`` reaches beyond the range the op let through
-    (a GroupNorm's value beyond the bounds of the hardtanh after it), so the op is after the module, not its end
-    (a block's last ReLU passes its non-negative value)."""
+    """Whether a saturating op's output cannot hold ``ref``: ``ref`` reaches beyond a bound the op cut at (a
+    GroupNorm's value beyond the bounds of the hardtanh after it), so the op is after the module, not its end (a
+    block's last ReLU passes its non-negative value).  A bound the op cut at shows as ties at the output's
+    extreme; an extreme no element was cut at is only the data's."""
     if op_type not in SATURATING or not out.size or not np.size(ref):
         return False
     o, r = out[np.isfinite(out)], np.asarray(ref)[np.isfinite(ref)]
     if not o.size or not r.size:
         return False
     slack = 1e-3 * max(float(np.max(np.abs(r))), 1e-12)
-    return float(r.max()) > float(o.max()) + slack or float(r.min()) < float(o.min()) - slack
+    hi, lo = float(o.max()), float(o.min())
+    cut_high = int(np.count_nonzero(o == hi)) > 1 and float(r.max()) > hi + slack
+    cut_low = int(np.count_nonzero(o == lo)) > 1 and float(r.min()) < lo - slack
+    return cut_high or cut_low
 
 
 def _one_step(graph: GraphIndex, a: str, b: str) -> bool:
