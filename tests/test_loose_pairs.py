@@ -390,3 +390,36 @@ def test_a_tensor_a_saturating_op_cut_is_not_the_module_whose_value_reaches_beyo
     assert fd.layer.segment == (up,), fd.layer.segment
     gn = next(r for r in report.layers if r.pair.activation.module == "gn")
     assert gn.pair.op_type != "Clip", gn.pair
+
+
+class _LayerScaled(torch.nn.Module):
+    """A LayerNorm'd MLP whose output a learned layer scale multiplies (DINOv2's): onnxslim folds the scale into
+    the last Linear's weight and bias (``linear_2_weight_fused``)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(11)
+        self.inp, self.norm = torch.nn.Linear(8, 16), torch.nn.LayerNorm(16)
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16)
+        self.lambda1 = torch.nn.Parameter(torch.rand(16) * 0.5 + 0.25)
+
+    def forward(self, x):
+        h = self.inp(x)
+        return h + self.lambda1 * self.fc2(self.act(self.fc1(self.norm(h))))
+
+
+def test_a_layer_scale_folded_into_a_weight_is_no_stale_checkpoint():
+    """Downstream of a wrong LayerNorm epsilon the folded Linear diverges too; its weight is the parameter times
+    the model's own layer scale, channel by channel: no stale-weight warning (there was one), and the
+    epsilon is the first divergence."""
+    import fault_sweep
+    import rewrites
+
+    model, x = _LayerScaled().eval(), torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(2))
+    proto = rewrites.slim(fault_sweep.export(model, (x,), "dynamo"))
+    assert any(i.name.endswith("_weight_fused") for i in proto.graph.initializer)
+    norm = next(n for n in proto.graph.node if n.op_type == "LayerNormalization")
+    report = onnx_bisect.bisect(model, (x,), onnx=plant.set_attribute(proto, norm.name, "epsilon", 0.5))
+    assert not [w for w in report.warnings if "differ from the PyTorch parameters" in w], report.warnings
+    fd = report.first_divergence
+    assert fd.cause == "epsilon-mismatch" and norm.name in fd.layer.segment, fd.explanation

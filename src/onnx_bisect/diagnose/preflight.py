@@ -17,6 +17,7 @@ from onnx import TensorProto, helper
 
 from ..errors import BackendError, OnnxLoadError
 from ..records import Capture, LoadedModel, ModelInputs, ModuleKind, module_kind
+from .support import layout
 from .support.param_layouts import model_rnn_weights
 from ..records.graph import checkable_view
 from ..records.weights import Weights, release
@@ -262,13 +263,16 @@ def compare_weights(loaded: LoadedModel, skeleton: onnx.ModelProto, weights: Wei
         fold = folded.get(name)
         if fold is not None and _equal(value, fold):
             continue  # the exporter kept the conv's name for the folded weight
+        if fold is None and layout.scaling_parameter(value, ref, torch_arrays):
+            continue  # a layer scale folded into the named weight (a simplifier)
         diff = _difference(name, name if fold is None else f"{name} (+ folded BatchNorm)", value,
                            ref if fold is None else fold)
         if fold is not None and _per_channel_rescale(value, ref):
             diff = WeightDifference(diff.initializer, diff.parameter, diff.max_abs, diff.rel_l2, refold=True)
         diffs.append(diff)
     if unmatched:
-        diffs += _match_by_value(unmatched, {n: a for n, a in torch_arrays.items() if n not in used}, folded)
+        diffs += _match_by_value(unmatched, {n: a for n, a in torch_arrays.items() if n not in used}, folded,
+                                 torch_arrays)
     return diffs
 
 
@@ -368,8 +372,9 @@ def _difference(name: str, parameter: str, value: np.ndarray, ref: np.ndarray) -
 
 
 def _match_by_value(unmatched: dict[str, np.ndarray], free: dict[str, np.ndarray],
-                    folded: dict[str, np.ndarray]) -> list[WeightDifference]:
-    """Pair initializers exporters renamed (e.g. transposed Linear weights) by value; report close-but-unequal ones."""
+                    folded: dict[str, np.ndarray], every: dict[str, np.ndarray]) -> list[WeightDifference]:
+    """Pair initializers exporters renamed (e.g. transposed Linear weights) by value; report close-but-unequal ones
+    (not a parameter times a layer scale of the model's ``every`` array, which a simplifier folded into it)."""
     pool = dict(free)
     pool.update({f"{n} (+ folded BatchNorm)": a for n, a in folded.items()})
     by_size: dict[int, list[str]] = {}
@@ -394,7 +399,7 @@ def _match_by_value(unmatched: dict[str, np.ndarray], free: dict[str, np.ndarray
         if not candidates:
             continue
         best = max(candidates, key=lambda c: _correlation(value, pool[c]))
-        if _correlation(value, pool[best]) > 0.9:
+        if _correlation(value, pool[best]) > 0.9 and not layout.scaling_parameter(value, pool[best], every):
             diff = _difference(name, best, value, pool[best])
             raw = best.replace(" (+ folded BatchNorm)", "")
             if raw in folded and raw in pool and _per_channel_rescale(value, pool[raw]):

@@ -39,6 +39,8 @@ class WeightMismatch(Rule):
                 continue
             if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
                 continue  # float16 conversion saturated the large weights: the precision rule's case
+            if layout.scaling_parameter(value, best[1].layout.apply(best[2], value.shape), _model_arrays(ctx)):
+                continue  # a layer scale folded into the weights (onnxslim): the model's own numbers
             differing.append((name, *best))
         differing += _quantized(ctx, candidates)
         if not differing:
@@ -228,6 +230,12 @@ def _is_refold(ctx: DiagnosisContext, value: np.ndarray, name: str) -> bool:
     ratio = np.sum(w2 * wc2, axis=1) / np.maximum(np.sum(wc2 * wc2, axis=1), 1e-300)
     residual = np.linalg.norm(w2 - ratio[:, None] * wc2, axis=1) / np.maximum(np.linalg.norm(w2, axis=1), 1e-30)
     return bool(residual.max() <= 1e-3)
+
+
+def _model_arrays(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
+    module = ctx.baseline.loaded.module
+    return {} if module is None else {n: t.detach().cpu().numpy() for n, t in
+                                      [*module.named_parameters(), *module.named_buffers()] if t.is_floating_point()}
 
 
 def _only_clamped(value: np.ndarray, tensor: np.ndarray, relation: Layout) -> bool:

@@ -304,3 +304,30 @@ def exact_torch_value(ctx: DiagnosisContext, value: np.ndarray, candidates: dict
         if rel is not None and rel.equal:
             return name, rel.layout.apply(tensor, value.shape)
     return None
+
+
+#: relative residual of a folded per-channel scale (float32 rounding of the product)
+FOLDED_SCALE_REL = 1e-5
+
+
+def scaling_parameter(value: np.ndarray, ref: np.ndarray, arrays: dict[str, np.ndarray]) -> str | None:
+    """The name of the array in ``arrays`` (the model's parameters and buffers) whose values scale ``ref`` channel
+    by channel into ``value`` (same shape, or a 2-d one transposed) — a layer scale a simplifier folded into the
+    weights and bias of the layer before it (DINOv2's ``lambda1`` into its MLP's last Linear) — or None."""
+    if value.ndim == 0:
+        return None
+    refs = [ref] if ref.shape == value.shape else []
+    refs += [ref.T] if ref.ndim == 2 and ref.T.shape == value.shape and ref.shape != value.shape else []
+    v = value.astype(np.float64)
+    for r in (x.astype(np.float64) for x in refs):
+        for axis in dict.fromkeys((0, v.ndim - 1)):
+            vv, rr = np.moveaxis(v, axis, 0).reshape(v.shape[axis], -1), np.moveaxis(r, axis, 0).reshape(r.shape[axis], -1)
+            ratio = np.sum(vv * rr, axis=1) / np.maximum(np.sum(rr * rr, axis=1), 1e-300)
+            fit = np.linalg.norm(vv - ratio[:, None] * rr) / max(float(np.linalg.norm(vv)), 1e-30)
+            if fit > FOLDED_SCALE_REL or np.allclose(ratio, 1.0, rtol=1e-4):
+                continue
+            name = next((n for n, a in arrays.items() if a.size == ratio.size and np.allclose(
+                a.astype(np.float64).reshape(-1), ratio, rtol=1e-4, atol=1e-7)), None)
+            if name is not None:
+                return name
+    return None
