@@ -46,6 +46,11 @@ class Backend(Protocol):
         """
         ...
 
+    def own_ops(self) -> frozenset[tuple[str, str]]:
+        """``(domain, op_type)`` of the ops this runtime defines beyond the onnx package's schemas (the preflight
+        checks a file's other nodes with onnx.checker and notes these); empty when it defines none."""
+        ...
+
     def run(
         self,
         model: onnx.ModelProto | str,
