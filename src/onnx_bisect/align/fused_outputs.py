@@ -91,8 +91,6 @@ def _summing_host(tensor: str, ref: np.ndarray, x: AlignInputs):
     return None
 
 
-#: nodes whose constant weights a simplifier folds a preceding constant factor into
-WEIGHTED = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 #: how far (tensors) past a scaled tensor a paired tensor that agrees is looked for
 SCALED_REACH = 12
 #: downstream of an error upstream the scaled tensor is noisy too (its fit's residual): the next pairs carry that
@@ -108,12 +106,12 @@ def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, dr
     the Conv / MatMul computing it (a layer scale after the module) — and a paired tensor after it agrees with
     PyTorch: the factor was undone there, not a fault (a wrong scale constant diverges on to the outputs)."""
     graph = x.graph
-    readers = [graph.nodes[c] for c in graph.consumers.get(tensor, ())]
+    readers = graph.weighted_readers(tensor)
     producer = graph.node_of(tensor)
-    if readers and all(_weighted(n, graph) and n.inputs[0] == tensor for n in readers):
+    if readers:
         scale, host = fit_scale(v, ref, None, screen=SCREEN_MAX_REL), readers[0]
         where = f"the weights of {', '.join(n.name for n in readers)}"
-    elif producer is not None and _weighted(producer, graph):  # channels first (Conv) or last (MatMul)
+    elif producer is not None and graph.has_constant_weights(producer):  # channels first (Conv) or last (MatMul)
         fits = (fit_scale(v, ref, axis, screen=SCREEN_MAX_REL) for axis in (1, -1))
         scale = next((s for s in fits if s is not None and s.residual <= SCREEN_MAX_REL), None)
         host, where = producer, f"its own node's weights ({producer.name})"
@@ -126,10 +124,6 @@ def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, dr
         return None
     how = f"one factor {float(scale.factors[0]):.4g}" if scale.axis is None else f"a factor per channel (axis {scale.axis})"
     return host, f"no ONNX tensor of its own: the tensor holds it times {how}, folded into {where} (a simplifier)"
-
-
-def _weighted(node: NodeInfo, graph) -> bool:
-    return node.op_type in WEIGHTED and len(node.inputs) > 1 and graph.is_constant(node.inputs[1])
 
 
 def _agreeing_after(tensor: str, x: AlignInputs, draft, within: float) -> bool:

@@ -263,18 +263,18 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     for a in acts:
         holders.setdefault(id(a.value), []).append(a.index)
     earlier: set[str] = set()  # what earlier calls' tensors are computed from
+    cuts = _cut_lookup(graph, values)
     for a in acts:
         if a.index not in draft and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size \
                 and not _returns_paired_value(a, holders, draft):
             lo = max(lower_bound(e, reach) for e in [a, *enclosing.get(a.index, ())])
-            mine = _torch_key(a)  # once per activation: a pass over its value
+            mine, extent = _torch_key(a), _extent(a.value)  # once per activation: passes over its value
 
-            def allowed(t: str, a=a, lo=lo, mine=mine) -> bool:
+            def allowed(t: str, a=a, lo=lo, mine=mine, extent=extent) -> bool:
                 return (t in keys and graph.order_of(t) > lo and t not in taken
                         and values[t].size == a.value.size and mine in held.get(keys[t], {mine})
-                        and kind(values[t]) == "f"
-                        and (a.passthrough or t not in earlier) and later.get(t, -1) < a.index
-                        and not ((n := graph.node_of(t)) is not None and _saturates(n.op_type, values[t], a.value)))
+                        and kind(values[t]) == "f" and (a.passthrough or t not in earlier)
+                        and later.get(t, -1) < a.index and not _beyond(cuts(t), extent))
             found = _nearest(a.value, _first_values([t for t in ordered if allowed(t)], keys), values, graph)
             if found is not None:
                 tensor = _claim_loose(a, _climb(a.value, found, values, graph, allowed), graph, draft)
@@ -449,21 +449,45 @@ def _climb(ref: np.ndarray, found: tuple[str, tuple[int, ...] | None, float], va
 SATURATING = frozenset({"Clip", "Relu", "Min", "Max"})
 
 
-def _saturates(op_type: str, out: np.ndarray, ref: np.ndarray) -> bool:
-    """Whether a saturating op's output cannot hold ``ref``: ``ref`` reaches beyond a bound the op cut at (a
-    GroupNorm's value beyond the bounds of the hardtanh after it), so the op is after the module, not its end (a
-    block's last ReLU passes its non-negative value).  A bound the op cut at shows as ties at the output's
-    extreme; an extreme no element was cut at is only the data's."""
-    if op_type not in SATURATING or not out.size or not np.size(ref):
-        return False
-    o, r = out[np.isfinite(out)], np.asarray(ref)[np.isfinite(ref)]
-    if not o.size or not r.size:
-        return False
-    slack = 1e-3 * max(float(np.max(np.abs(r))), 1e-12)
+def _cut_lookup(graph: GraphIndex, values):
+    """``cuts(tensor)``: the bounds a saturating op's output was cut at (:func:`_cut_bounds`), ``(None, None)``
+    for any other tensor; each tensor read once."""
+    found: dict[str, tuple[float | None, float | None]] = {}
+
+    def cuts(t: str) -> tuple[float | None, float | None]:
+        if t not in found:
+            node = graph.node_of(t)
+            found[t] = _cut_bounds(values[t]) if node is not None and node.op_type in SATURATING else (None, None)
+        return found[t]
+    return cuts
+
+
+def _cut_bounds(out: np.ndarray) -> tuple[float | None, float | None]:
+    """``(upper, lower)`` bounds a saturating op's output shows it cut at — ties at its extreme — or None each:
+    an extreme no element was cut at is only the data's (a ReLU's maximum)."""
+    o = out[np.isfinite(out)]
+    if not o.size:
+        return None, None
     hi, lo = float(o.max()), float(o.min())
-    cut_high = int(np.count_nonzero(o == hi)) > 1 and float(r.max()) > hi + slack
-    cut_low = int(np.count_nonzero(o == lo)) > 1 and float(r.min()) < lo - slack
-    return cut_high or cut_low
+    return (hi if np.count_nonzero(o == hi) > 1 else None), (lo if np.count_nonzero(o == lo) > 1 else None)
+
+
+def _extent(ref: np.ndarray) -> tuple[float, float, float] | None:
+    """``(max, min, slack)`` of an activation's finite values."""
+    r = np.asarray(ref)[np.isfinite(ref)] if np.size(ref) else np.zeros(0)
+    if not r.size:
+        return None
+    return float(r.max()), float(r.min()), 1e-3 * max(float(np.max(np.abs(r))), 1e-12)
+
+
+def _beyond(cut: tuple[float | None, float | None], extent: tuple[float, float, float] | None) -> bool:
+    """Whether a saturating op's output cannot hold an activation: the activation reaches beyond a bound the op
+    cut at (a GroupNorm's value beyond the bounds of the hardtanh after it), so the op is after the module, not
+    its end (a block's last ReLU passes its non-negative value)."""
+    if extent is None:
+        return False
+    (hi, lo), (r_max, r_min, slack) = cut, extent
+    return (hi is not None and r_max > hi + slack) or (lo is not None and r_min < lo - slack)
 
 
 def _one_step(graph: GraphIndex, a: str, b: str) -> bool:

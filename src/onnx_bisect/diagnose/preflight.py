@@ -412,10 +412,7 @@ def _match_by_value(unmatched: dict[str, np.ndarray], free: dict[str, np.ndarray
 def _per_channel_rescale(value: np.ndarray, ref: np.ndarray) -> bool:
     if value.shape != ref.shape or value.ndim < 2:
         return False
-    v, r = value.astype(np.float64).reshape(len(value), -1), ref.astype(np.float64).reshape(len(ref), -1)
-    ratio = np.sum(v * r, axis=1) / np.maximum(np.sum(r * r, axis=1), 1e-300)
-    residual = np.linalg.norm(v - ratio[:, None] * r, axis=1) / np.maximum(np.linalg.norm(v, axis=1), 1e-30)
-    return bool(residual.max() <= 1e-3)
+    return bool(layout.channel_ratios(value, ref)[1].max() <= 1e-3)
 
 
 def _fingerprint(a: np.ndarray) -> np.ndarray:

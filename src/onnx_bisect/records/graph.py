@@ -31,6 +31,10 @@ class NodeInfo:
         return next((v for k, v in self.attributes if k == name), default)
 
 
+#: nodes computing with constant weights a simplifier can fold a constant factor into
+WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+
+
 @dataclass(frozen=True)
 class GraphIndex:
     """Topologically ordered nodes and the wiring between them."""
@@ -56,6 +60,18 @@ class GraphIndex:
         """Whether ``tensor`` is an initializer or a Constant node's output (a value no input changes)."""
         node = self.node_of(tensor)
         return tensor in self.initializers or (node is not None and node.op_type == "Constant")
+
+    def has_constant_weights(self, node: NodeInfo) -> bool:
+        """Whether ``node`` is a Conv or MatMul whose weights (second input) are constant: where a simplifier folds
+        a constant factor before or after it."""
+        return node.op_type in WEIGHTED_OPS and len(node.inputs) > 1 and self.is_constant(node.inputs[1])
+
+    def weighted_readers(self, tensor: str) -> tuple[NodeInfo, ...]:
+        """The nodes reading ``tensor`` when every one is a Conv or MatMul with constant weights taking it as its
+        data input (a factor on ``tensor`` can be folded into them); () otherwise."""
+        readers = tuple(self.nodes[c] for c in self.consumers.get(tensor, ()))
+        ok = readers and all(self.has_constant_weights(n) and n.inputs[0] == tensor for n in readers)
+        return readers if ok else ()
 
     def order_of(self, tensor: str) -> int:
         """Topological position of the producer; -1 for graph inputs/initializers."""

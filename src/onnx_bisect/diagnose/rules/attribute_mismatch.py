@@ -129,22 +129,14 @@ def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None]:
     return [], None
 
 
-#: nodes a simplifier folds a constant factor after a module into (their constant weights)
-WEIGHTED = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
-
-
 class _FoldedFactor:
     """The factor a divergent tensor holds PyTorch's value times when only Convs / MatMuls with constant weights
     read it — a simplifier folded the module's last scale into them (GELU's ×0.5) — asked only when the file's
     own segment output is no scaled copy (else the scale is the fault)."""
 
     def __init__(self, ctx: DiagnosisContext):
-        graph = ctx.onnx.graph
-        readers = [graph.nodes[c] for c in graph.consumers.get(ctx.tensor, ())]
         self.ctx = ctx
-        self.open = bool(readers) and all(
-            n.op_type in WEIGHTED and len(n.inputs) > 1 and graph.is_constant(n.inputs[1])
-            and n.inputs[0] == ctx.tensor for n in readers)
+        self.open = bool(ctx.onnx.graph.weighted_readers(ctx.tensor))
         self.checked = False
 
     def __call__(self, value: np.ndarray) -> float | None:

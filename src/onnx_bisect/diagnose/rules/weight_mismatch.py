@@ -25,24 +25,7 @@ class WeightMismatch(Rule):
         if ctx.layer.local is None or ctx.layer.local.ok:
             return None
         candidates = layout.torch_candidates(ctx)
-        refolded = {t for s in layout.weight_sites(ctx) if _is_refold(ctx, ctx.initializer(s.weight), s.weight)
-                    for t in (s.weight, s.bias) if t}  # a per-channel rescale: the BatchNorm fold rule's case
-        differing = []
-        for name in _segment_initializers(ctx):
-            if name in refolded:
-                continue
-            value = ctx.initializer(name)
-            if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
-                continue
-            best = _counterpart(ctx, name, value, candidates)
-            if best is None or best[1].equal or not _same_tensor(best, name):
-                continue
-            if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
-                continue  # float16 conversion saturated the large weights: the precision rule's case
-            if layout.scaling_parameter(value, best[1].layout.apply(best[2], value.shape), _model_arrays(ctx)):
-                continue  # a layer scale folded into the weights (onnxslim): the model's own numbers
-            differing.append((name, *best))
-        differing += _quantized(ctx, candidates)
+        differing = _differing(ctx, candidates) + _quantized(ctx, candidates)
         if not differing:
             return None
         rows = [{"initializer": n, "parameter": p, "layout": r.layout.value, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
@@ -77,6 +60,28 @@ class WeightMismatch(Rule):
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
                        changes=_readers(ctx, [n for n, _, _, _ in differing]),
                        counterfactual=lambda c: _restore(c, differing))
+
+
+def _differing(ctx: DiagnosisContext, candidates) -> list:
+    """The segment's float initializers unlike the PyTorch tensor they pair with, as ``(initializer, parameter,
+    relation, torch value)`` rows — not a BatchNorm refold (that rule's case), a float16 clamp (precision's), or
+    a parameter times a layer scale of the model (a simplifier's fold: the model's own numbers)."""
+    refolded = {t for s in layout.weight_sites(ctx) if _is_refold(ctx, ctx.initializer(s.weight), s.weight)
+                for t in (s.weight, s.bias) if t}
+    differing, arrays = [], None  # the model's parameters as arrays: read once, when first needed
+    for name in _segment_initializers(ctx):
+        value = ctx.initializer(name) if name not in refolded else None
+        if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
+            continue
+        best = _counterpart(ctx, name, value, candidates)
+        if best is None or best[1].equal or not _same_tensor(best, name):
+            continue
+        if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
+            continue
+        arrays = _model_arrays(ctx) if arrays is None else arrays
+        if not layout.scaling_parameter(value, best[1].layout.apply(best[2], value.shape), arrays):
+            differing.append((name, *best))
+    return differing
 
 
 #: ops that only carry a weight to the node computing with it (dequantized, cast, laid out)
@@ -226,10 +231,7 @@ def _is_refold(ctx: DiagnosisContext, value: np.ndarray, name: str) -> bool:
     wc = pair[1].weight.detach().double().cpu().numpy()
     if w is None or w.shape != wc.shape:
         return False
-    w2, wc2 = w.astype(np.float64).reshape(w.shape[0], -1), wc.reshape(wc.shape[0], -1)
-    ratio = np.sum(w2 * wc2, axis=1) / np.maximum(np.sum(wc2 * wc2, axis=1), 1e-300)
-    residual = np.linalg.norm(w2 - ratio[:, None] * wc2, axis=1) / np.maximum(np.linalg.norm(w2, axis=1), 1e-30)
-    return bool(residual.max() <= 1e-3)
+    return bool(layout.channel_ratios(w, wc)[1].max() <= 1e-3)
 
 
 def _model_arrays(ctx: DiagnosisContext) -> dict[str, np.ndarray]:

@@ -306,6 +306,16 @@ def exact_torch_value(ctx: DiagnosisContext, value: np.ndarray, candidates: dict
     return None
 
 
+def channel_ratios(value: np.ndarray, ref: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The least-squares factor per channel (along ``axis``) with ``value ≈ factor · ref``, and each channel's
+    relative residual: a folded BatchNorm, a folded layer scale."""
+    v = np.moveaxis(value.astype(np.float64), axis, 0).reshape(value.shape[axis], -1)
+    r = np.moveaxis(ref.astype(np.float64), axis, 0).reshape(ref.shape[axis], -1)
+    ratio = np.sum(v * r, axis=1) / np.maximum(np.sum(r * r, axis=1), 1e-300)
+    residual = np.linalg.norm(v - ratio[:, None] * r, axis=1) / np.maximum(np.linalg.norm(v, axis=1), 1e-30)
+    return ratio, residual
+
+
 #: relative residual of a folded per-channel scale (float32 rounding of the product)
 FOLDED_SCALE_REL = 1e-5
 
@@ -318,13 +328,10 @@ def scaling_parameter(value: np.ndarray, ref: np.ndarray, arrays: dict[str, np.n
         return None
     refs = [ref] if ref.shape == value.shape else []
     refs += [ref.T] if ref.ndim == 2 and ref.T.shape == value.shape and ref.shape != value.shape else []
-    v = value.astype(np.float64)
-    for r in (x.astype(np.float64) for x in refs):
-        for axis in dict.fromkeys((0, v.ndim - 1)):
-            vv, rr = np.moveaxis(v, axis, 0).reshape(v.shape[axis], -1), np.moveaxis(r, axis, 0).reshape(r.shape[axis], -1)
-            ratio = np.sum(vv * rr, axis=1) / np.maximum(np.sum(rr * rr, axis=1), 1e-300)
-            fit = np.linalg.norm(vv - ratio[:, None] * rr) / max(float(np.linalg.norm(vv)), 1e-30)
-            if fit > FOLDED_SCALE_REL or np.allclose(ratio, 1.0, rtol=1e-4):
+    for r in refs:
+        for axis in dict.fromkeys((0, value.ndim - 1)):
+            ratio, residual = channel_ratios(value, r, axis)
+            if residual.max() > FOLDED_SCALE_REL or np.allclose(ratio, 1.0, rtol=1e-4):
                 continue
             name = next((n for n, a in arrays.items() if a.size == ratio.size and np.allclose(
                 a.astype(np.float64).reshape(-1), ratio, rtol=1e-4, atol=1e-7)), None)
