@@ -328,13 +328,16 @@ def scaling_parameter(value: np.ndarray, ref: np.ndarray, arrays: dict[str, np.n
         return None
     refs = [ref] if ref.shape == value.shape else []
     refs += [ref.T] if ref.ndim == 2 and ref.T.shape == value.shape and ref.shape != value.shape else []
+    # the product rounded to the initializer's type (a float16 file: a few steps of ~1e-3)
+    step = float(np.finfo(value.dtype).eps) if np.issubdtype(value.dtype, np.floating) else 0.0
+    fit, match = max(FOLDED_SCALE_REL, 2 * step), max(1e-4, step)
     for r in refs:
         for axis in dict.fromkeys((0, value.ndim - 1)):
             ratio, residual = channel_ratios(value, r, axis)
-            if residual.max() > FOLDED_SCALE_REL or np.allclose(ratio, 1.0, rtol=1e-4):
+            if residual.max() > fit or np.allclose(ratio, 1.0, rtol=match):
                 continue
             name = next((n for n, a in arrays.items() if a.size == ratio.size and np.allclose(
-                a.astype(np.float64).reshape(-1), ratio, rtol=1e-4, atol=1e-7)), None)
+                a.astype(np.float64).reshape(-1), ratio, rtol=match, atol=1e-7)), None)
             if name is not None:
                 return name
     return None
