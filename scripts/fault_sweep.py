@@ -149,15 +149,23 @@ def case_from_dict(d: dict) -> Case:
 # --------------------------------------------------------------------------- making files
 
 def export(model, inputs, exporter: str) -> onnx.ModelProto:
-    """``model`` exported by the dynamo exporter (its default opset) or TorchScript (opset 17)."""
+    """``model`` exported by the dynamo exporter (its default opset) or TorchScript (opset 17); with
+    ``-dynamic``, every input axis dynamic (dynamo: ``Dim.AUTO``, the exporter keeps what it can; TorchScript:
+    ``dynamic_axes`` on every axis but a channel axis)."""
     import io
 
     import torch
 
-    if exporter == "dynamo":
-        return torch.onnx.export(model, inputs, dynamo=True, verbose=False, report=False).model_proto
+    dynamic = exporter.endswith("-dynamic")
+    if exporter.startswith("dynamo"):
+        shapes = tuple({i: torch.export.Dim.AUTO for i in range(t.dim())} for t in inputs) if dynamic else None
+        return torch.onnx.export(model, inputs, dynamo=True, dynamic_shapes=shapes, verbose=False,
+                                 report=False).model_proto
+    names = [f"input_{i}" for i in range(len(inputs))]
+    axes = {n: {j: f"{n}_dim{j}" for j in range(t.dim()) if j != 1 or t.dim() == 2}
+            for n, t in zip(names, inputs)} if dynamic else None
     buf = io.BytesIO()
-    torch.onnx.export(model, inputs, buf, dynamo=False, opset_version=17)
+    torch.onnx.export(model, inputs, buf, dynamo=False, opset_version=17, input_names=names, dynamic_axes=axes)
     return onnx.load_from_string(buf.getvalue())
 
 
@@ -206,6 +214,24 @@ def rename(src: Path, dst: Path) -> None:
     onnx.save(proto, dst)
 
 
+def fp16_io(src: Path, dst: Path) -> None:
+    """onnxconverter-common float16 with float16 graph inputs and outputs (``keep_io_types=False``)."""
+    from onnxconverter_common import float16
+
+    onnx.save(float16.convert_float_to_float16(onnx.load(src), keep_io_types=False), dst)
+
+
+def ort_fusion(src: Path, dst: Path) -> None:
+    """ONNX Runtime's transformer optimizer (``onnxruntime.transformers.optimizer``, model type bert, its Python
+    fusions only): Attention, SkipLayerNormalization, BiasGelu, FastGelu ... where its patterns match."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    model = optimize_model(str(src), model_type="bert", num_heads=0, hidden_size=0, opt_level=0)
+    if not any(n.domain == "com.microsoft" for n in model.model.graph.node):
+        raise RuntimeError("the transformer optimizer fused nothing")
+    model.save_model_to_file(str(dst))
+
+
 def qdq_int8(arch: str) -> Callable[[Path, Path], None]:
     """onnxruntime.quantization.quantize_static (QDQ) calibrated on seeded random inputs."""
     return alignment_corpus.int8(sweep_models.calibration(arch, 4))
@@ -229,6 +255,10 @@ PROVENANCES = {
     "fp16": Provenance(("dynamo", "torchscript"), lambda arch: alignment_corpus.fp16, low_precision=True),
     "ort-opt": Provenance(("torchscript", "dynamo"), lambda arch: alignment_corpus.ort_offline("extended")),
     "qdq-int8": Provenance(("torchscript", "dynamo"), qdq_int8, low_precision=True),
+    # added with the fourth held-out set
+    "dynamic": Provenance(("dynamo-dynamic", "torchscript-dynamic")),
+    "ort-fusion": Provenance(("torchscript", "dynamo"), lambda arch: ort_fusion),
+    "fp16-io": Provenance(("dynamo", "torchscript"), lambda arch: fp16_io, low_precision=True),
 }
 
 
@@ -439,7 +469,7 @@ def sweep_arch(arch: str, args, results: dict[str, Case], save: Callable[[], Non
     model_file = args.workdir / "models" / f"{arch}.py"
     model_file.parent.mkdir(parents=True, exist_ok=True)
     model_file.write_text(sweep_models.model_file_text(arch, str(HERE)))
-    exports = make_exports(model, inputs, arch_dir)
+    exports = make_exports(model, inputs, arch_dir, args.provenances)
     replaced = {"clean", "-", *args.faults}
     for prov in args.provenances:
         cases = plan_cell(arch, prov, exports, arrays, reference, args, arch_dir / prov)
@@ -453,10 +483,11 @@ def sweep_arch(arch: str, args, results: dict[str, Case], save: Callable[[], Non
         print(f"[{time.perf_counter() - start:7.0f}s] {arch:10s} {prov:11s} {cell_line(cases)}", flush=True)
 
 
-def make_exports(model, inputs, arch_dir: Path) -> dict[str, Path | str]:
-    """Both exports saved under ``arch_dir``: exporter -> path, or the reason it failed."""
+def make_exports(model, inputs, arch_dir: Path, provenances) -> dict[str, Path | str]:
+    """The exports the provenances start from, saved under ``arch_dir``: exporter -> path, or the reason it
+    failed."""
     exports: dict[str, Path | str] = {}
-    for exporter in ("dynamo", "torchscript"):
+    for exporter in dict.fromkeys(b for prov in provenances for b in PROVENANCES[prov].bases):
         path = arch_dir / f"export.{exporter}.onnx"
         try:
             with alignment_corpus.quiet():
@@ -586,7 +617,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--archs", help=f"comma-separated, from {','.join(sweep_models.ARCHS)}; 'core' the twelve "
-                                   "tuned on (the default), 'heldout', 'heldout2' and 'heldout3' the held-out sets")
+                                   "tuned on (the default), 'heldout' ... 'heldout4' the held-out sets")
     p.add_argument("--provenances", default=",".join(PROVENANCES), help="comma-separated")
     p.add_argument("--faults", default=",".join(sweep_faults.FAULTS), help="comma-separated fault kinds")
     p.add_argument("--sites", type=int, default=2, help="faults planted per kind and file (default 2)")
@@ -605,7 +636,7 @@ def parse_args(argv=None):
     p.add_argument("--misses", action="store_true", help="list every miss under the tables")
     a = p.parse_args(argv)
     groups = {"core": sweep_models.CORE, "heldout": sweep_models.HELDOUT, "heldout2": sweep_models.HELDOUT2,
-              "heldout3": sweep_models.HELDOUT3}
+              "heldout3": sweep_models.HELDOUT3, "heldout4": sweep_models.HELDOUT4}
     a.archs = ([x for name in a.archs.split(",") for x in groups.get(name, (name,))] if a.archs
                else list(QUICK_ARCHS if a.quick else sweep_models.CORE))
     a.provenances, a.faults = a.provenances.split(","), a.faults.split(",")
