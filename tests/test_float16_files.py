@@ -250,3 +250,43 @@ def test_weight_noise_of_a_few_float16_steps_is_a_weight_fault_not_float16_round
     assert fd.layer.segment[-1] == gemm and fd.amplification is not None, fd.layer.segment
     [row] = fd.evidence["parameters"]
     assert row["initializer"] == weight and row["fraction_differing"] > 0.2, row
+
+
+class _LayerScaled(torch.nn.Module):
+    """Pre-norm residual blocks whose branches end in a Linear times a per-channel layer scale (timm's ViT
+    ``LayerScale``): onnxslim folds each scale into the Linear's weights."""
+
+    class Scale(torch.nn.Module):
+        def __init__(self, width: int):
+            super().__init__()
+            self.gamma = torch.nn.Parameter(torch.rand(width) + 0.25)
+
+        def forward(self, x):
+            return x * self.gamma
+
+    def __init__(self, width: int = 32):
+        super().__init__()
+        self.norm1, self.fc1, self.ls1 = torch.nn.LayerNorm(width), torch.nn.Linear(width, width), self.Scale(width)
+        self.norm2, self.fc2, self.ls2 = torch.nn.LayerNorm(width), torch.nn.Linear(width, width), self.Scale(width)
+        self.head = torch.nn.Linear(width, 4)
+
+    def forward(self, x):
+        x = x + self.ls1(self.fc1(torch.nn.functional.gelu(self.norm1(x))))
+        x = x + self.ls2(self.fc2(torch.nn.functional.gelu(self.norm2(x))))
+        return self.head(x)
+
+
+def test_a_layer_scale_folded_into_a_float16_linear_is_the_scales_tensor_not_a_hidden_divergence():
+    """In a simplified float16 file no tensor holds the Linear's own value (its layer scale is in the weights)
+    and no pair is exact: the nearest-value pass must give the scaled tensor to the layer scale, not call the
+    Linear diverged by its factor (a false "the outputs agree, but … introduce error" warning)."""
+    torch.manual_seed(0)
+    model, x = _LayerScaled().eval(), torch.randn(2, 6, 32, generator=torch.Generator().manual_seed(1))
+    proto = rewrites.to_float16(rewrites.slim(rewrites.export(model, (x,), "dynamo")))
+    assert any(i.name.endswith("_fused") for i in proto.graph.initializer)  # the scales are in the weights
+    report = onnx_bisect.bisect(model, (x,), onnx=proto, atol=1e-2, rtol=1e-2)
+    assert report.ok and report.first_divergence is None
+    assert not [w for w in report.warnings if w.startswith("The outputs agree, but")]
+    rows = {r.pair.activation.module: r for r in report.layers}
+    assert rows["ls1"].pair.op_type in ("Gemm", "MatMul", "Add") and rows["ls1"].status is Status.MATCHED
+    assert rows["fc1"].status is not Status.DIVERGED

@@ -264,6 +264,7 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         holders.setdefault(id(a.value), []).append(a.index)
     earlier: set[str] = set()  # what earlier calls' tensors are computed from
     cuts = _cut_lookup(graph, values)
+    readers = _leaf_readers(acts)
     for a in acts:
         if a.index not in draft and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size \
                 and not _returns_paired_value(a, holders, draft):
@@ -276,7 +277,7 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
                         and kind(values[t]) == "f" and (a.passthrough or t not in earlier)
                         and later.get(t, -1) < a.index and not _beyond(cuts(t), extent))
             found = _nearest(a.value, _first_values([t for t in ordered if allowed(t)], keys), values, graph)
-            if found is not None:
+            if found is not None and not _held_by_reader(a, found, readers, draft, values):
                 tensor = _claim_loose(a, _climb(a.value, found, values, graph, allowed), graph, draft)
                 taken.add(tensor)
                 held.setdefault(keys[tensor], set()).add(mine)
@@ -289,6 +290,31 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         if own >= 0:
             earlier |= ancestors_of(graph, {p.tensor}, earlier)
     return draft.claims
+
+
+def _leaf_readers(acts) -> dict[int, list[Activation]]:
+    """For each value object, the leaf activations that read it."""
+    readers: dict[int, list[Activation]] = {}
+    for b in acts:
+        if b.is_leaf and b.module:
+            for i in b.inputs:
+                readers.setdefault(id(acts[i].value), []).append(b)
+    return readers
+
+
+def _held_by_reader(a: Activation, found: tuple[str, tuple[int, ...] | None, float], readers, draft,
+                    values) -> bool:
+    """Whether a module reading ``a``'s value, not yet paired, holds the found tensor's value clearly more
+    nearly (``LOOSE_MARGIN``): the tensor is that reader's (a layer scale a simplifier folded into the Linear
+    before it — the Linear's own value then exists in no tensor), and ``a`` takes nothing rather than a value
+    off by the reader's factor."""
+    tensor, _, rel = found
+    for b in readers.get(id(a.value), ()):
+        if b.index > a.index and b.index not in draft and kind(b.value) == "f" and b.value.size == values[tensor].size:
+            near = layout_of(b.value, values[tensor], nearness)
+            if near is not None and LOOSE_MARGIN * near[1] <= rel:
+                return True
+    return False
 
 
 def _torch_key(a: Activation) -> tuple | None:
