@@ -82,3 +82,56 @@ def test_a_fault_after_a_module_fused_by_the_runtime_is_found(tmp_path):
     fd = report.first_divergence
     assert not report.ok and conv2.name in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
     assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+
+
+class _Encoder(torch.nn.Module):
+    """A post-norm BERT-style feed-forward block twice: Linear → GELU → Linear, residual Add, LayerNorm."""
+
+    def __init__(self, d: int = 16):
+        super().__init__()
+        torch.manual_seed(33)
+        self.fc1, self.fc2 = torch.nn.ModuleList(torch.nn.Linear(d, 4 * d) for _ in range(2)), \
+            torch.nn.ModuleList(torch.nn.Linear(4 * d, d) for _ in range(2))
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(d) for _ in range(2))
+
+    def forward(self, x):
+        for fc1, fc2, norm in zip(self.fc1, self.fc2, self.norms):
+            x = norm(x + fc2(torch.nn.functional.gelu(fc1(x))))
+        return x
+
+
+def _transformer_fused(tmp_path, proto: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX Runtime's transformer optimizer (its Python fusions only): BiasGelu, SkipLayerNormalization."""
+    from onnxruntime.transformers.optimizer import optimize_model
+
+    onnx.save(proto, tmp_path / "plain.onnx")
+    with dc.quiet():
+        fused = optimize_model(str(tmp_path / "plain.onnx"), model_type="bert", num_heads=0, hidden_size=0,
+                               opt_level=0)
+    fused.save_model_to_file(str(tmp_path / "fused.onnx"))  # as users ship it (the com.microsoft opset declared)
+    return onnx.load(tmp_path / "fused.onnx")
+
+
+def test_a_linear_whose_bias_the_transformer_optimizer_moved_into_the_next_op_is_fused(tmp_path):
+    """The optimizer fuses a Linear's bias Add into the BiasGelu / SkipLayerNormalization after it: the MatMul
+    tensor carrying the Linear's scope holds its value less the bias. A clean file: no divergence, no warning;
+    noise on a fused Linear's weight: found there."""
+    model, x = _Encoder().eval(), torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(34))
+    fused = _transformer_fused(tmp_path, _export(model, x))
+    ops = {n.op_type for n in fused.graph.node}
+    assert {"BiasGelu", "SkipLayerNormalization"} <= ops, ops
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=fused)
+    assert report.ok and not report.warnings, report.warnings
+    rows = {r.pair.activation.module: r for r in report.layers}
+    assert rows["fc1.0"].status is Status.FUSED and rows["fc1.0"].pair.op_type == "BiasGelu"
+    assert rows["fc2.1"].status is Status.FUSED and rows["fc2.1"].pair.op_type == "SkipLayerNormalization"
+    matmul = next(n for n in fused.graph.node if n.op_type == "MatMul" and n.output[0] in
+                  {i for m in fused.graph.node if m.op_type == "SkipLayerNormalization" for i in m.input}
+                  and "fc2.1" in n.name)
+    bad = plant.perturb_initializer(fused, matmul.input[1], rel=0.3)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=bad)
+    fd = report.first_divergence
+    assert not report.ok and matmul.name in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation

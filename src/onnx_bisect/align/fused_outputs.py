@@ -27,7 +27,7 @@ from ..records import MatchMethod, ModuleKind, TensorPair
 from ..records.graph import NodeInfo
 from .fusion import SCREEN_MAX_REL
 from .similarity import STRUCTURE_MAX_REL, distance, fit_scale, kind
-from .scopes import SUMMING
+from .scopes import SUMMING, bias_added_by
 from .state import AlignInputs, AlignmentState, Claim
 
 #: ONNX Runtime's fused nodes that apply an ``activation`` attribute after their op, and the modules they host
@@ -49,7 +49,7 @@ def release_fused_outputs(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         if distance(v, ref) <= STRUCTURE_MAX_REL:
             continue  # it holds the module's value: nothing fused there
         host = _activation_host(p.activation, p.tensor, v, ref, x) or _summing_host(p.tensor, ref, x) \
-            or _scaled_host(p.tensor, v, ref, x, draft)
+            or _biased_host(p.activation, p.tensor, v, ref, x) or _scaled_host(p.tensor, v, ref, x, draft)
         if host is not None:
             node, note = host
             draft.claim(TensorPair(p.activation, None, node.name, node.op_type, MatchMethod.FUSED, p.confidence,
@@ -89,6 +89,15 @@ def _summing_host(tensor: str, ref: np.ndarray, x: AlignInputs):
             return node, (f"no ONNX tensor of its own: its last Add is summed inside {node.name} ({node.op_type}), "
                           "fused by the runtime")
     return None
+
+
+def _biased_host(a, tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs):
+    """``(node, note)`` when a consumer adds a bias to ``tensor`` inside its own op and the tensor holds the
+    module's value less a constant per channel: the Linear's bias Add fused into that node."""
+    node = bias_added_by(x.graph, tensor, v, ref) if a.kind in HOSTED else None
+    if node is None:
+        return None
+    return node, f"no ONNX tensor of its own: its bias is added inside {node.name} ({node.op_type}), fused by the runtime"
 
 
 #: how far (tensors) past a scaled tensor a paired tensor that agrees is looked for

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from ..records import Activation, Capture, MatchMethod
-from ..records.graph import GraphIndex
+from ..records.graph import GraphIndex, NodeInfo
 from .similarity import QUANTIZED_MAX_REL, STRUCTURE_MAX_REL, agreement, distance, fits, float_noise, kind, perms
 from .state import AlignInputs, AlignmentState, Claim, Draft, pair_to
 
@@ -156,6 +156,30 @@ def candidate_tensors(capture: Capture, graph: GraphIndex, scopes: ScopeMap) -> 
 
 #: ONNX Runtime's fused nodes that add inputs 0, 1 (and the bias, input 4) before normalizing
 SUMMING = ("SkipLayerNormalization", "SkipSimplifiedLayerNormalization")
+#: ONNX Runtime's contrib ops that add a bias to their first operand(s) before their own op, and the bias's input
+#: index: its transformer optimizer fuses a Linear's bias Add into the op after it (BiasGelu, SkipLayerNorm ...)
+BIAS_INPUT = {"BiasGelu": 1, "FastGelu": 1, "BiasSplitGelu": 1, "BiasAdd": 1, "BiasDropout": 1,
+              "SkipLayerNormalization": 4, "SkipSimplifiedLayerNormalization": 3}
+
+
+def bias_added_by(graph: GraphIndex, tensor: str, v: np.ndarray, ref: np.ndarray) -> NodeInfo | None:
+    """The consumer that adds a bias to ``tensor`` inside its own op, when ``tensor`` holds ``ref`` less a
+    constant per channel (the last axis): a Linear's bias Add the runtime fused into that node."""
+    if not ref.ndim or kind(v) != "f" or v.size != ref.size:
+        return None
+    for c in graph.consumers.get(tensor, ()):
+        node = graph.nodes[c]
+        at = BIAS_INPUT.get(node.op_type)
+        if at is None or len(node.inputs) <= at or not node.inputs[at] or tensor not in node.inputs[:2]:
+            continue
+        gap = (np.asarray(ref, np.float64) - np.asarray(v, np.float64).reshape(ref.shape)).reshape(-1, ref.shape[-1])
+        offset = gap.mean(axis=0)
+        rest = float(np.linalg.norm(gap - offset)) / (float(np.linalg.norm(ref)) + 1e-30)
+        if np.any(offset) and rest <= float_noise(v):
+            return node
+    return None
+
+
 FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                          onnx.TensorProto.BFLOAT16})
 
@@ -222,7 +246,8 @@ def _scope_tensors(module: str, group: list[Activation], x: AlignInputs) -> list
     refs = [a.value for a in group]
     return [t for t in tensors if t not in x.scopes.weak
             or any(fits(x.values[t], r) and distance(x.values[t], r) <= _weak_agreement(x.graph, t, x.values[t])
-                   for r in refs)]
+                   for r in refs)
+            or any(bias_added_by(x.graph, t, x.values[t], r) is not None for r in refs)]
 
 
 def _pair_group(group: list[Activation], tensors: list[str], x: AlignInputs, draft: Draft) -> None:
