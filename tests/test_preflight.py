@@ -140,3 +140,40 @@ def test_an_offline_optimized_files_runtime_ops_are_a_note_not_a_checker_warning
     bad.graph.input[0].type.tensor_type.elem_type = TensorProto.INT64  # a wrong input type stays a warning
     [warning] = preflight.checker_errors(bad, own)
     assert "onnx.checker" in warning
+
+
+class _StandardizedConv(torch.nn.Module):
+    """A convolution whose weight is standardised in forward with batch_norm in training mode (BiT's
+    ``WeightStandardizedConv2d``): the exported BatchNormalization has training_mode=1 on a weight."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.conv, self.bn = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+
+    def forward(self, x):
+        w = self.conv.weight
+        w = torch.nn.functional.batch_norm(w.reshape(1, 8, -1), None, None, training=True, momentum=0.0,
+                                           eps=1e-6).reshape_as(w)
+        return torch.relu(self.bn(torch.nn.functional.conv2d(x, w, self.conv.bias, padding=1)))
+
+
+def test_batch_statistics_of_a_standardised_weight_are_no_training_mode_export(tmp_path):
+    model, x = _StandardizedConv().eval(), torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(4))
+    proto = rewrites.export(model, (x,), "torchscript")
+    norms = [n for n in proto.graph.node if n.op_type == "BatchNormalization"]
+    assert any(a.name == "training_mode" and a.i for n in norms for a in n.attribute)  # the weight's
+    assert not preflight.training_mode_nodes(proto)
+    report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    assert report.ok and not [w for w in report.warnings if "training mode" in w], report.warnings
+    path = tmp_path / "standardized.onnx"
+    onnx.save(proto, path)
+    triaged = onnx_bisect.triage(str(path), confirm=False)  # the coverage triage flags no training-mode risk
+    assert not [r for f in triaged.findings for r in f.risks if "training_mode" in r.reason]
+    # the same model exported in training mode: its own BatchNorm is reported, the weight's is not
+    buffer = __import__("io").BytesIO()
+    with dc.quiet():
+        torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=17, training=torch.onnx.TrainingMode.TRAINING,
+                          do_constant_folding=False)
+    [warning] = preflight.training_mode_nodes(onnx.load_from_string(buffer.getvalue()))
+    assert "1 BatchNormalization node(s)" in warning

@@ -263,8 +263,7 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     for a in acts:
         holders.setdefault(id(a.value), []).append(a.index)
     earlier: set[str] = set()  # what earlier calls' tensors are computed from
-    cuts = _cut_lookup(graph, values)
-    readers = _leaf_readers(acts)
+    cuts, readers = _cut_lookup(graph, values), _leaf_readers(acts)
     for a in acts:
         if a.index not in draft and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size \
                 and not _returns_paired_value(a, holders, draft):

@@ -4,6 +4,7 @@ from __future__ import annotations
 import onnx
 from onnx import helper, numpy_helper
 
+from ..records.graph import input_free
 from .graphwalk import iter_nodes, node_keys
 from .records import Inventory, NodeInfo, OpSignature
 from .schemas import bind_types, find_schema, normalise_domain
@@ -47,7 +48,7 @@ def take_inventory(model: onnx.ModelProto, original: onnx.ModelProto | None = No
             _constant_value(node, constants)
     return Inventory(nodes=tuple(nodes), opsets=tuple(sorted(opsets.items())), ir_version=int(model.ir_version),
                      producers=producers, constants=constants, graph_inputs=frozenset(declared - initializers),
-                     overridable=frozenset(declared & initializers))
+                     overridable=frozenset(declared & initializers), input_free=input_free(source))
 
 
 def _node_info(index: int, node: onnx.NodeProto, key: str, owner: str, scope: dict, opsets: dict) -> NodeInfo:

@@ -175,6 +175,7 @@ class Inventory:
     constants: dict[str, Any] = field(default_factory=dict, repr=False)  # small initializers / Constant outputs
     graph_inputs: frozenset[str] = frozenset()  # fed at run time (not initializers)
     overridable: frozenset[str] = frozenset()  # initializers also declared as graph inputs
+    input_free: frozenset[str] = frozenset()  # tensors no graph input reaches (computed from constants alone)
 
     def opset(self, domain: str) -> int | None:
         """The version the model imports for ``domain``."""

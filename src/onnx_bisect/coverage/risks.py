@@ -130,7 +130,7 @@ def batchnorm(node: NodeInfo, inv: Inventory) -> RiskFlag | None:
     """BatchNormalization in training mode, or after a Conv (runtimes fold it into the Conv's weights)."""
     if node.signature.op_type != "BatchNormalization":
         return None
-    if node.attribute("training_mode", 0):
+    if node.attribute("training_mode", 0) and node.inputs[0] not in inv.input_free:
         return RiskFlag((Cause.TRAINING_MODE,), "BatchNormalization with training_mode=1 uses batch statistics")
     producer = _producer(node, inv)
     if producer is not None and producer.signature.op_type in ("Conv", "ConvTranspose"):

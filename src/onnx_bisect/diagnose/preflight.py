@@ -19,7 +19,7 @@ from ..errors import BackendError, OnnxLoadError
 from ..records import Capture, LoadedModel, ModelInputs, ModuleKind, module_kind
 from .support import layout
 from .support.param_layouts import model_rnn_weights
-from ..records.graph import checkable_view
+from ..records.graph import checkable_view, input_free
 from ..records.weights import Weights, release
 
 #: weights shown by name in the stale-checkpoint warning
@@ -64,13 +64,14 @@ def check_model(loaded: LoadedModel, inputs: ModelInputs, skeleton: onnx.ModelPr
 def training_mode_nodes(skeleton: onnx.ModelProto) -> list[str]:
     """Dropout nodes that drop and BatchNormalization nodes on batch statistics."""
     constants = {i.name: i for i in skeleton.graph.initializer}
-    dropouts, norms = [], []
+    dropouts, norms, weights = [], [], input_free(skeleton.graph)
     for node in skeleton.graph.node:
         if node.op_type == "Dropout" and len(node.input) > 2 and node.input[2]:
             flag = constants.get(node.input[2])
             if flag is None or bool(onnx.numpy_helper.to_array(flag).reshape(-1)[0]):
                 dropouts.append(node.name)
-        elif node.op_type == "BatchNormalization" and any(a.name == "training_mode" and a.i for a in node.attribute):
+        elif node.op_type == "BatchNormalization" and any(a.name == "training_mode" and a.i for a in node.attribute) \
+                and node.input[0] not in weights:  # batch statistics of a weight: the model standardises it
             norms.append(node.name)
     if not dropouts and not norms:
         return []

@@ -111,6 +111,24 @@ def outer_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def input_free(graph: onnx.GraphProto) -> frozenset[str]:
+    """The tensors of ``graph`` (top level) that no graph input reaches: computed from initializers and
+    constants alone (a weight standardised in the graph, a shape built from constants).  Nodes are taken in
+    file order; a node reading a tensor produced later (a graph out of order) counts it as input-fed."""
+    fed = {i.name for i in graph.input} - {i.name for i in graph.initializer}
+    free = {i.name for i in graph.initializer}
+    for node in graph.node:
+        reads = [i for i in list(node.input) + list(outer_inputs(node)) if i]
+        if all(i in free for i in reads) and not (fed & set(reads)) and node.op_type not in RANDOM_OPS:
+            free.update(o for o in node.output if o)
+    return frozenset(free)
+
+
+#: ops whose output changes from run to run though their inputs do not
+RANDOM_OPS = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+                        "Bernoulli", "Dropout"})
+
+
 def checkable_view(proto: onnx.ModelProto) -> onnx.ModelProto:
     """A copy in which initializers whose data lives elsewhere are typed graph inputs.
 

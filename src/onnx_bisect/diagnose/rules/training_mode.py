@@ -7,6 +7,7 @@ from onnx import helper
 
 from ..support import edits
 from ...records import Cause
+from ...records.graph import input_free
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 FIX = ("Call model.eval() before exporting (TorchScript exporter: training=torch.onnx.TrainingMode.EVAL), so "
@@ -23,6 +24,9 @@ class TrainingMode(Rule):
             return None
         dropouts = [p for p in ctx.segment_protos if p.op_type == "Dropout" and _dropout_active(ctx, p)]
         norms = [p for p in ctx.segment_protos if p.op_type == "BatchNormalization" and attribute(p, "training_mode", 0)]
+        if norms:  # batch statistics of a weight are the model's own (weight standardisation), not a training export
+            weights = input_free(ctx.onnx.skeleton.graph)
+            norms = [p for p in norms if p.input[0] not in weights]
         if not dropouts and not norms:
             return None
         evidence = {"active_dropout_nodes": [p.name for p in dropouts],
