@@ -290,3 +290,24 @@ def test_a_layer_scale_folded_into_a_float16_linear_is_the_scales_tensor_not_a_h
     rows = {r.pair.activation.module: r for r in report.layers}
     assert rows["ls1"].pair.op_type in ("Gemm", "MatMul", "Add") and rows["ls1"].status is Status.MATCHED
     assert rows["fc1"].status is not Status.DIVERGED
+
+
+def test_float32_inputs_cast_to_a_float16_input_are_a_note_unless_they_overflow():
+    """A file converted with float16 inputs (keep_io_types off) takes what its callers cast: rounding the inputs
+    is a fact to note; values beyond float16's range becoming infinity are a problem to warn of."""
+    from onnxconverter_common import float16
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()
+    x = torch.randn(3, 8, generator=torch.Generator().manual_seed(2))
+    proto = float16.convert_float_to_float16(rewrites.export(model, (x,), "torchscript"), keep_io_types=False)
+    assert proto.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT16
+    report = onnx_bisect.bisect(model, (x,), onnx=proto, atol=1e-2, rtol=1e-2)
+    assert report.ok and not report.warnings, report.warnings
+    [note] = [n for n in report.notes if "was cast for ONNX Runtime" in n]
+    assert "float16" in note and "rounded" in note
+    big = x.clone()
+    big[0, 0] = 1e6
+    report = onnx_bisect.bisect(model, (big,), onnx=proto, atol=1e-2, rtol=1e-2)
+    [warning] = [w for w in report.warnings if "was cast for ONNX Runtime" in w]
+    assert "1 value(s) overflowed to infinity" in warning

@@ -150,6 +150,7 @@ def prepare(loaded: LoadedModel, inputs: ModelInputs, captured: Capture, exporte
         notes = list(checked.notes)
         notes += preflight.static_batch(skeleton) if exported.exporter is Exporter.GIVEN else []
         notes += feeds.nested_inputs(inputs, skeleton, loaded.forward_params)
+        notes += feeds.cast_notes(inputs, skeleton, loaded.forward_params)
     if save_onnx:
         with progress.step("save", f"writing the exported model to {save_onnx}"):
             if exported.file is not None:

@@ -22,9 +22,40 @@ def make_feeds(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tupl
     warnings: list[str] = []
     for info, value, given in _match(inputs, model, forward_params):
         feeds[info.name], note = _check(info, value, given)
-        if note:
+        if note and _lossy(value, feeds[info.name]):
             warnings.append(note)
     return feeds, tuple(warnings)
+
+
+def cast_notes(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tuple[str, ...]) -> list[str]:
+    """The float inputs cast to the precision the graph declares that only rounded (no value overflowed or
+    vanished): what a caller of this file does too, a fact to note rather than a problem."""
+    notes = []
+    for info, value, given in _match(inputs, model, forward_params):
+        cast, note = _check(info, value, given)
+        if note and not _lossy(value, cast):
+            notes.append(note)
+    return notes
+
+
+def _loss(value: np.ndarray, cast: np.ndarray) -> str:
+    """What the cast changed: overflowed and vanished values, else the largest change."""
+    finite, nonzero = np.isfinite(value), value != 0
+    over, under = int(np.sum(finite & ~np.isfinite(cast))), int(np.sum(nonzero & (cast == 0)))
+    if over or under:
+        return (f" ({over} value(s) overflowed to infinity, {under} non-zero value(s) became 0: export the model "
+                f"to take {value.dtype} inputs, or scale them into {cast.dtype}'s range)")
+    change = np.abs(cast.astype(np.float64) - value.astype(np.float64))
+    return f" (rounded: largest change {float(np.max(change)) if change.size else 0.0:.3g})"
+
+
+def _lossy(value: np.ndarray, cast: np.ndarray) -> bool:
+    """Whether casting ``value`` lost more than rounding: finite values that overflowed, non-zero ones that
+    became zero."""
+    if value.dtype == cast.dtype or value.dtype.kind != "f":
+        return False
+    finite, nonzero = np.isfinite(value), value != 0
+    return bool(np.any(finite & ~np.isfinite(cast)) or np.any(nonzero & (cast == 0)))
 
 
 def _match(inputs: ModelInputs, model: onnx.ModelProto, forward_params: tuple[str, ...]):
@@ -99,9 +130,11 @@ def _check(info: onnx.ValueInfoProto, value: np.ndarray, given: str) -> tuple[np
     note = ""
     if value.dtype != want:
         if value.dtype.kind == "f" and np.dtype(want).kind == "f":
+            cast = value.astype(want)
             note = (f"Input '{given}' is {value.dtype} but the ONNX input '{info.name}' is {np.dtype(want)}: "
-                    f"it was cast for ONNX Runtime while PyTorch ran on the {value.dtype} values.")
-            value = value.astype(want)
+                    f"it was cast for ONNX Runtime while PyTorch ran on the {value.dtype} values"
+                    f"{_loss(value, cast)}.")
+            value = cast
         else:
             raise OnnxLoadError(
                 f"Input '{given}' has dtype {value.dtype} but the ONNX input '{info.name}' expects "
