@@ -355,3 +355,51 @@ def test_the_bounds_of_a_functional_clamp_in_a_small_segment_are_the_ops_argumen
     row = fd.evidence["attributes"][0]
     assert (row["onnx_node"], row["attribute"], row["expected"]) == (clip.name, "max", 0.5), row
     assert "hardtanh" in row["source"] and clip.name in fd.layer.segment, row
+
+
+class _StandardizedBlock(torch.nn.Module):
+    """Weight-standardised convolutions (BiT's): the dynamo exporter folds the standardised weight into a
+    constant; each is followed by a GroupNorm, exported as Reshape → InstanceNormalization → Reshape back."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.conv1, self.conv2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.norm1, self.norm2 = torch.nn.GroupNorm(2, 8), torch.nn.GroupNorm(2, 8)
+        for norm in (self.norm1, self.norm2):
+            torch.nn.init.normal_(norm.weight)
+            torch.nn.init.normal_(norm.bias)
+
+    @staticmethod
+    def _standardized(conv, x):
+        w = conv.weight
+        w = torch.nn.functional.batch_norm(w.reshape(1, w.shape[0], -1), None, None, training=True, momentum=0.0,
+                                           eps=1e-8).reshape_as(w)
+        return torch.nn.functional.conv2d(x, w, conv.bias, padding=1)
+
+    def forward(self, x):
+        x = torch.relu(self.norm1(self._standardized(self.conv1, x)))
+        return torch.relu(self.norm2(self._standardized(self.conv2, x)))
+
+
+def test_a_groupnorms_reshape_back_is_checked_against_the_shape_of_the_values_around_it():
+    """A wrong shape constant on the Reshape that restores a GroupNorm's input shape: no PyTorch op has a value
+    of that Reshape's output (the group norm is one ATen op), so the shapes of PyTorch's values nearby are
+    tried; the standardised weights the exporter folded are the model's own numbers, not a stale checkpoint."""
+    model, x = _StandardizedBlock().eval(), torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(6))
+    proto = rewrites.export(model, (x,), "dynamo")
+    constants = {i.name: i for i in proto.graph.initializer}
+    reshapes = [n for n in proto.graph.node if n.op_type == "Reshape" and n.input[1] in constants
+                and numpy_helper.to_array(constants[n.input[1]]).tolist() == [1, 8, 6, 6]]
+    assert len(reshapes) == 2, [n.name for n in proto.graph.node]
+    reshape = reshapes[0]  # its shape constant is shared with the second GroupNorm's: given one of its own
+    proto.graph.initializer.append(numpy_helper.from_array(np.array([6, 8, 6, 1], np.int64), "planted_shape"))
+    reshape.input[1] = "planted_shape"
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    row = fd.evidence["attributes"][0]
+    assert row["onnx_node"] == reshape.name and row["expected"] == [1, 8, 6, 6], row
+    assert fd.layer.segment == (reshape.name,), fd.layer.segment
+    assert not [w for w in report.warnings if "stale" in w], report.warnings

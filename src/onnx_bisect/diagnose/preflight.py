@@ -264,8 +264,8 @@ def compare_weights(loaded: LoadedModel, skeleton: onnx.ModelProto, weights: Wei
         fold = folded.get(name)
         if fold is not None and _equal(value, fold):
             continue  # the exporter kept the conv's name for the folded weight
-        if fold is None and layout.scaling_parameter(value, ref, torch_arrays):
-            continue  # a layer scale folded into the named weight (a simplifier)
+        if fold is None and layout.reparameterised(value, ref, torch_arrays):
+            continue  # a layer scale folded into the named weight (a simplifier), a standardised weight
         diff = _difference(name, name if fold is None else f"{name} (+ folded BatchNorm)", value,
                            ref if fold is None else fold)
         if fold is not None and _per_channel_rescale(value, ref):
@@ -400,7 +400,7 @@ def _match_by_value(unmatched: dict[str, np.ndarray], free: dict[str, np.ndarray
         if not candidates:
             continue
         best = max(candidates, key=lambda c: _correlation(value, pool[c]))
-        if _correlation(value, pool[best]) > 0.9 and not layout.scaling_parameter(value, pool[best], every):
+        if _correlation(value, pool[best]) > 0.9 and not layout.reparameterised(value, pool[best], every):
             diff = _difference(name, best, value, pool[best])
             raw = best.replace(" (+ folded BatchNorm)", "")
             if raw in folded and raw in pool and _per_channel_rescale(value, pool[raw]):

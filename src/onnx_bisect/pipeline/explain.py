@@ -146,16 +146,34 @@ def pinned_by_fix(first: Divergence, index) -> Divergence:
     elif first.cause is Cause.WEIGHT_MISMATCH:  # the nodes reading the restored weights
         pinned = len(fixed) < len(segment) and fixed <= set(segment)
     else:
-        # the nodes an edit changes: when the segment is too large to point at anything (or they lie outside it: a
-        # Reshape before it); a small segment is kept whole — two adjacent layout ops can each undo the other's
-        # fault, and the fix found may be the neighbour's compensating change
-        pinned = len(segment) > PINNED_AT_MOST or not fixed <= set(segment)
+        # the nodes an edit changes (or they lie outside the segment: a Reshape before it), with the layout ops
+        # next to them — two adjacent layout ops can each undo the other's fault, and the fix found may be the
+        # neighbour's compensating change; a segment of a few nodes is kept whole
+        fixed |= _layout_neighbours(fixed, set(segment), index)
+        pinned = len(segment) > KEPT_WHOLE and len(fixed) < len(segment) or not fixed <= set(segment)
     if not pinned:
         return first
     nodes = [n for n in index.nodes if n.name in fixed]  # graph order
     layer = dataclasses.replace(first.layer, segment=tuple(n.name for n in nodes),
                                 segment_ops=tuple(n.op_type for n in nodes))
     return dataclasses.replace(first, layer=layer, within=first.within or first.layer)
+
+
+#: a segment of at most this many nodes is kept whole when a fix changes some of them
+KEPT_WHOLE = 3
+#: ops that only move values: a wrong one can be undone by the next
+LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Split", "Slice",
+                        "Gather", "Expand", "DepthToSpace", "SpaceToDepth"})
+
+
+def _layout_neighbours(fixed: set[str], segment: set[str], index) -> set[str]:
+    """The layout ops of ``segment`` that feed a fixed node or read its output directly."""
+    found: set[str] = set()
+    for node in (n for n in index.nodes if n.name in fixed):
+        near = [index.node_of(t) for t in node.inputs if t] + [
+            index.nodes[c] for t in node.outputs for c in index.consumers.get(t, ())]
+        found |= {n.name for n in near if n is not None and n.name in segment and n.op_type in LAYOUT_OPS}
+    return found
 
 
 def _passed_over(modules: tuple[str, ...]) -> tuple[str, ...]:

@@ -64,8 +64,9 @@ class WeightMismatch(Rule):
 
 def _differing(ctx: DiagnosisContext, candidates) -> list:
     """The segment's float initializers unlike the PyTorch tensor they pair with, as ``(initializer, parameter,
-    relation, torch value)`` rows — not a BatchNorm refold (that rule's case), a float16 clamp (precision's), or
-    a parameter times a layer scale of the model (a simplifier's fold: the model's own numbers)."""
+    relation, torch value)`` rows — not a BatchNorm refold (that rule's case), a float16 clamp (precision's), a
+    parameter times a layer scale of the model (a simplifier's fold) or standardised per output channel (a
+    weight-standardised convolution folded at export): the model's own numbers."""
     refolded = {t for s in layout.weight_sites(ctx) if _is_refold(ctx, ctx.initializer(s.weight), s.weight)
                 for t in (s.weight, s.bias) if t}
     differing, arrays = [], None  # the model's parameters as arrays: read once, when first needed
@@ -79,7 +80,8 @@ def _differing(ctx: DiagnosisContext, candidates) -> list:
         if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
             continue
         arrays = _model_arrays(ctx) if arrays is None else arrays
-        if not layout.scaling_parameter(value, best[1].layout.apply(best[2], value.shape), arrays):
+        ref = best[1].layout.apply(best[2], value.shape)
+        if not layout.reparameterised(value, ref, arrays):
             differing.append((name, *best))
     return differing
 

@@ -361,10 +361,16 @@ def _shapes(ctx, proto) -> Iterator[Alternative]:
     # a Reshape whose output only Transposes lead to the divergent tensor: the shapes PyTorch's values there had
     # (the op's own; those of ops nearby holding as many elements: a recurrent layer's batch-first output the
     # op flattened), laid out as before those Transposes
-    for shape in dict.fromkeys([tuple(activation.value.shape)] + _near_shapes(ctx, activation)):
+    near = list(dict.fromkeys([tuple(activation.value.shape)] + _near_shapes(ctx, activation)))
+    for shape in near:
         laid_out = _before_transposes(ctx, proto.output[0], _at_rank(shape, have.size))
         if laid_out is not None:
             wanted.append((laid_out, f"PyTorch's {list(shape)} before the Transpose after the Reshape"))
+    # a Reshape inside the segment back to the shape of a value around it (a GroupNorm's Reshape after its
+    # InstanceNormalization restores the input's shape): those shapes, where they hold the Reshape's elements
+    size = ctx.shape_of(proto.input[0])
+    wanted += [(_at_rank(shape, have.size), f"the shape of PyTorch's {list(shape)} value nearby") for shape in near
+               if size is not None and int(np.prod(shape)) == int(np.prod(size))]
     wanted += [(tuple(a), own) for _, a in activation.args
                if isinstance(a, tuple) and all(isinstance(x, int) for x in a)]
     wanted += _view_shapes(ctx, proto, activation)

@@ -341,3 +341,29 @@ def scaling_parameter(value: np.ndarray, ref: np.ndarray, arrays: dict[str, np.n
             if name is not None:
                 return name
     return None
+
+
+def standardised(value: np.ndarray, ref: np.ndarray) -> bool:
+    """Whether ``value`` is ``ref`` (same shape) standardised channel by channel along its first axis — zero
+    mean and unit variance per output channel, up to a small epsilon: a weight-standardised convolution (BiT)
+    whose standardised weight the exporter folded into a constant is the model's own numbers, not another
+    checkpoint's."""
+    if value.shape != ref.shape or value.ndim < 2 or value[0].size < 2:
+        return False
+    v = value.astype(np.float64).reshape(value.shape[0], -1)
+    r = ref.astype(np.float64).reshape(ref.shape[0], -1)
+    spread = r.std(axis=1, keepdims=True)
+    if not np.all(spread > 0):
+        return False
+    z = (r - r.mean(axis=1, keepdims=True)) / spread
+    step = float(np.finfo(value.dtype).eps) if np.issubdtype(value.dtype, np.floating) else 0.0
+    scale = np.sum(v * z, axis=1, keepdims=True) / np.sum(z * z, axis=1, keepdims=True)  # 1 / sqrt(1 + eps / var)
+    residual = float(np.linalg.norm(v - scale * z)) / (float(np.linalg.norm(v)) + 1e-30)
+    return bool(np.all((scale > 0.9) & (scale <= 1.0 + 1e-3)) and residual <= max(FOLDED_SCALE_REL, 4 * step))
+
+
+def reparameterised(value: np.ndarray, ref: np.ndarray, arrays: dict[str, np.ndarray]) -> bool:
+    """Whether ``value``, unequal to the parameter ``ref`` it pairs with, is still the model's own numbers: the
+    parameter times a layer scale of the model (:func:`scaling_parameter`) or standardised per output channel
+    (:func:`standardised`) — a transformed copy a simplifier or exporter folded, not another checkpoint's."""
+    return scaling_parameter(value, ref, arrays) is not None or standardised(value, ref)
