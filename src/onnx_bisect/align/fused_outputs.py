@@ -94,7 +94,7 @@ def _summing_host(tensor: str, ref: np.ndarray, x: AlignInputs):
 def _biased_host(a, tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs):
     """``(node, note)`` when a consumer adds a bias to ``tensor`` inside its own op and the tensor holds the
     module's value less a constant per channel: the Linear's bias Add fused into that node."""
-    node = bias_added_by(x.graph, tensor, v, ref) if a.kind in HOSTED else None
+    node = bias_added_by(x.graph, x.values, tensor, v, ref) if a.kind in HOSTED else None
     if node is None:
         return None
     return node, f"no ONNX tensor of its own: its bias is added inside {node.name} ({node.op_type}), fused by the runtime"

@@ -147,6 +147,9 @@ def candidate_tensors(capture: Capture, graph: GraphIndex, scopes: ScopeMap) -> 
                     names[t] = None
     # the operands a runtime-fused node adds (a module's last Add summed inside it: see .fused_outputs)
     summed = {i for node in graph.nodes if node.op_type in SUMMING for i in node.inputs[:2] + node.inputs[4:5] if i}
+    # and the biases a runtime-fused node adds (a Linear's bias Add fused into the op after it)
+    summed |= {node.inputs[BIAS_INPUT[node.op_type]] for node in graph.nodes if node.op_type in BIAS_INPUT
+               and len(node.inputs) > BIAS_INPUT[node.op_type] and node.inputs[BIAS_INPUT[node.op_type]]}
     names.update(dict.fromkeys(sorted(summed)))
     found = [n for n in names if n not in graph.initializers and n not in graph.graph_inputs]
     # an activation that does not depend on the inputs (position embeddings) may be folded into a constant
@@ -162,20 +165,36 @@ BIAS_INPUT = {"BiasGelu": 1, "FastGelu": 1, "BiasSplitGelu": 1, "BiasAdd": 1, "B
               "SkipLayerNormalization": 4, "SkipSimplifiedLayerNormalization": 3}
 
 
-def bias_added_by(graph: GraphIndex, tensor: str, v: np.ndarray, ref: np.ndarray) -> NodeInfo | None:
-    """The consumer that adds a bias to ``tensor`` inside its own op, when ``tensor`` holds ``ref`` less a
-    constant per channel (the last axis): a Linear's bias Add the runtime fused into that node."""
+#: adding the fused node's bias brings the tensor this much nearer the module's value (the rest is noise an
+#: error upstream left): the bias is the module's
+BIAS_GAIN = 10.0
+#: or, downstream of a fault (no value near the module's), the mean over rows of what the tensor lacks is the
+#: fused node's bias within this share of it, over at least this many rows
+BIAS_OFFSET, BIAS_ROWS = 0.25, 4
+
+
+def bias_added_by(graph: GraphIndex, values, tensor: str, v: np.ndarray, ref: np.ndarray) -> NodeInfo | None:
+    """The consumer that adds a bias to ``tensor`` inside its own op, when ``tensor`` holds ``ref`` less that
+    bias (or, where the bias is not a known constant, less a constant per channel of the last axis): a Linear's
+    bias Add the runtime fused into that node."""
     if not ref.ndim or kind(v) != "f" or v.size != ref.size:
         return None
+    r, x = np.asarray(ref, np.float64), np.asarray(v, np.float64).reshape(ref.shape)
     for c in graph.consumers.get(tensor, ()):
         node = graph.nodes[c]
         at = BIAS_INPUT.get(node.op_type)
         if at is None or len(node.inputs) <= at or not node.inputs[at] or tensor not in node.inputs[:2]:
             continue
-        gap = (np.asarray(ref, np.float64) - np.asarray(v, np.float64).reshape(ref.shape)).reshape(-1, ref.shape[-1])
-        offset = gap.mean(axis=0)
-        rest = float(np.linalg.norm(gap - offset)) / (float(np.linalg.norm(ref)) + 1e-30)
-        if np.any(offset) and rest <= float_noise(v):
+        gap = (r - x).reshape(-1, r.shape[-1])
+        offset = gap.mean(axis=0)  # the bias, and the mean over rows of any error upstream
+        bias = values.get(node.inputs[at])
+        if bias is not None and kind(bias) == "f" and np.size(bias) == r.shape[-1] and np.any(bias):
+            b = np.asarray(bias, np.float64).reshape(-1)
+            if distance(x + b, r) <= max(float_noise(v), distance(x, r) / BIAS_GAIN) or (
+                    len(gap) >= BIAS_ROWS and np.linalg.norm(offset - b) <= BIAS_OFFSET * np.linalg.norm(b)):
+                return node
+            continue
+        if np.any(offset) and float(np.linalg.norm(gap - offset)) / (float(np.linalg.norm(r)) + 1e-30) <= float_noise(v):
             return node
     return None
 
@@ -247,7 +266,7 @@ def _scope_tensors(module: str, group: list[Activation], x: AlignInputs) -> list
     return [t for t in tensors if t not in x.scopes.weak
             or any(fits(x.values[t], r) and distance(x.values[t], r) <= _weak_agreement(x.graph, t, x.values[t])
                    for r in refs)
-            or any(bias_added_by(x.graph, t, x.values[t], r) is not None for r in refs)]
+            or any(bias_added_by(x.graph, x.values, t, x.values[t], r) is not None for r in refs)]
 
 
 def _pair_group(group: list[Activation], tensors: list[str], x: AlignInputs, draft: Draft) -> None:

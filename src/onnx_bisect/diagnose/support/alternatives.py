@@ -467,18 +467,18 @@ def boundary_shapes(ctx) -> Iterator[Alternative]:
                  is not None}
     for t, value in ctx.segment_feeds().items():
         a = by_tensor.get(t)
-        producer = _reshape_behind(ctx, t) if a is not None else None
+        producer, projected = _reshape_behind(ctx, t) if a is not None else (None, False)
         if producer is None or len(producer.inputs) < 2:
             continue
         want = tuple(np.shape(a.value))
         have = ctx.constant(producer.inputs[1])
-        if have is None or have.dtype.kind not in "iu" or value.shape == want or int(np.prod(want)) != value.size:
+        if have is None or have.dtype.kind not in "iu" or value.shape == want or int(np.prod(want)) != value.size \
+                or have.shape != (len(want),) or projected and have[-1] <= 0:
             continue
-        fixed = np.array(want, dtype=have.dtype)
-        if have.shape != fixed.shape:
-            continue
-        yield Alternative(producer.name, f"shape input '{producer.inputs[1]}'", have.tolist(), list(want),
-                          f"{a.name}'s shape", _replacement_shape(producer.inputs[1], fixed),
+        # through a Linear (a MatMul over the last axis) the Reshape's last axis is the Linear's input width
+        fixed = np.array(want[:-1] + (int(have[-1]),) if projected else want, dtype=have.dtype)
+        yield Alternative(producer.name, f"shape input '{producer.inputs[1]}'", have.tolist(), fixed.tolist(),
+                          f"{a.name}'s shape {list(want)}", _replacement_shape(producer.inputs[1], fixed),
                           feeds={t: np.ascontiguousarray(value.reshape(want))})
 
 
@@ -489,19 +489,23 @@ ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Erf", "Relu", "Sigm
 
 
 def _reshape_behind(ctx, tensor: str):
-    """The nearest Reshape ``tensor`` is computed from through elementwise ops (a Linear's output reshaped, then
-    its activation), or None."""
-    graph, queue, seen = ctx.onnx.graph, [tensor], set()
+    """``(Reshape, projected)``: the nearest Reshape ``tensor`` is computed from through elementwise ops (a
+    Linear's output reshaped, then its activation) and MatMuls with constant weights (``projected``: a Linear
+    over the reshaped value's last axis), or ``(None, False)``."""
+    graph, queue, seen = ctx.onnx.graph, [(tensor, False)], set()
     while queue and len(seen) < 16:  # nearest first: a GELU reads its input on two paths
-        node = graph.node_of(queue.pop(0))
+        t, projected = queue.pop(0)
+        node = graph.node_of(t)
         if node is None or node.name in seen:
             continue
         seen.add(node.name)
         if node.op_type == "Reshape":
-            return node
+            return node, projected
         if node.op_type in ELEMENTWISE:  # (not by the file's shapes: they may be stale where it was edited)
-            queue += [i for i in node.inputs if i and not graph.is_constant(i)]
-    return None
+            queue += [(i, projected) for i in node.inputs if i and not graph.is_constant(i)]
+        elif node.op_type == "MatMul" and not projected and graph.has_constant_weights(node):
+            queue.append((node.inputs[0], True))
+    return None, False
 
 
 #: ATen ops that only give their input another shape
