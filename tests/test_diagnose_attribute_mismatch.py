@@ -403,3 +403,38 @@ def test_a_groupnorms_reshape_back_is_checked_against_the_shape_of_the_values_ar
     assert row["onnx_node"] == reshape.name and row["expected"] == [1, 8, 6, 6], row
     assert fd.layer.segment == (reshape.name,), fd.layer.segment
     assert not [w for w in report.warnings if "stale" in w], report.warnings
+
+
+class _Modulation(torch.nn.Module):
+    """Tokens viewed as an image before a Linear, then channels first for a depthwise Conv (FocalNet's
+    modulation): the view's Reshape lies before the Linear, outside the segment that diverges."""
+
+    def __init__(self, c: int = 16):
+        super().__init__()
+        torch.manual_seed(7)
+        self.norm, self.proj, self.dw = torch.nn.LayerNorm(c), torch.nn.Linear(c, 24), torch.nn.Conv2d(24, 24, 3, padding=1, groups=24)
+        self.out = torch.nn.Linear(24, c)
+
+    def forward(self, x):  # N, 64, C
+        y = self.proj(self.norm(x).view(x.shape[0], 8, 8, -1)).permute(0, 3, 1, 2)
+        y = torch.nn.functional.gelu(self.dw(y)).permute(0, 2, 3, 1)
+        return self.out(y).reshape(x.shape[0], 64, -1)
+
+
+def test_a_reshape_before_the_linear_that_feeds_the_segment_is_tried_at_pytorchs_shape():
+    model, x = _Modulation().eval(), torch.randn(1, 64, 16, generator=torch.Generator().manual_seed(8))
+    proto = rewrites.export(model, (x,), "torchscript")
+    constants = {i.name: i for i in proto.graph.initializer}
+    produced = {o: n for n in proto.graph.node for o in n.output}
+    view = next(n for n in proto.graph.node if n.op_type == "Reshape" and produced.get(n.input[0]) is not None
+                and produced[n.input[0]].op_type == "LayerNormalization")
+    shape = constants[view.input[1]] if view.input[1] in constants else None
+    proto.graph.initializer.append(numpy_helper.from_array(np.array([8, 8, 1, 16], np.int64), "planted_shape"))
+    view.input[1] = "planted_shape"
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    row = fd.evidence["attributes"][0]
+    assert row["onnx_node"] == view.name and row["expected"] == [1, 8, 8, 16], (row, shape)
+    assert view.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
