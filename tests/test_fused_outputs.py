@@ -135,3 +135,34 @@ def test_a_linear_whose_bias_the_transformer_optimizer_moved_into_the_next_op_is
     fd = report.first_divergence
     assert not report.ok and matmul.name in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
     assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+
+
+class _Mixer(torch.nn.Module):
+    """A Linear, a softmax over the features, a Linear into a residual LayerNorm (its bias fused into the
+    SkipLayerNormalization by the transformer optimizer)."""
+
+    def __init__(self, d: int = 16):
+        super().__init__()
+        torch.manual_seed(35)
+        self.fc1, self.fc2, self.norm = torch.nn.Linear(d, d), torch.nn.Linear(d, d), torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.norm(x + self.fc2(torch.softmax(self.fc1(x) * 3.0, dim=-1)))
+
+
+def test_a_fault_before_a_linear_whose_bias_was_fused_is_found_against_the_linears_value(tmp_path):
+    """Downstream of a fault no value tells the fused bias, but the fused node's bias input is the Linear's own
+    bias parameter: the Linear is fused there, and the Softmax's wrong axis is found (unknown before: the
+    segment was compared at the bias-less MatMul)."""
+    model, x = _Mixer().eval(), torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(36))
+    fused = _transformer_fused(tmp_path, _export(model, x))
+    assert "SkipLayerNormalization" in {n.op_type for n in fused.graph.node}
+    softmax = next(n for n in fused.graph.node if n.op_type == "Softmax")
+    bad = plant.set_attribute(fused, softmax.name, "axis", 1)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=bad)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert fd.layer.segment == (softmax.name,), fd.layer.segment
+    rows = {r.pair.activation.module: r for r in report.layers}
+    assert rows["fc2"].status is Status.FUSED, rows["fc2"]

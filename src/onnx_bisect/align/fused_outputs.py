@@ -28,7 +28,7 @@ from ..records.graph import NodeInfo
 from .fusion import SCREEN_MAX_REL
 from .similarity import STRUCTURE_MAX_REL, distance, fit_scale, kind
 from .scopes import SUMMING, bias_added_by
-from .state import AlignInputs, AlignmentState, Claim
+from .state import AlignInputs, AlignmentState, Claim, shared_pair
 
 #: ONNX Runtime's fused nodes that apply an ``activation`` attribute after their op, and the modules they host
 ACTIVATED = ("FusedConv", "FusedGemm", "FusedMatMul")
@@ -52,9 +52,21 @@ def release_fused_outputs(state: AlignmentState, x: AlignInputs) -> list[Claim]:
             or _biased_host(p.activation, p.tensor, v, ref, x) or _scaled_host(p.tensor, v, ref, x, draft)
         if host is not None:
             node, note = host
-            draft.claim(TensorPair(p.activation, None, node.name, node.op_type, MatchMethod.FUSED, p.confidence,
-                                   note), replaces=True)
+            fused = TensorPair(p.activation, None, node.name, node.op_type, MatchMethod.FUSED, p.confidence, note)
+            draft.claim(fused, replaces=True)
+            _share(draft, p.tensor, fused)
     return draft.claims
+
+
+def _share(draft, tensor: str, fused: TensorPair) -> None:
+    """The containers returning the fused module's value, paired by their scope to the same tensor (an attention
+    block whose output is its projection's): fused with it."""
+    a = fused.activation
+    for q in list(draft.values()):
+        b = q.activation
+        if q.tensor == tensor and b.index != a.index and (b.value is a.value or (
+                np.shape(b.value) == np.shape(a.value) and np.array_equal(b.value, a.value))):
+            draft.claim(shared_pair(b, fused), replaces=True)
 
 
 def _activation_host(a, tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs):
@@ -94,7 +106,7 @@ def _summing_host(tensor: str, ref: np.ndarray, x: AlignInputs):
 def _biased_host(a, tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs):
     """``(node, note)`` when a consumer adds a bias to ``tensor`` inside its own op and the tensor holds the
     module's value less a constant per channel: the Linear's bias Add fused into that node."""
-    node = bias_added_by(x.graph, x.values, tensor, v, ref) if a.kind in HOSTED else None
+    node = bias_added_by(x.graph, x.values, tensor, v, a) if a.kind in HOSTED else None
     if node is None:
         return None
     return node, f"no ONNX tensor of its own: its bias is added inside {node.name} ({node.op_type}), fused by the runtime"

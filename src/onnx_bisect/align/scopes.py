@@ -173,10 +173,12 @@ BIAS_GAIN = 10.0
 BIAS_OFFSET, BIAS_ROWS = 0.25, 4
 
 
-def bias_added_by(graph: GraphIndex, values, tensor: str, v: np.ndarray, ref: np.ndarray) -> NodeInfo | None:
-    """The consumer that adds a bias to ``tensor`` inside its own op, when ``tensor`` holds ``ref`` less that
-    bias (or, where the bias is not a known constant, less a constant per channel of the last axis): a Linear's
-    bias Add the runtime fused into that node."""
+def bias_added_by(graph: GraphIndex, values, tensor: str, v: np.ndarray, a: Activation) -> NodeInfo | None:
+    """The consumer that adds a bias to ``tensor`` inside its own op — the bias the module ``a`` (a Linear)
+    adds: that consumer's bias input holds the module's bias parameter, or ``tensor`` holds the module's value
+    less that bias (where the bias is not a known constant, less a constant per channel of the last axis) —
+    the module's bias Add the runtime fused into that node."""
+    ref = np.asarray(a.value)
     if not ref.ndim or kind(v) != "f" or v.size != ref.size:
         return None
     r, x = np.asarray(ref, np.float64), np.asarray(v, np.float64).reshape(ref.shape)
@@ -190,6 +192,9 @@ def bias_added_by(graph: GraphIndex, values, tensor: str, v: np.ndarray, ref: np
         bias = values.get(node.inputs[at])
         if bias is not None and kind(bias) == "f" and np.size(bias) == r.shape[-1] and np.any(bias):
             b = np.asarray(bias, np.float64).reshape(-1)
+            if a.bias is not None and a.bias.size == b.size and np.allclose(
+                    b, a.bias, rtol=max(1e-5, 2 * float(np.finfo(np.asarray(bias).dtype).eps)), atol=1e-7):
+                return node  # the module's own bias parameter, wherever the values stand (a fault upstream)
             if distance(x + b, r) <= max(float_noise(v), distance(x, r) / BIAS_GAIN) or (
                     len(gap) >= BIAS_ROWS and np.linalg.norm(offset - b) <= BIAS_OFFSET * np.linalg.norm(b)):
                 return node
@@ -266,7 +271,7 @@ def _scope_tensors(module: str, group: list[Activation], x: AlignInputs) -> list
     return [t for t in tensors if t not in x.scopes.weak
             or any(fits(x.values[t], r) and distance(x.values[t], r) <= _weak_agreement(x.graph, t, x.values[t])
                    for r in refs)
-            or any(bias_added_by(x.graph, x.values, t, x.values[t], r) is not None for r in refs)]
+            or any(bias_added_by(x.graph, x.values, t, x.values[t], b) is not None for b in group)]
 
 
 def _pair_group(group: list[Activation], tensors: list[str], x: AlignInputs, draft: Draft) -> None:

@@ -135,10 +135,11 @@ class _Recorder:
 
     def hook(self, name: str, module: torch.nn.Module):
         def _hook(mod, args, kwargs, output):
-            self.record(name, type(mod).__name__, args, kwargs, output, module_kind(mod))
+            self.record(name, type(mod).__name__, args, kwargs, output, module_kind(mod), _bias(mod))
         return _hook
 
-    def record(self, name: str, type_name: str, args, kwargs, output, kind: ModuleKind = ModuleKind.OTHER) -> None:
+    def record(self, name: str, type_name: str, args, kwargs, output, kind: ModuleKind = ModuleKind.OTHER,
+               bias: np.ndarray | None = None) -> None:
         call = self._calls[name]
         self._calls[name] += 1
         self._total_calls += 1
@@ -159,7 +160,7 @@ class _Recorder:
             self.activations.append(Activation(
                 index=index, module=name, module_type=type_name, call=call, path=path,
                 value=self._values[key], is_leaf=self._leaf.get(name, True),
-                inputs=consumed, passthrough=key in in_ids, kind=kind,
+                inputs=consumed, passthrough=key in in_ids, kind=kind, bias=bias,
             ))
             self._made_by[id(tensor)] = index
 
@@ -260,3 +261,13 @@ def unused_outputs(model: torch.nn.Module, inputs: ModelInputs,
                 used.add((id(nxt), nr))
                 stack.append(nxt)
     return frozenset(key for key, (fn, nr) in seen.items() if (id(fn), nr) not in used)
+
+
+def _bias(mod) -> np.ndarray | None:
+    """A Linear's or a Conv's bias parameter (a runtime may add it inside the op after the layer: alignment
+    recognises it there), or None."""
+    bias = getattr(mod, "bias", None)
+    if module_kind(mod) not in (ModuleKind.LINEAR, ModuleKind.CONV) or not isinstance(bias, torch.Tensor) \
+            or bias.ndim != 1 or not bias.is_floating_point() or bias.is_meta:
+        return None
+    return bias.detach().float().cpu().numpy().copy()

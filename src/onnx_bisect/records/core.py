@@ -163,6 +163,7 @@ class Activation:
     op: str = ""  # an op (the exported program's FX node name, or a captured ATen op) rather than a module output
     args: tuple = field(default=(), compare=False)  # an op's non-tensor arguments: (position or name, value)
     kind: ModuleKind = ModuleKind.OTHER  # the module's kind (isinstance), for module outputs
+    bias: np.ndarray | None = field(default=None, repr=False, compare=False)  # a Linear's / Conv's bias parameter
 
     @property
     def name(self) -> str:
