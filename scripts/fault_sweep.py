@@ -317,7 +317,10 @@ def seeded(seed: int, *names: str) -> np.random.Generator:
 def plant_sites(ctx: sweep_faults.FileContext, kind: sweep_faults.FaultKind, n: int,
                 rng: np.random.Generator) -> tuple[list[sweep_faults.Planted], str]:
     """Up to ``n`` planted faults of ``kind`` at shuffled candidate sites; a reason when there are fewer."""
-    candidates = kind.candidates(ctx)
+    try:
+        candidates = kind.candidates(ctx)
+    except Exception as exc:  # noqa: BLE001 - a file ONNX Runtime cannot run with its tensors exposed
+        return [], f"no candidates: {alignment_corpus._reason(exc)[:200]}"
     if not candidates:
         return [], "no candidate node"
     order = rng.permutation(len(candidates))
