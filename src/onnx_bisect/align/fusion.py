@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
+
 from ..records import Activation, MatchMethod, ModuleKind, TensorPair
 from ..records.graph import GraphIndex, NodeInfo
-from .similarity import distance, fit_scale, fits
+from .similarity import distance, fit_scale, fits, kind
 from .state import AlignInputs, AlignmentState, Claim, pair_to, shared_pair
 from .structure import lower_bound, reaches
 
@@ -225,7 +227,8 @@ def pair_scaled(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         if p is not None and (p.method not in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME)
                               or p.tensor not in values or distance(values[p.tensor], a.value) <= SCALE_MAX_REL):
             continue
-        found = _scaled_tensor(a, axis, graph, x.scopes, values, claimed, lower_bound(a, reach), p)
+        found = _scaled_tensor(a, axis, graph, x.scopes, values, claimed, lower_bound(a, reach), p,
+                               _carried_noise(a, acts, draft, values))
         if found is None:
             continue
         tensor, scale, later = found
@@ -261,9 +264,27 @@ def _compensated(consumers, draft, values) -> bool:
     return False
 
 
+#: an error upstream (a float16 node before the module) leaves a folded scale's fit this much of its own
+#: relative distance at most, carried through the module
+NOISE_CARRIED = 10.0
+
+
+def _carried_noise(a: Activation, acts, draft, values) -> float:
+    """The relative distance of the module's inputs from PyTorch's (their pairs), carried on: what a fit of a
+    folded scale may leave where an error upstream reaches it (float noise alone: 0)."""
+    worst = 0.0
+    for i in a.inputs:
+        q = draft.get(i)
+        v = values.get(q.tensor) if q is not None and q.tensor else None
+        if v is not None and kind(v) == "f" and v.size == np.size(acts[i].value):
+            worst = max(worst, distance(v, np.asarray(acts[i].value).reshape(v.shape)))
+    return NOISE_CARRIED * worst
+
+
 def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, claimed, lo: int,
-                   pair: TensorPair | None):
-    """``(tensor, scale, later activation or "")`` for a tensor holding ``a``'s value scaled, or None."""
+                   pair: TensorPair | None, carried: float = 0.0):
+    """``(tensor, scale, later activation or "")`` for a tensor holding ``a``'s value scaled (fitted within float
+    noise, or within the noise ``carried`` from an error upstream), or None."""
     tried: list[str] = []
     if pair is not None:
         tried.append(pair.tensor)
@@ -275,11 +296,12 @@ def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, 
         if v is None or v.size != a.value.size:
             continue
         later = next((q.activation.name for q in claimed.get(t, ()) if q.activation.index > a.index), "")
+        limit = max(SCALE_MAX_REL, carried)
         if later:
             scale = fit_scale(v, a.value, axis, screen=SCREEN_MAX_REL)
-            if scale is not None and scale.residual <= SCALE_MAX_REL and not scale.trivial:
+            if scale is not None and scale.residual <= limit and not scale.trivial:
                 return t, scale, later
         scale = fit_scale(v, a.value, None, screen=SCREEN_MAX_REL)
-        if scale is not None and scale.residual <= SCALE_MAX_REL and not scale.trivial:
+        if scale is not None and scale.residual <= limit and not scale.trivial:
             return t, scale, ""
     return None

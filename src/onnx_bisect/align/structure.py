@@ -12,7 +12,7 @@ import bisect
 
 import numpy as np
 
-from ..records import Activation, Capture, MatchMethod, TensorPair
+from ..records import Activation, Capture, MatchMethod, ModuleKind, TensorPair
 from ..records.graph import GraphIndex
 from .similarity import STRUCTURE_MAX_REL, distance, kind, laid_out, nearness, perms
 from .state import AlignInputs, AlignmentState, Claim, shared_pair
@@ -277,7 +277,7 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
                         and later.get(t, -1) < a.index and not _beyond(cuts(t), extent))
             found = _nearest(a.value, _first_values([t for t in ordered if allowed(t)], keys), values, graph)
             if found is not None and not _held_by_reader(a, found, readers, draft, values):
-                tensor = _claim_loose(a, _climb(a.value, found, values, graph, allowed), graph, draft)
+                tensor = _claim_loose(a, _climb(a.value, found, values, graph, allowed), graph, draft, values)
                 taken.add(tensor)
                 held.setdefault(keys[tensor], set()).add(mine)
         p = draft.get(a.index)
@@ -335,15 +335,45 @@ def _held_numbers(draft, taken: set[str], signatures) -> dict[tuple, set]:
 
 
 def _claim_loose(a: Activation, found: tuple[str, tuple[int, ...] | None, float], graph: GraphIndex,
-                 draft) -> str:
-    """Claim ``found`` (tensor, layout, distance) for ``a`` as a loose pair; its tensor."""
+                 draft, values) -> str:
+    """Claim ``found`` (tensor, layout, distance) for ``a`` as a loose pair — or, for a Linear / Conv whose
+    tensor holds its value times a plain factor computed by the node with the weights, as ``fused`` there (a
+    simplifier folded the scale after the layer into its weights: compared as is, the layer would look
+    diverged by the factor); its tensor."""
     tensor, perm, rel = found
     layout = "" if perm is None else f", transposed {list(perm)}"
     node = graph.node_of(tensor)
+    factor = _folded_factor(a, tensor, perm, values, graph)
+    if factor is not None:
+        draft.claim(TensorPair(a, None, node.name, node.op_type, MatchMethod.FUSED, LOOSE_CONFIDENCE,
+                               f"no ONNX tensor of its own: {tensor} holds its value times {factor:.4g}, a factor "
+                               f"folded into {node.name}'s weights (nearest in direction {rel:.1e}{layout})"))
+        return tensor
     draft.claim(TensorPair(a, tensor, node.name, node.op_type, MatchMethod.STRUCTURE, LOOSE_CONFIDENCE,
                            f"nearest value after its inputs while the outputs diverge (rel. L2 or direction "
                            f"{rel:.1e}{layout})", perm))
     return tensor
+
+
+#: a folded factor is told from noise by being this far from 1
+PLAIN_FACTOR = 0.1
+
+
+def _folded_factor(a: Activation, tensor: str, perm, values, graph: GraphIndex) -> float | None:
+    """The factor ``tensor`` holds a Linear's / Conv's value times, when it is plainly not 1 and the node
+    computing the tensor (or the MatMul before its bias Add) has constant weights the factor can live in."""
+    if a.kind not in (ModuleKind.LINEAR, ModuleKind.CONV) or kind(values[tensor]) != "f":
+        return None
+    node = graph.node_of(tensor)
+    if node is not None and node.op_type == "Add":  # a bias Add after the MatMul
+        node = next((graph.node_of(i) for i in node.inputs if i and not graph.is_constant(i)), None)
+    if node is None or not graph.has_constant_weights(node):
+        return None
+    r = laid_out(np.asarray(a.value, np.float64), perm).ravel()
+    v = np.asarray(values[tensor], np.float64).ravel()
+    den = float(r @ r)
+    factor = float(v @ r) / den if den > 0 and v.size == r.size else float("nan")
+    return factor if np.isfinite(factor) and abs(factor - 1.0) >= PLAIN_FACTOR else None
 
 
 def _returns_paired_value(a: Activation, holders: dict[int, list[int]], draft) -> bool:
@@ -424,7 +454,12 @@ def _nearest(ref: np.ndarray, near: list[str], values,
     rivals, steps = [], [best]
     for c in scored[1:]:
         apart = layout_of(values[near[c[1]]], values[near[best[1]]])
-        if c[0] >= LOOSE_MARGIN * best[0] or apart is not None and apart[1] <= STRUCTURE_MAX_REL:
+        if apart is not None and apart[1] <= STRUCTURE_MAX_REL:
+            continue
+        if _same_direction(values[near[c[1]]], values[near[best[1]]]):
+            steps.append(c)  # the best rescaled (a projection before its attention scale): magnitude decides
+            continue
+        if c[0] >= LOOSE_MARGIN * best[0]:
             continue
         (steps if _one_step(graph, near[c[1]], near[best[1]]) else rivals).append(c)
     if rivals:
@@ -465,9 +500,20 @@ def _climb(ref: np.ndarray, found: tuple[str, tuple[int, ...] | None, float], va
     while True:
         after = [o for c in graph.consumers.get(tensor, ()) for o in graph.nodes[c].outputs if o and allowed(o)]
         scored = sorted((f[1], o, f[0]) for o in after if (f := layout_of(ref, values[o], nearness)) is not None)
-        if not scored or scored[0][0] >= rel:
+        if not scored or scored[0][0] >= rel or _rescaled_away(values[tensor], values[scored[0][1]], ref):
             return tensor, perm, rel
         rel, tensor, perm = scored[0]
+
+
+def _rescaled_away(here: np.ndarray, there: np.ndarray, ref: np.ndarray) -> bool:
+    """Whether ``there`` is ``here`` times a constant that takes it farther from ``ref``'s magnitude: nearer in
+    direction only because the step is exact (an attention scale after a projection whose input carries
+    noise), not the module's output."""
+    if not _same_direction(here, there):
+        return False
+    want = float(np.linalg.norm(np.asarray(ref, np.float64)))
+    size = [float(np.linalg.norm(np.asarray(t, np.float64))) for t in (here, there)]
+    return want > 0 and all(n > 0 for n in size) and abs(np.log(size[1] / want)) > abs(np.log(size[0] / want))
 
 
 #: ops that saturate their input: their output is nearer a noisy module's value only by cutting the noise off
