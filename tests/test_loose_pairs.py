@@ -435,3 +435,34 @@ def test_a_layer_scale_folded_into_a_float16_weight_is_no_stale_checkpoint():
     proto = rewrites.to_float16(rewrites.slim(fault_sweep.export(model, (x,), "dynamo")))
     report = onnx_bisect.bisect(model, (x,), onnx=proto, atol=1e-2, rtol=1e-2)
     assert not [w for w in report.warnings if "differ from the PyTorch parameters" in w], report.warnings
+
+
+def test_a_float16_layernorm_before_a_scaled_projection_in_a_renamed_file_is_found():
+    """OPT scales its query projection (q_proj(x) * scaling) and, in a renamed file, the loose pass pairs by
+    nearness of value or direction. With a float16 LayerNorm before the projection, its own output carries
+    float16 noise while the Mul after it is an exact rescale: the projection must keep its own (noisy) tensor,
+    not the rescaled one (off by the scaling, a false 'wrong constant' in the Mul), and the LayerNorm computing
+    in float16 is found (sweep: opt/renamed/node-float16, attribute-mismatch before)."""
+    import fault_sweep
+    import sweep_faults
+    import sweep_models
+
+    model, inputs = sweep_models.build("opt")
+    with torch.no_grad():
+        reference = [model(*inputs).numpy()]
+    with dc.quiet():
+        proto = fault_sweep.export(model, inputs, "dynamo")
+    norm = [n.name for n in proto.graph.node if n.op_type == "LayerNormalization"][2]  # layer 1's first
+    ctx = sweep_faults.FileContext(proto, tuple(t.numpy() for t in inputs), reference, 1e-4, 1e-3)
+    bad = sweep_faults.in_float16(ctx, norm)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx.save(bad, Path(tmp) / "bad.onnx")
+        rename(Path(tmp) / "bad.onnx", Path(tmp) / "renamed.onnx")
+        renamed = onnx.load(Path(tmp) / "renamed.onnx")
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=renamed)
+    fd = report.first_divergence
+    assert not report.ok and fd.cause == "precision" and fd.confirmed is True, fd.explanation
+    assert fd.layer.pair.activation.module == "model.decoder.layers.1.self_attn_layer_norm", fd.layer.pair.activation
