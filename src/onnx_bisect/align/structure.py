@@ -263,7 +263,7 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     for a in acts:
         holders.setdefault(id(a.value), []).append(a.index)
     earlier: set[str] = set()  # what earlier calls' tensors are computed from
-    cuts, readers = _cut_lookup(graph, values), _leaf_readers(acts)
+    cuts, readers, computable = _cut_lookup(graph, values), _leaf_readers(acts), _computable(graph)
     for a in acts:
         if a.index not in draft and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size \
                 and not _returns_paired_value(a, holders, draft):
@@ -274,7 +274,7 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
                 return (t in keys and graph.order_of(t) > lo and t not in taken
                         and values[t].size == a.value.size and mine in held.get(keys[t], {mine})
                         and kind(values[t]) == "f" and (a.passthrough or t not in earlier)
-                        and later.get(t, -1) < a.index and not _beyond(cuts(t), extent))
+                        and later.get(t, -1) < a.index and not _beyond(cuts(t), extent) and computable(a, t))
             found = _nearest(a.value, _first_values([t for t in ordered if allowed(t)], keys), values, graph)
             if found is not None and not _held_by_reader(a, found, readers, draft, values):
                 tensor = _claim_loose(a, _climb(a.value, found, values, graph, allowed), graph, draft, values)
@@ -289,6 +289,31 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         if own >= 0:
             earlier |= ancestors_of(graph, {p.tensor}, earlier)
     return draft.claims
+
+
+#: ops that hand a layer's output on unchanged in value (a bias Add or a folded scale aside): looked through to
+#: the node that computed it
+HANDING_ON = frozenset({"Add", "Mul", "Cast", "QuantizeLinear", "DequantizeLinear", "Identity", "Reshape",
+                        "Transpose", "Squeeze", "Unsqueeze", "Flatten"})
+
+
+def _computable(graph: GraphIndex):
+    """``(activation, tensor) -> bool``: a Conv's or a Linear's value (told by class ancestry) only in a tensor
+    a convolution or a matrix product computed, looked through a bias Add, casts and Q/DQ pairs — never a
+    normalization's output that happens to lie nearer (downstream of a fault an InstanceNorm undoes the
+    convolution's error in scale)."""
+    from .fusion import HOST_OPS  # (fusion imports this module)
+
+    ops, memo = HOST_OPS["conv"] | HOST_OPS["linear"], {}
+
+    def computed(t: str, depth: int = 0) -> bool:
+        if t not in memo:
+            node = graph.node_of(t)
+            memo[t] = node is not None and (node.op_type in ops or depth < 4 and node.op_type in HANDING_ON and any(
+                computed(i, depth + 1) for i in node.inputs if i and not graph.is_constant(i)))
+        return memo[t]
+
+    return lambda a, t: a.kind not in (ModuleKind.CONV, ModuleKind.LINEAR) or computed(t)
 
 
 def _leaf_readers(acts) -> dict[int, list[Activation]]:
