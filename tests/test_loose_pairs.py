@@ -466,3 +466,31 @@ def test_a_float16_layernorm_before_a_scaled_projection_in_a_renamed_file_is_fou
     fd = report.first_divergence
     assert not report.ok and fd.cause == "precision" and fd.confirmed is True, fd.explanation
     assert fd.layer.pair.activation.module == "model.decoder.layers.1.self_attn_layer_norm", fd.layer.pair.activation
+
+
+def test_a_convolutions_value_is_not_taken_from_the_normalization_after_it(tmp_path):
+    """A spatial transformer (scripts/sweep_models.py STN) renamed, its theta scale (``* 0.1``) planted ×1.5:
+    downstream, the InstanceNorm's output — which normalizes the sampled image's error away — lay nearer the
+    body's first Conv's value than the Conv's own tensor and was paired to it, so the segment held the
+    normalization and the fault went unexplained (sweep: stn/renamed/scale-constant, unknown before)."""
+    import fault_sweep
+    import sweep_models
+
+    model, inputs = sweep_models.build("stn")
+    with dc.quiet():
+        proto = fault_sweep.export(model, inputs, "dynamo")
+    consts = {i.name: i for i in proto.graph.initializer}
+    mul = next(n for n in proto.graph.node if n.op_type == "Mul" and any(
+        i in consts and onnx.numpy_helper.to_array(consts[i]).size == 1
+        and math.isclose(float(onnx.numpy_helper.to_array(consts[i])), 0.1, rel_tol=1e-6) for i in n.input))
+    scale = next(i for i in mul.input if i in consts)
+    onnx.save(plant.set_constant(proto, scale, 0.15), tmp_path / "bad.onnx")
+    rename(tmp_path / "bad.onnx", tmp_path / "renamed.onnx")
+    renamed = onnx.load(tmp_path / "renamed.onnx")
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=renamed)
+    fd = report.first_divergence
+    rows = {r.pair.activation.module: r for r in report.layers}
+    assert rows["body.0"].pair.op_type != "InstanceNormalization", rows["body.0"].pair
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert len(fd.layer.segment) <= 3 and "Mul" in fd.layer.segment_ops, fd.layer.segment_ops
