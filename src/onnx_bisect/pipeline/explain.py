@@ -10,6 +10,7 @@ import onnx
 
 from ..diagnose import Baseline, CutRun, DiagnosisContext, OnnxModel, diagnose, explained_by_quantization, float_twin
 from ..measure import localize, observe
+from ..records.graph import reached_from
 from ..records import (Cause, Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Repro, Reproduction, Status,
                        TensorPair, Tolerance)
 from ..report.progress import Progress
@@ -323,11 +324,8 @@ def hidden_divergence(layers: tuple[LayerResult, ...]) -> list[str]:
 def _computed_from_inputs(index) -> set[str]:
     """The tensors computed from a graph input: the others (a weight standardised by ops of the model, a mask
     built from constants) agree wherever the fault is, and would mislead a bisection over graph order."""
-    live = set(index.graph_inputs)
-    for node in index.nodes:
-        if any(i in live for i in node.inputs):
-            live.update(t for t in node.outputs if t)
-    return live - set(index.graph_inputs)
+    return reached_from(index.graph_inputs, ((n.inputs, n.outputs, False) for n in index.nodes)) \
+        - set(index.graph_inputs)
 
 
 def locate_faithfully(p: Prepared, runner: Runner, pairs, model_feeds, reproduces, cmp):

@@ -111,17 +111,31 @@ def outer_inputs(node: onnx.NodeProto) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+def reached_from(start, steps) -> set[str]:
+    """The tensors computed from ``start`` (and ``start``): ``steps`` are ``(reads, writes, source)`` in
+    topological order — a step whose reads meet what is reached, or a ``source`` (a random op), reaches its
+    writes."""
+    live = set(start)
+    for reads, writes, source in steps:
+        if source or any(r in live for r in reads):
+            live.update(w for w in writes if w)
+    return live
+
+
 def input_free(graph: onnx.GraphProto) -> frozenset[str]:
     """The tensors of ``graph`` (top level) that no graph input reaches: computed from initializers and
     constants alone (a weight standardised in the graph, a shape built from constants).  Nodes are taken in
     file order; a node reading a tensor produced later (a graph out of order) counts it as input-fed."""
     fed = {i.name for i in graph.input} - {i.name for i in graph.initializer}
-    free = {i.name for i in graph.initializer}
-    for node in graph.node:
-        reads = [i for i in list(node.input) + list(outer_inputs(node)) if i]
-        if all(i in free for i in reads) and not (fed & set(reads)) and node.op_type not in RANDOM_OPS:
-            free.update(o for o in node.output if o)
-    return frozenset(free)
+    produced = {o for n in graph.node for o in n.output if o}
+    steps = ((list(n.input) + list(outer_inputs(n)), n.output, n.op_type in RANDOM_OPS) for n in graph.node)
+    live = reached_from(fed, steps)
+    ordered: set[str] = set()
+    for n in graph.node:  # a read of a tensor not yet produced: fed as far as this walk can tell
+        if any(i and i in produced and i not in ordered for i in n.input):
+            live.update(o for o in n.output if o)
+        ordered.update(n.output)
+    return frozenset(({i.name for i in graph.initializer} | produced) - live)
 
 
 #: ops whose output changes from run to run though their inputs do not
