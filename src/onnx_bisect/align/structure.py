@@ -23,7 +23,7 @@ SCREEN_SAMPLE = 256
 #: loose pairs (outputs diverging, no scopes): within this distance, and this many times nearer than the next
 LOOSE_MAX_REL = 0.5
 LOOSE_MARGIN = 2.0
-LOOSE_CANDIDATES = 8  # distinct values of same-sized tensors after an activation's inputs a loose pair may take
+LOOSE_CANDIDATES = 12  # distinct values of same-sized tensors after an activation's inputs a loose pair may take
 LOOSE_REACH = 3 * LOOSE_CANDIDATES  # same-sized tensors after its inputs that hold them, at most
 LOOSE_FINALISTS = 3  # of them, those nearest on a sample, measured in full
 #: graph outputs this far (relative L2) from the model's: beyond float32 noise, so a fault lies somewhere
