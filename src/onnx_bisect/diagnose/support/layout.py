@@ -95,7 +95,8 @@ def conv_bn_pairs(ctx: DiagnosisContext):
     file without scopes keeps its initializers' names), the divergent layer's first."""
     acts = ctx.baseline.capture.activations
     candidates = [ctx.layer.pair.activation]
-    owners = [ctx.module_of(n)[0] for n in ctx.segment_nodes]
+    owners = [ctx.layer.pair.activation.module] if ctx.layer.pair.activation.op else []  # an op: its module's
+    owners += [ctx.module_of(n)[0] for n in ctx.segment_nodes]
     owners += [owner_of(t) for p in ctx.segment_protos for t in p.input[1:] if "." in t]
     owners = [o for o in dict.fromkeys(owners) if o]
     for name in owners:
