@@ -26,7 +26,7 @@ import numpy as np
 from ..records import MatchMethod, ModuleKind, TensorPair
 from ..records.graph import NodeInfo
 from .fusion import SCREEN_MAX_REL
-from .similarity import STRUCTURE_MAX_REL, distance, fit_scale, kind
+from .similarity import PLAIN_FACTOR, STRUCTURE_MAX_REL, distance, fit_scale, kind
 from .scopes import SUMMING, bias_added_by
 from .state import AlignInputs, AlignmentState, Claim, shared_pair
 
@@ -117,8 +117,6 @@ SCALED_REACH = 12
 #: downstream of an error upstream the scaled tensor is noisy too (its fit's residual): the next pairs carry that
 #: noise on (amplified up to this much), not the factor — a wrong scale constant leaves them off by the factor
 NOISE_CARRIED = 10.0
-#: a folded factor fitted within upstream noise is told from that noise by being this far from 1
-PLAIN_FACTOR = 0.1
 
 
 def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, draft):

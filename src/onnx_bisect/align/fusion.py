@@ -25,7 +25,7 @@ import numpy as np
 
 from ..records import Activation, MatchMethod, ModuleKind, TensorPair
 from ..records.graph import GraphIndex, NodeInfo
-from .similarity import distance, fit_scale, fits, kind
+from .similarity import PLAIN_FACTOR, distance, fit_scale, fits, kind
 from .state import AlignInputs, AlignmentState, Claim, pair_to, shared_pair
 from .structure import lower_bound, reaches
 
@@ -281,6 +281,17 @@ def _carried_noise(a: Activation, acts, draft, values) -> float:
     return NOISE_CARRIED * worst
 
 
+def _fitted(scale, carried: float) -> bool:
+    """Whether ``scale`` is a folded scale: fitted within float noise, or within the noise ``carried`` from an
+    error upstream with factors plainly not 1 (factors near 1 fit any noisy value)."""
+    if scale is None or scale.trivial:
+        return False
+    if scale.residual <= SCALE_MAX_REL:
+        return True
+    factors = np.asarray(scale.factors, np.float64)
+    return scale.residual <= carried and float(np.min(np.abs(factors - 1.0))) >= PLAIN_FACTOR
+
+
 def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, claimed, lo: int,
                    pair: TensorPair | None, carried: float = 0.0):
     """``(tensor, scale, later activation or "")`` for a tensor holding ``a``'s value scaled (fitted within float
@@ -296,12 +307,11 @@ def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, 
         if v is None or v.size != a.value.size:
             continue
         later = next((q.activation.name for q in claimed.get(t, ()) if q.activation.index > a.index), "")
-        limit = max(SCALE_MAX_REL, carried)
         if later:
             scale = fit_scale(v, a.value, axis, screen=SCREEN_MAX_REL)
-            if scale is not None and scale.residual <= limit and not scale.trivial:
+            if _fitted(scale, carried):
                 return t, scale, later
         scale = fit_scale(v, a.value, None, screen=SCREEN_MAX_REL)
-        if scale is not None and scale.residual <= limit and not scale.trivial:
+        if _fitted(scale, carried):
             return t, scale, ""
     return None

@@ -166,6 +166,9 @@ def _fit(x: np.ndarray, y: np.ndarray, channels: np.ndarray | None, n: int) -> t
 
 #: relative L2 distance within which two tensors hold the same value: float32 noise
 STRUCTURE_MAX_REL = 1e-4
+#: a factor folded into weights, fitted within the noise an error upstream leaves, is told from that noise by
+#: being this far from 1 (factors near 1 fit any noisy value)
+PLAIN_FACTOR = 0.1
 #: the same for a scope output read by a node of unknown scope (an optimizer's fused node)
 WEAK_MAX_REL = 1e-3
 #: the same for a float16 / bfloat16 tensor

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..records import Activation, Capture, MatchMethod, ModuleKind, TensorPair
 from ..records.graph import GraphIndex
-from .similarity import STRUCTURE_MAX_REL, distance, kind, laid_out, nearness, perms
+from .similarity import PLAIN_FACTOR, STRUCTURE_MAX_REL, distance, kind, laid_out, nearness, perms
 from .state import AlignInputs, AlignmentState, Claim, shared_pair
 
 #: a candidate farther than this on a sample of its elements is not compared in full
@@ -368,7 +368,7 @@ def _claim_loose(a: Activation, found: tuple[str, tuple[int, ...] | None, float]
     tensor, perm, rel = found
     layout = "" if perm is None else f", transposed {list(perm)}"
     node = graph.node_of(tensor)
-    factor = _folded_factor(a, tensor, perm, values, graph)
+    factor = _folded_factor(a, tensor, perm, values, graph) if rel <= FOLDED_DIRECTION else None
     if factor is not None:
         draft.claim(TensorPair(a, None, node.name, node.op_type, MatchMethod.FUSED, LOOSE_CONFIDENCE,
                                f"no ONNX tensor of its own: {tensor} holds its value times {factor:.4g}, a factor "
@@ -380,8 +380,9 @@ def _claim_loose(a: Activation, found: tuple[str, tuple[int, ...] | None, float]
     return tensor
 
 
-#: a folded factor is told from noise by being this far from 1
-PLAIN_FACTOR = 0.1
+#: a tensor this near a Linear's value in direction (float16 noise upstream at most) may hold it times a factor
+#: folded into its weights; farther, the layer computes something else (a weight fault)
+FOLDED_DIRECTION = 1e-2
 
 
 def _folded_factor(a: Activation, tensor: str, perm, values, graph: GraphIndex) -> float | None:
