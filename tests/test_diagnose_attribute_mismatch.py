@@ -382,6 +382,20 @@ class _StandardizedBlock(torch.nn.Module):
         return torch.relu(self.norm2(self._standardized(self.conv2, x)))
 
 
+def _with_own_shape(model, inputs, proto, reshape, planted: list[int], expected: list[int]):
+    """``(report, first divergence)`` of ``proto`` with ``reshape`` given a shape constant of its own holding
+    ``planted``: found as an attribute mismatch at that Reshape, wanting ``expected``, confirmed."""
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(planted, np.int64), "planted_shape"))
+    reshape.input[1] = "planted_shape"
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=proto)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    row = fd.evidence["attributes"][0]
+    assert row["onnx_node"] == reshape.name and row["expected"] == expected, row
+    return report, fd
+
+
 def test_a_groupnorms_reshape_back_is_checked_against_the_shape_of_the_values_around_it():
     """A wrong shape constant on the Reshape that restores a GroupNorm's input shape: no PyTorch op has a value
     of that Reshape's output (the group norm is one ATen op), so the shapes of PyTorch's values nearby are
@@ -393,14 +407,7 @@ def test_a_groupnorms_reshape_back_is_checked_against_the_shape_of_the_values_ar
                 and numpy_helper.to_array(constants[n.input[1]]).tolist() == [1, 8, 6, 6]]
     assert len(reshapes) == 2, [n.name for n in proto.graph.node]
     reshape = reshapes[0]  # its shape constant is shared with the second GroupNorm's: given one of its own
-    proto.graph.initializer.append(numpy_helper.from_array(np.array([6, 8, 6, 1], np.int64), "planted_shape"))
-    reshape.input[1] = "planted_shape"
-    with dc.quiet():
-        report = onnx_bisect.bisect(model, (x,), onnx=proto)
-    fd = report.first_divergence
-    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
-    row = fd.evidence["attributes"][0]
-    assert row["onnx_node"] == reshape.name and row["expected"] == [1, 8, 6, 6], row
+    report, fd = _with_own_shape(model, (x,), proto, reshape, [6, 8, 6, 1], [1, 8, 6, 6])
     assert fd.layer.segment == (reshape.name,), fd.layer.segment
     assert not [w for w in report.warnings if "stale" in w], report.warnings
 
@@ -424,17 +431,8 @@ class _Modulation(torch.nn.Module):
 def test_a_reshape_before_the_linear_that_feeds_the_segment_is_tried_at_pytorchs_shape():
     model, x = _Modulation().eval(), torch.randn(1, 64, 16, generator=torch.Generator().manual_seed(8))
     proto = rewrites.export(model, (x,), "torchscript")
-    constants = {i.name: i for i in proto.graph.initializer}
     produced = {o: n for n in proto.graph.node for o in n.output}
     view = next(n for n in proto.graph.node if n.op_type == "Reshape" and produced.get(n.input[0]) is not None
                 and produced[n.input[0]].op_type == "LayerNormalization")
-    shape = constants[view.input[1]] if view.input[1] in constants else None
-    proto.graph.initializer.append(numpy_helper.from_array(np.array([8, 8, 1, 16], np.int64), "planted_shape"))
-    view.input[1] = "planted_shape"
-    with dc.quiet():
-        report = onnx_bisect.bisect(model, (x,), onnx=proto)
-    fd = report.first_divergence
-    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
-    row = fd.evidence["attributes"][0]
-    assert row["onnx_node"] == view.name and row["expected"] == [1, 8, 8, 16], (row, shape)
+    _, fd = _with_own_shape(model, (x,), proto, view, [8, 8, 1, 16], [1, 8, 8, 16])
     assert view.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
