@@ -45,7 +45,9 @@ Columns of the tables (per provenance, per fault kind, then kind × provenance):
   attribute-mismatch (a wrong constant at the file's own input size, not a baked export size);
   gelu-swap → gelu-approximation; norm-epsilon → epsilon-mismatch; resize-mode →
   resize-mode; node-float16 → precision; amplified → precision for a float16 node,
-  weight-mismatch for weight noise);
+  weight-mismatch for weight noise; transposed-weight, bias-shift → weight-mismatch;
+  slice-bounds, reduce-axes, activation-param, gather-index, pad-constant →
+  attribute-mismatch; qdq-scale → quantization);
 * ``confirmed`` — share of counted faults whose diagnosis says it was confirmed by a re-run;
 * ``silent`` — planted faults that do not count; ``no site`` — cells (arch × provenance)
   where the kind has no place to go or no variant that still runs;
@@ -620,7 +622,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--archs", help=f"comma-separated, from {','.join(sweep_models.ARCHS)}; 'core' the twelve "
-                                   "tuned on (the default), 'heldout' ... 'heldout4' the held-out sets")
+                                   "tuned on (the default), 'heldout' ... 'heldout5' the held-out sets")
     p.add_argument("--provenances", default=",".join(PROVENANCES), help="comma-separated")
     p.add_argument("--faults", default=",".join(sweep_faults.FAULTS), help="comma-separated fault kinds")
     p.add_argument("--sites", type=int, default=2, help="faults planted per kind and file (default 2)")
@@ -639,7 +641,7 @@ def parse_args(argv=None):
     p.add_argument("--misses", action="store_true", help="list every miss under the tables")
     a = p.parse_args(argv)
     groups = {"core": sweep_models.CORE, "heldout": sweep_models.HELDOUT, "heldout2": sweep_models.HELDOUT2,
-              "heldout3": sweep_models.HELDOUT3, "heldout4": sweep_models.HELDOUT4}
+              "heldout3": sweep_models.HELDOUT3, "heldout4": sweep_models.HELDOUT4, "heldout5": sweep_models.HELDOUT5}
     a.archs = ([x for name in a.archs.split(",") for x in groups.get(name, (name,))] if a.archs
                else list(QUICK_ARCHS if a.quick else sweep_models.CORE))
     a.provenances, a.faults = a.provenances.split(","), a.faults.split(",")

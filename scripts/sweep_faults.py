@@ -288,15 +288,21 @@ def replace_node(proto: onnx.ModelProto, name: str, new: list) -> None:
         n.metadata_props.extend(nodes[at].metadata_props)
     proto.graph.ClearField("node")
     proto.graph.node.extend(nodes[:at] + new + nodes[at + 1:])
+    prune(proto, dead_before)
+
+
+def prune(proto: onnx.ModelProto, dead_before: set[str]) -> None:
+    """Drop (in place) the nodes that became dead, other than ``dead_before`` (nodes are told apart by name:
+    an unnamed one stays), then the initializers nothing reads (one also listed as a graph input stays)."""
     while True:
-        dead = dead_nodes(proto) - dead_before
+        dead = dead_nodes(proto) - dead_before - {""}
         if not dead:
             break
         kept = [n for n in proto.graph.node if n.name not in dead]
         proto.graph.ClearField("node")
         proto.graph.node.extend(kept)
     used = {t for n in proto.graph.node for t in n.input}
-    used |= {o.name for o in proto.graph.output}
+    used |= {o.name for o in proto.graph.output} | {i.name for i in proto.graph.input}
     kept_inits = [i for i in proto.graph.initializer if i.name in used]
     proto.graph.ClearField("initializer")
     proto.graph.initializer.extend(kept_inits)
@@ -827,6 +833,589 @@ def plant_amplified(ctx: FileContext, site: Site, rng: np.random.Generator) -> P
                    {**planted.extra, "local_ratio": local, "variant": variant})
 
 
+# --------------------------------------------------------------------------- weight layout, stale bias
+
+#: nodes whose square weight ``transposed-weight`` transposes (a Conv's [Cout, Cin] block, group 1)
+TRANSPOSE_WEIGHT_OPS = ("MatMul", "Gemm", "FusedMatMul", "FusedGemm", "Conv", "ConvTranspose", "FusedConv")
+#: below this ‖W − Wᵀ‖ / ‖W‖ a weight counts as symmetric: its transpose is (nearly) a no-op
+SYMMETRY_MIN = 0.1
+BIAS_SHIFT = 0.5  # the stale bias: noise NOISE_REL × its scale plus a shift of BIAS_SHIFT × its scale
+
+
+def with_own_constant(proto: onnx.ModelProto, node_name: str, index: int, value: np.ndarray,
+                      suffix: str = "planted") -> onnx.ModelProto:
+    """Copy of ``proto`` whose node ``node_name`` reads ``value`` at input ``index``: the constant is changed
+    where it is (same name) when this node alone reads it, else the node gets a private copy."""
+    tensor = node_by_name(proto, node_name).input[index]
+    outputs = {o.name for o in proto.graph.output}
+    if len(readers(proto, tensor)) == 1 and tensor not in outputs:
+        return with_initializer(proto, tensor, np.asarray(value))
+    return with_input_constant(proto, node_name, index, value, suffix)
+
+
+def quantized_source(proto: onnx.ModelProto, node: onnx.NodeProto, k: int) -> str | None:
+    """The integer initializer behind the DequantizeLinear feeding input ``k``, when that DequantizeLinear
+    feeds only this node and is the only reader of its integer constant; else None."""
+    dq = producer(proto, node.input[k])
+    if dq is None or dq.op_type != "DequantizeLinear" or len(readers(proto, node.input[k])) != 1:
+        return None
+    q = constant(proto, dq.input[0])
+    if q is None or q.dtype.kind not in "iu" or len(readers(proto, dq.input[0])) != 1:
+        return None
+    return dq.input[0]
+
+
+def layout_swap(value: np.ndarray) -> np.ndarray:
+    """The weight with its two leading axes swapped: a MatMul/Gemm matrix transposed, a Conv kernel's
+    [Cout, Cin] block (ConvTranspose: [Cin, Cout]) transposed at every kernel position."""
+    return np.ascontiguousarray(np.swapaxes(value, 0, 1))
+
+
+def asymmetric(value: np.ndarray) -> bool:
+    """Whether ‖W − swap(W)‖ / ‖W‖ > ``SYMMETRY_MIN`` (the swap is not a near no-op)."""
+    v = value.astype(np.float64)
+    norm = np.linalg.norm(v)
+    return bool(norm) and np.linalg.norm(v - layout_swap(v)) / norm > SYMMETRY_MIN
+
+
+def transposed_weight_sites(ctx: FileContext) -> list[Site]:
+    """Square 2-D MatMul/Gemm weights, and Conv kernels with Cout = Cin (group 1), float or behind a
+    DequantizeLinear, that are not (nearly) symmetric."""
+    sites = []
+    for n in top_nodes(ctx, TRANSPOSE_WEIGHT_OPS):
+        conv = "Conv" in n.op_type
+        if conv and attribute(n, "group", 1) != 1:
+            continue
+        for k, src in weight_input(ctx.proto, n):
+            value = constant(ctx.proto, src)
+            if (conv or value.ndim == 2) and value.shape[0] == value.shape[1] > 1 and asymmetric(value):
+                sites.append(Site(n.name, (k, src)))
+    return sites
+
+
+def plant_transposed_weight(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    _, source = site.detail
+    node = node_by_name(ctx.proto, site.node)
+    value = constant(ctx.proto, source)
+    out = with_initializer(ctx.proto, source, layout_swap(value))
+    problem = ctx.problem(out)
+    if problem:
+        raise NoVariant(problem)
+    if not ctx.changes(out, node.output[0]):
+        raise NoVariant("the transposed weight gives the same output")
+    block = "[Cout, Cin] block" if "Conv" in node.op_type else "matrix"
+    return Planted(out, [site.node], "weight-mismatch",
+                   f"{node.op_type} weight {source} {list(value.shape)} ({value.dtype}): {block} transposed",
+                   {"weight": source})
+
+
+def after_matmul(proto: onnx.ModelProto, tensor: str) -> bool:
+    """Whether ``tensor`` is a MatMul's output (or that output through a QuantizeLinear/DequantizeLinear pair)."""
+    node = producer(proto, tensor)
+    if node is not None and node.op_type == "DequantizeLinear":
+        q = producer(proto, node.input[0])
+        node = producer(proto, q.input[0]) if q is not None and q.op_type == "QuantizeLinear" else None
+    return node is not None and node.op_type in ("MatMul", "FusedMatMul")
+
+
+def bias_sites(ctx: FileContext) -> list[Site]:
+    """The constant bias of a Gemm (input C) or Conv (input B), and the 1-D float constant of an Add right
+    after a MatMul (a Linear's bias); float, or an integer constant behind a DequantizeLinear (QDQ files)."""
+    proto = ctx.proto
+
+    def bias(n: onnx.NodeProto, k: int) -> Site | None:
+        value = constant(proto, n.input[k])
+        source = "float" if is_float_array(value) else quantized_source(proto, n, k) if value is None else None
+        value = constant(proto, source) if source not in (None, "float") else value
+        if source is None or value.size < 2 or (n.op_type == "Add" and value.ndim != 1):
+            return None
+        return Site(n.name, (k, source))
+
+    sites = [bias(n, 2) for n in top_nodes(ctx, ("Gemm", "FusedGemm", "Conv", "ConvTranspose", "FusedConv"))
+             if len(n.input) > 2 and n.input[2]]
+    sites += [bias(n, k) for n in top_nodes(ctx, ("Add",)) for k in (0, 1) if after_matmul(proto, n.input[1 - k])]
+    return [s for s in sites if s is not None]
+
+
+def stale_bias(value: np.ndarray, fallback_scale: float, rng: np.random.Generator) -> tuple[np.ndarray, str]:
+    """A stale-looking bias: zeroed (half the time, when it is not zero already), else Gaussian noise
+    ``NOISE_REL`` × its scale plus a shift of ``BIAS_SHIFT`` × its scale (its std, or ``fallback_scale`` when it
+    is constant)."""
+    v = value.astype(np.float64)
+    if np.any(v) and rng.random() < 0.5:
+        return np.zeros_like(value), "zeroed"
+    scale = float(v.std()) or float(np.abs(v).mean()) or fallback_scale
+    new = v + scale * (NOISE_REL * rng.standard_normal(v.shape) + BIAS_SHIFT)
+    if value.dtype.kind in "iu":
+        info = np.iinfo(value.dtype)
+        new = np.clip(np.round(new), info.min, info.max)
+    return new.astype(value.dtype), f"noise {NOISE_REL:g}× + shift {BIAS_SHIFT:g}× its scale ({scale:.3g})"
+
+
+def plant_bias_shift(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    k, source = site.detail
+    node = node_by_name(ctx.proto, site.node)
+    reference = ctx.values.get(node.output[0])
+    spread = float(reference.astype(np.float64).std()) if reference is not None and reference.size else 0.0
+    if source == "float":  # a constant bias: a fallback scale of 0.3× the node's output spread
+        value = constant(ctx.proto, node.input[k])
+        new, how = stale_bias(value, 0.3 * spread or 0.1, rng)
+        out = with_own_constant(ctx.proto, site.node, k, new, "stale")
+        name = node.input[k]
+    else:  # integer bias behind a DequantizeLinear: in its own units (fallback: 16 steps)
+        value = constant(ctx.proto, source)
+        new, how = stale_bias(value, 16.0, rng)
+        out = with_initializer(ctx.proto, source, new)
+        name = source
+    problem = ctx.problem(out)
+    if problem:
+        raise NoVariant(problem)
+    if not ctx.changes(out, node.output[0]):
+        raise NoVariant("the stale bias does not change the node's output")
+    return Planted(out, [site.node], "weight-mismatch", f"{node.op_type} bias {name} {list(value.shape)} "
+                   f"({value.dtype}) replaced by a stale one: {how}", {"weight": name})
+
+
+# --------------------------------------------------------------------------- index arguments: slice, reduce, gather
+
+def shape_of(ctx: FileContext, tensor: str) -> tuple[int, ...] | None:
+    """Shape of a tensor of the clean file (node output, initializer or graph input), None if unknown."""
+    if tensor in ctx.values:
+        return ctx.values[tensor].shape
+    if tensor in ctx.feeds:
+        return ctx.feeds[tensor].shape
+    value = constant(ctx.proto, tensor)
+    return None if value is None else value.shape
+
+
+def is_float_tensor(ctx: FileContext, tensor: str) -> bool:
+    try:
+        return np.dtype(ctx.dtype(tensor)).kind == "f"
+    except KeyError:
+        return False
+
+
+def folded(ctx: FileContext, tensor: str) -> np.ndarray | None:
+    """Value of ``tensor`` when it is a constant or computed from constants alone (an exporter's unfolded
+    constant arithmetic, e.g. TorchScript's pads: ConstantOfShape, Concat, Slice, Cast), else None; a Shape
+    makes it depend on the input."""
+    value = constant(ctx.proto, tensor)
+    if value is not None or not tensor:
+        return value
+    made = {o: n for n in ctx.proto.graph.node for o in n.output}
+    seen, stack = set(), [tensor]
+    while stack:
+        t = stack.pop()
+        if not t or t in seen:
+            continue
+        seen.add(t)
+        node = made.get(t)
+        if node is None:
+            if constant(ctx.proto, t) is None:
+                return None  # a graph input
+            continue
+        if node.op_type in ("Shape", "Size") or node.domain not in ("", "ai.onnx"):
+            return None
+        if node.op_type != "Constant":
+            stack += list(node.input)
+    return ctx.values.get(tensor)
+
+
+def with_argument(ctx: FileContext, node_name: str, index: int, value: np.ndarray) -> onnx.ModelProto:
+    """Copy of the file whose node ``node_name`` reads the constant ``value`` at input ``index`` (a private
+    initializer), the constant nodes that computed the old one dropped when nothing else reads them."""
+    out = with_input_constant(ctx.proto, node_name, index, value)
+    prune(out, dead_nodes(ctx.proto))
+    return out
+
+
+def slice_args(ctx: FileContext, node: onnx.NodeProto, rank: int):
+    """``(starts, ends, axes, steps)`` of a Slice as int lists (constant inputs from opset 10, attributes
+    before), or None when one of them is not a constant (see :func:`folded`)."""
+    if len(node.input) == 1:  # opset < 10: attributes
+        starts, ends = attribute(node, "starts"), attribute(node, "ends")
+        axes = attribute(node, "axes", list(range(len(starts or []))))
+        return (list(starts), list(ends), [a % rank for a in axes], [1] * len(starts)) if starts and ends else None
+    values = []
+    for k in range(1, 5):
+        if len(node.input) > k and node.input[k]:
+            value = folded(ctx, node.input[k])
+            if value is None:
+                return None
+            values.append([int(x) for x in value.reshape(-1)])
+        else:
+            values.append(None)
+    starts, ends, axes, steps = values
+    axes = axes if axes is not None else list(range(len(starts)))
+    steps = steps if steps is not None else [1] * len(starts)
+    return starts, ends, [a % rank for a in axes], steps
+
+
+def window(start: int, end: int, d: int) -> tuple[int, int]:
+    """The [s, e) a step-1 slice takes of an axis of size ``d``."""
+    s, e = start + d if start < 0 else start, end + d if end < 0 else end
+    return min(max(s, 0), d), min(max(e, 0), d)
+
+
+def in_form(old: int, new: int, d: int) -> int:
+    """``new`` (in [0, d]) written like ``old``: negative when ``old`` was, ``old`` kept when both mean the end."""
+    if new == d and old >= d:
+        return old
+    return new - d if old < 0 and new < d else new
+
+
+def slice_sites(ctx: FileContext) -> list[Site]:
+    """Slices of a float tensor with constant starts/ends and, on an axis of size > 2 taken with step 1, a
+    non-empty window (one site per such axis)."""
+    sites = []
+    for n in top_nodes(ctx, ("Slice",)):
+        shape = shape_of(ctx, n.input[0])
+        if shape is None or not is_float_tensor(ctx, n.input[0]):
+            continue
+        args = slice_args(ctx, n, len(shape))
+        if args is None:
+            continue
+        for j, (start, end, axis, step) in enumerate(zip(*args)):
+            d = shape[axis]
+            s, e = window(start, end, d)
+            if step == 1 and d > 2 and e > s:
+                sites.append(Site(n.name, (j,)))
+    return sites
+
+
+def slice_variants(s: int, e: int, d: int) -> list[tuple[int, int]]:
+    """Windows shifted by ±1 (same length) first, then one end moved (another length)."""
+    same = [(s + 1, e + 1)] * (e + 1 <= d) + [(s - 1, e - 1)] * (s >= 1)
+    other = [(s + 1, e)] * (e - s > 1) + [(s, e - 1)] * (e - s > 1) + [(s - 1, e)] * (s >= 1) + [(s, e + 1)] * (e < d)
+    return same + other
+
+
+def plant_slice_bounds(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    (j,) = site.detail
+    node = node_by_name(ctx.proto, site.node)
+    shape = shape_of(ctx, node.input[0])
+    starts, ends, axes, _ = slice_args(ctx, node, len(shape))
+    d = shape[axes[j]]
+    s, e = window(starts[j], ends[j], d)
+    variants = slice_variants(s, e, d)
+    same = sum(1 for a, b in variants if b - a == e - s)
+    head, tail = variants[:same], variants[same:]
+    rng.shuffle(head)
+    rng.shuffle(tail)
+    dtypes = [folded(ctx, node.input[k]).dtype for k in (1, 2)] if len(node.input) > 1 else None
+    for ns, ne in head + tail:
+        new_starts, new_ends = list(starts), list(ends)
+        new_starts[j], new_ends[j] = in_form(starts[j], ns, d), in_form(ends[j], ne, d)
+        if dtypes is None:  # opset < 10: attributes
+            out = copy(ctx.proto)
+            set_attr(node_by_name(out, site.node), "starts", new_starts)
+            set_attr(node_by_name(out, site.node), "ends", new_ends)
+        else:
+            out = with_input_constant(ctx.proto, site.node, 1, np.array(new_starts, dtypes[0]))
+            out = with_input_constant(out, site.node, 2, np.array(new_ends, dtypes[1]))
+            prune(out, dead_nodes(ctx.proto))
+        if ctx.problem(out):
+            continue
+        out = drop_stale_value_info(ctx, out)
+        if not ctx.changes(out, node.output[0]):
+            continue
+        length = "same length" if ne - ns == e - s else f"length {e - s} → {ne - ns}"
+        return Planted(out, [site.node], "attribute-mismatch",
+                       f"Slice axis {axes[j]} (size {d}) window [{s}:{e}] → [{ns}:{ne}] ({length})")
+    raise NoVariant(f"no shifted window of [{s}:{e}] (axis size {d}) runs and changes the output")
+
+
+REDUCE_OPS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceLogSumExp")
+REDUCE_TRIES = 8
+
+
+def reduce_axes(ctx: FileContext, node: onnx.NodeProto) -> tuple[list[int], str] | None:
+    """The constant axes of a Reduce node and where they are ('attr' or 'input'); None when it reduces every
+    axis or its axes depend on the input."""
+    if len(node.input) > 1 and node.input[1]:
+        value = folded(ctx, node.input[1])
+        return None if value is None or not value.size else ([int(x) for x in value.reshape(-1)], "input")
+    axes = attribute(node, "axes")
+    return (list(axes), "attr") if axes else None
+
+
+def reduce_sites(ctx: FileContext) -> list[Site]:
+    """Reduce nodes over constant axes of a float tensor with another axis of size > 1 to reduce over (not the
+    leading one: reducing over the batch would be batch mixing)."""
+    sites = []
+    for n in top_nodes(ctx, REDUCE_OPS):
+        shape, found = shape_of(ctx, n.input[0]), reduce_axes(ctx, n)
+        if shape is None or found is None or not is_float_tensor(ctx, n.input[0]):
+            continue
+        axes = {a % len(shape) for a in found[0]}
+        if any(shape[b] > 1 for b in range(1, len(shape)) if b not in axes):
+            sites.append(Site(n.name))
+    return sites
+
+
+def plant_reduce_axes(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    """One reduced axis replaced by another one (never the leading, batch axis): one of the same size first
+    (the output keeps its shape without keepdims), then any other of size > 1 whose result still broadcasts
+    downstream."""
+    node = node_by_name(ctx.proto, site.node)
+    shape = shape_of(ctx, node.input[0])
+    old, where = reduce_axes(ctx, node)
+    rank = len(shape)
+    norm = [a % rank for a in old]
+    same, other = [], []
+    for j, a in enumerate(norm):
+        for b in range(1, rank):
+            if b not in norm and shape[b] > 1:
+                new = list(old)
+                new[j] = b - rank if old[j] < 0 else b
+                (same if shape[b] == shape[a] else other).append(new)
+    rng.shuffle(same)
+    rng.shuffle(other)
+    for new in (same + other)[:REDUCE_TRIES]:
+        if where == "attr":
+            out = copy(ctx.proto)
+            set_attr(node_by_name(out, site.node), "axes", new)
+        else:
+            out = with_argument(ctx, site.node, 1, np.array(new, folded(ctx, node.input[1]).dtype))
+        if ctx.problem(out):
+            continue
+        out = drop_stale_value_info(ctx, out)
+        if not ctx.changes(out, node.output[0]):
+            continue
+        return Planted(out, [site.node], "attribute-mismatch",
+                       f"{node.op_type} axes {old} → {new} (input {list(shape)}, keepdims "
+                       f"{attribute(node, 'keepdims', 1)})")
+    raise NoVariant("no other reduction axis runs and changes the output")
+
+
+GATHER_MAX_INDICES = 64
+
+
+def gather_sites(ctx: FileContext) -> list[Site]:
+    """Gathers of a float tensor (an activation, or a table such as position embeddings) by a constant
+    scalar or small index array (at most ``GATHER_MAX_INDICES``: a class token, a head, position ids), along
+    an axis of size > 1."""
+    sites = []
+    for n in top_nodes(ctx, ("Gather",)):
+        idx, shape = folded(ctx, n.input[1]), shape_of(ctx, n.input[0])
+        if idx is None or idx.dtype.kind not in "iu" or not 0 < idx.size <= GATHER_MAX_INDICES:
+            continue
+        if not shape or not is_float_tensor(ctx, n.input[0]):
+            continue
+        if shape[attribute(n, "axis", 0) % len(shape)] > 1:
+            sites.append(Site(n.name))
+    return sites
+
+
+def plant_gather_index(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    node = node_by_name(ctx.proto, site.node)
+    idx = folded(ctx, node.input[1])
+    shape = shape_of(ctx, node.input[0])
+    d = shape[attribute(node, "axis", 0) % len(shape)]
+    flat = idx.reshape(-1).astype(np.int64)
+    for j in rng.permutation(flat.size)[:4]:
+        old = int(flat[j])
+        choices = [v for v in range(d) if v != old % d]
+        v = int(rng.choice(choices))
+        new = flat.copy()
+        new[j] = v - d if old < 0 else v
+        out = with_argument(ctx, site.node, 1, new.astype(idx.dtype).reshape(idx.shape))
+        if ctx.problem(out) or not ctx.changes(out, node.output[0]):
+            continue
+        return Planted(out, [site.node], "attribute-mismatch",
+                       f"Gather index {old} → {int(new[j])} (entry {j} of {idx.size}; axis size {d})")
+    raise NoVariant("no other index runs and changes the Gather's output")
+
+
+# --------------------------------------------------------------------------- padding, activation parameters
+
+PAD_ATTR_OPS = ("Conv", "ConvTranspose", "FusedConv", "AveragePool", "MaxPool", "LpPool")
+
+
+def pad_values(ctx: FileContext, node: onnx.NodeProto) -> tuple[list[int], str] | None:
+    """A Pad's constant pads (input 1 from opset 11, attribute before), or the ``pads`` attribute of a
+    Conv/pool with auto_pad NOTSET; None when they depend on the input, are absent or all 0."""
+    if node.op_type == "Pad":
+        if len(node.input) > 1 and node.input[1]:
+            value = folded(ctx, node.input[1])
+            found = None if value is None else ([int(x) for x in value.reshape(-1)], "input")
+        else:
+            pads = attribute(node, "pads")
+            found = (list(pads), "attr") if pads else None
+    else:
+        pads = attribute(node, "pads")
+        found = (list(pads), "attr") if pads and attribute(node, "auto_pad", "NOTSET") == "NOTSET" else None
+    return found if found and any(found[0]) else None
+
+
+def pad_sites(ctx: FileContext) -> list[Site]:
+    """Pads with constant pads and Conv/pool ``pads`` attributes: one site per axis padded on some side."""
+    sites = []
+    for n in top_nodes(ctx, ("Pad", *PAD_ATTR_OPS)):
+        found = pad_values(ctx, n)
+        if found is None:
+            continue
+        pads, half = found[0], len(found[0]) // 2
+        sites += [Site(n.name, (i,)) for i in range(half) if pads[i] + pads[i + half] > 0 and pads[i] >= 0
+                  and pads[i + half] >= 0]
+    return sites
+
+
+def plant_pad_constant(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    """The padding of one axis made asymmetric, its total kept (the output keeps its shape): one pixel moved
+    from one side to the other."""
+    (i,) = site.detail
+    node = node_by_name(ctx.proto, site.node)
+    pads, where = pad_values(ctx, node)
+    half = len(pads) // 2
+    moves = [m for m in (1, -1) if pads[i] - m >= 0 and pads[i + half] + m >= 0]  # m: from the start to the end
+    rng.shuffle(moves)
+    for m in moves:
+        new = list(pads)
+        new[i], new[i + half] = pads[i] - m, pads[i + half] + m
+        if where == "attr":
+            out = copy(ctx.proto)
+            set_attr(node_by_name(out, site.node), "pads", new)
+        else:
+            out = with_argument(ctx, site.node, 1, np.array(new, folded(ctx, node.input[1]).dtype))
+        if ctx.problem(out) or not ctx.changes(out, node.output[0]):
+            continue
+        return Planted(out, [site.node], "attribute-mismatch", f"{node.op_type} pads {pads} → {new} (total kept)")
+    raise NoVariant("no asymmetric padding runs and changes the output")
+
+
+HARD_SIGMOID_TORCH = (1 / 6, 0.5)  # PyTorch's hardsigmoid: relu6(x + 3) / 6
+HARD_SIGMOID_ONNX = (0.2, 0.5)  # ONNX HardSigmoid's defaults (Keras' hard_sigmoid)
+#: activation op -> (attribute, its ONNX default, the wrong value given it: a function of the old one)
+ACTIVATION_PARAMS = {
+    "LeakyRelu": ("alpha", 0.01, lambda a: 0.2 if abs(a - 0.2) > 1e-6 else 0.01),
+    "Elu": ("alpha", 1.0, lambda a: a / 2 if a else 1.0),
+    "Celu": ("alpha", 1.0, lambda a: a * 2 if a else 1.0),
+    "Selu": ("alpha", 1.67326319217681884765625, lambda a: a / 2 if a else 1.0),
+    "ThresholdedRelu": ("alpha", 1.0, lambda a: a / 2 if a else 1.0),
+    "HardSigmoid": ("alpha", 0.2, lambda a: HARD_SIGMOID_ONNX[0] if abs(a - HARD_SIGMOID_ONNX[0]) > 1e-6
+                    else HARD_SIGMOID_TORCH[0]),
+}
+FUSED_ACTIVATIONS = ("LeakyRelu", "HardSigmoid")  # fused activations whose activation_params change
+
+
+def activation_sites(ctx: FileContext) -> list[Site]:
+    """Activations with a parameter (LeakyRelu, Elu, Celu, Selu, ThresholdedRelu, HardSigmoid, and a fused
+    LeakyRelu/HardSigmoid of a FusedConv/FusedGemm), HardSwish (to x·HardSigmoid with ONNX's defaults) and
+    Sigmoid (to HardSigmoid with PyTorch's hardsigmoid parameters)."""
+    sites = [Site(n.name, ("param",)) for n in top_nodes(ctx, tuple(ACTIVATION_PARAMS), lambda d: d in ("", "ai.onnx"))]
+    sites += [Site(n.name, ("fused",)) for n in top_nodes(ctx, ("FusedConv", "FusedGemm"))
+              if attribute(n, "activation") in FUSED_ACTIVATIONS]
+    sites += [Site(n.name, ("hardswish",)) for n in top_nodes(ctx, ("HardSwish",))]
+    sites += [Site(n.name, ("sigmoid",)) for n in top_nodes(ctx, ("Sigmoid",))]
+    return sites
+
+
+def plant_activation_param(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    kind = site.detail[0]
+    node = node_by_name(ctx.proto, site.node)
+    out = copy(ctx.proto)
+    target = node_by_name(out, site.node)
+    nodes = [site.node]
+    if kind == "param":
+        name, default, wrong = ACTIVATION_PARAMS[node.op_type]
+        old = attribute(node, name, default)
+        new = wrong(old)
+        set_attr(target, name, float(new))
+        change = f"{node.op_type} {name} {old:.6g} → {new:.6g}"
+    elif kind == "fused":
+        act = attribute(node, "activation")
+        params = list(attribute(node, "activation_params", []))
+        name, default, wrong = ACTIVATION_PARAMS[act]
+        old = params[0] if params else default
+        new_params = [float(wrong(old))] + ([float(p) for p in params[1:]] or
+                                            ([HARD_SIGMOID_ONNX[1]] if act == "HardSigmoid" else []))
+        set_attr(target, "activation_params", new_params)
+        change = f"{node.op_type} fused {act} params {params} → {new_params}"
+    elif kind == "hardswish":
+        x, y = node.input[0], node.output[0]
+        gate = unique_name(out, f"{y}_hardsigmoid")
+        new_nodes = [helper.make_node("HardSigmoid", [x], [gate], name=unique_name(out, f"{site.node}_hardsigmoid"),
+                                      alpha=HARD_SIGMOID_ONNX[0], beta=HARD_SIGMOID_ONNX[1]),
+                     helper.make_node("Mul", [x, gate], [y], name=unique_name(out, f"{site.node}_mul"))]
+        replace_node(out, site.node, new_nodes)
+        nodes = [n.name for n in new_nodes]
+        change = (f"HardSwish → x·HardSigmoid(alpha={HARD_SIGMOID_ONNX[0]:g}, beta={HARD_SIGMOID_ONNX[1]:g}) "
+                  f"(ONNX's defaults, not PyTorch's 1/6)")
+    else:
+        target.op_type = "HardSigmoid"
+        set_attr(target, "alpha", HARD_SIGMOID_TORCH[0])
+        set_attr(target, "beta", HARD_SIGMOID_TORCH[1])
+        change = "Sigmoid → HardSigmoid(alpha=1/6, beta=0.5) (a hard approximation swapped in)"
+    problem = ctx.problem(out)
+    if problem:
+        raise NoVariant(problem)
+    if not ctx.changes(out, node.output[0]):
+        raise NoVariant("the changed activation gives the same output")
+    return Planted(out, nodes, "attribute-mismatch", change)
+
+
+# --------------------------------------------------------------------------- quantization: clipping scale
+
+QDQ_SCALE_DIVISORS = (4, 5, 6, 8)
+
+
+def qdq_sites(ctx: FileContext) -> list[Site]:
+    """QuantizeLinear nodes of activations (input not a constant) with a constant scale, read by a
+    DequantizeLinear."""
+    sites = []
+    for n in top_nodes(ctx, ("QuantizeLinear",)):
+        if constant(ctx.proto, n.input[0]) is not None or not is_float_array(constant(ctx.proto, n.input[1])):
+            continue
+        if any(r.op_type == "DequantizeLinear" for r in readers(ctx.proto, n.output[0])):
+            sites.append(Site(n.name))
+    return sites
+
+
+def plant_qdq_scale(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    """The activation QuantizeLinear's scale, and its DequantizeLinears' (one private copy for the pair when
+    they share it), divided by 4–8: values beyond the int8 range clip."""
+    q = node_by_name(ctx.proto, site.node)
+    dqs = [r for r in readers(ctx.proto, q.output[0]) if r.op_type == "DequantizeLinear"]
+    divisor = int(rng.choice(QDQ_SCALE_DIVISORS))
+    old = constant(ctx.proto, q.input[1])
+    out = copy(ctx.proto)
+    scaled = {}  # old scale tensor -> its new private copy
+    for node in (q, *dqs):
+        src = node.input[1]
+        if src not in scaled:
+            value = constant(ctx.proto, src)
+            scaled[src] = unique_name(out, f"{src}_clipping")
+            new = (value.astype(np.float64) / divisor).astype(value.dtype)
+            out.graph.initializer.append(numpy_helper.from_array(new, scaled[src]))
+        node_by_name(out, node.name).input[1] = scaled[src]
+    problem = ctx.problem(out)
+    if problem:
+        raise NoVariant(problem)
+    if not any(ctx.changes(out, dq.output[0]) for dq in dqs):
+        raise NoVariant("the smaller scale does not change the dequantized output")
+    before, after = saturated(ctx, ctx.proto, q), saturated(ctx, out, q)
+    if not after > before:
+        raise NoVariant("the smaller scale clips nothing more")
+    return Planted(out, [q.name, *(dq.name for dq in dqs)], "quantization",
+                   f"QuantizeLinear scale {float(old.reshape(-1)[0]):.4g} ÷{divisor} (and its "
+                   f"{len(dqs)} DequantizeLinear{'s' if len(dqs) > 1 else ''}): {after:.1%} of the values clip "
+                   f"at the integer range (was {before:.1%})", {"divisor": divisor, "saturated": after})
+
+
+def saturated(ctx: FileContext, proto: onnx.ModelProto, q: onnx.NodeProto) -> float:
+    """Share of the QuantizeLinear's outputs at its integer type's limits (not at the zero point)."""
+    value = ctx.tensor(proto, q.output[0])
+    if value.dtype.kind not in "iu" or not value.size:
+        return 0.0
+    info = np.iinfo(value.dtype)
+    zp = constant(ctx.proto, q.input[2]) if len(q.input) > 2 and q.input[2] else None
+    at_limit = (value == info.min) | (value == info.max)
+    if zp is not None:
+        at_limit &= value != zp
+    return float(at_limit.mean())
+
+
 # --------------------------------------------------------------------------- the table
 
 FAULTS: dict[str, FaultKind] = {k.name: k for k in (
@@ -854,4 +1443,24 @@ FAULTS: dict[str, FaultKind] = {k.name: k for k in (
               "one float32 node computes in float16 (Casts around it)"),
     FaultKind("amplified", amplified_sites, plant_amplified, "precision / weight-mismatch",
               "a sub-tolerance fault (local ≤ 0.9× tol) that later layers amplify to ≥ 2× tol", max_tries=60),
+    # kinds the tool was not tuned on: layouts, biases, index arguments, padding, activation parameters, QDQ
+    FaultKind("transposed-weight", transposed_weight_sites, plant_transposed_weight, "weight-mismatch",
+              "a square MatMul/Gemm weight, or a Conv kernel's [Cout, Cin] block (Cout = Cin), transposed"),
+    FaultKind("bias-shift", bias_sites, plant_bias_shift, "weight-mismatch",
+              f"a Gemm/Conv bias or a Linear's bias Add constant zeroed, or noise {NOISE_REL:g}× plus a shift "
+              f"{BIAS_SHIFT:g}× its scale"),
+    FaultKind("slice-bounds", slice_sites, plant_slice_bounds, "attribute-mismatch",
+              "a Slice's constant window on one axis shifted by ±1 (same length where possible)"),
+    FaultKind("reduce-axes", reduce_sites, plant_reduce_axes, "attribute-mismatch",
+              "a Reduce node over another axis (of the same size where possible), model still runs"),
+    FaultKind("activation-param", activation_sites, plant_activation_param, "attribute-mismatch",
+              "LeakyRelu/Elu/Celu/Selu/ThresholdedRelu/HardSigmoid parameter changed (HardSigmoid 1/6 ↔ 0.2), "
+              "HardSwish → x·HardSigmoid(0.2, 0.5), or Sigmoid → HardSigmoid(1/6, 0.5)"),
+    FaultKind("gather-index", gather_sites, plant_gather_index, "attribute-mismatch",
+              "one constant index of a Gather on an activation changed to another valid one"),
+    FaultKind("pad-constant", pad_sites, plant_pad_constant, "attribute-mismatch",
+              "a Pad's pads or a Conv/pool pads attribute made asymmetric on one axis, total kept"),
+    FaultKind("qdq-scale", qdq_sites, plant_qdq_scale, "quantization",
+              f"an activation QuantizeLinear's scale (and its DequantizeLinear's) ÷{QDQ_SCALE_DIVISORS[0]}–"
+              f"{QDQ_SCALE_DIVISORS[-1]}: values clip at the integer range"),
 )}
