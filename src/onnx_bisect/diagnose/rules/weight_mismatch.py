@@ -27,7 +27,7 @@ class WeightMismatch(Rule):
         candidates = layout.torch_candidates(ctx)
         differing = _differing(ctx, candidates) + _quantized(ctx, candidates)
         if not differing:
-            return None
+            return _swapped(ctx, candidates)
         rows = [{"initializer": n, "parameter": p, "layout": r.layout.value, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
                  "fraction_differing": r.fraction_differing, "correlation": r.correlation}
                 for n, p, r, _ in differing]
@@ -293,3 +293,88 @@ def _restore(ctx: DiagnosisContext, differing) -> FixedSegment:
         fixed = rel.layout.apply(tensor, onnx_value.shape)
         model, weights = edits.replace_array(model, weights, name, fixed)
     return FixedSegment(model, weights)
+
+
+#: ops whose weight (second input) may have been written with its first two axes swapped
+SWAPPABLE = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedConv", "FusedGemm", "FusedMatMul"})
+#: a weight this close to its own transpose (relative L2) is symmetric: swapping it changes nothing to speak of
+SYMMETRIC = 0.05
+#: weights tried swapped per diagnosis
+MAX_SWAPS = 4
+
+
+def _swapped(ctx: DiagnosisContext, candidates) -> Finding | None:
+    """A square weight holding the model's numbers with its first two axes swapped (a matrix transposed, a
+    Conv kernel's input and output channels exchanged — a layout bug of an exporter, a converter or a loader):
+    the values pair with a PyTorch tensor (in some layout), so nothing above differs, yet with the axes swapped
+    back the segment reproduces PyTorch.  Only a weight whose swap is confirmed that way is named."""
+    tried = 0
+    for name, value in _square_weights(ctx):
+        if tried >= MAX_SWAPS:
+            break
+        swapped = np.swapaxes(value, 0, 1)
+        if not _models_numbers(value, swapped, candidates):
+            continue
+        tried += 1
+        model, weights = edits.replace_array(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights, name, swapped)
+        try:
+            values = ctx.run_segment(model, weights)
+        except Exception:  # noqa: BLE001 - a layout the runtime rejects is not the answer
+            continue
+        if not ctx.compare(values[ctx.tensor], ctx.reference).ok:
+            continue
+        what = "matrix is transposed" if value.ndim == 2 else "kernel has its output and input channels exchanged"
+        summary = (f"The weight '{name}' {tuple(value.shape)} holds the model's numbers, but its {what}: with its "
+                   "first two axes swapped back the segment reproduces PyTorch's output.")
+        fix = ("Write the weight in the layout the node expects (ONNX MatMul takes x @ B, so a Linear's weight goes "
+               "in transposed; Gemm says so with transB; a Conv kernel is [out, in/groups, ...]) — check the "
+               "converter or the code that copied the weights in.")
+        return Finding(Cause.WEIGHT_MISMATCH, 0.9, summary, fix,
+                       {"parameters": [{"initializer": name, "layout": "first two axes swapped"}]},
+                       changes=_readers(ctx, [name]),
+                       counterfactual=lambda c, n=name, v=swapped: FixedSegment(
+                           *edits.replace_array(edits.copy_model(c.onnx.skeleton), c.onnx.weights, n, v)))
+    return None
+
+
+def _square_weights(ctx: DiagnosisContext):
+    """``(initializer, value)`` of the segment's weights with equal first two axes that are not symmetric."""
+    for p in ctx.segment_protos:
+        if p.op_type not in SWAPPABLE or len(p.input) < 2:
+            continue
+        name = _stored_weight(ctx, p.input[1])
+        value = ctx.initializer(name) if name else None
+        if value is None or value.ndim < 2 or value.shape[0] != value.shape[1] or value.shape[0] < 2 \
+                or value.dtype.kind not in "fiu":
+            continue
+        v = value.astype(np.float64)
+        norm = float(np.linalg.norm(v))
+        if norm == 0 or float(np.linalg.norm(v - np.swapaxes(v, 0, 1))) <= SYMMETRIC * norm:
+            continue
+        yield name, value
+
+
+def _stored_weight(ctx: DiagnosisContext, tensor: str) -> str | None:
+    """The initializer behind a node's weight input: itself, or the integers a DequantizeLinear with one scale
+    for the whole tensor reads (their axes swap with the dequantized ones)."""
+    if ctx.initializer(tensor) is not None:
+        return tensor
+    info = ctx.onnx.graph.node_of(tensor)
+    if info is None or info.op_type != "DequantizeLinear" or len(info.inputs) < 2:
+        return None
+    scale = ctx.constant(info.inputs[1])
+    return info.inputs[0] if scale is not None and scale.size == 1 and ctx.initializer(info.inputs[0]) is not None \
+        else None
+
+
+def _models_numbers(value: np.ndarray, swapped: np.ndarray, candidates) -> bool:
+    """Whether the weight (or the weight swapped) pairs exactly with one of the PyTorch tensors; an integer
+    weight (quantized) is tried on its dequantization's evidence alone."""
+    if value.dtype.kind != "f":
+        return True
+    for tensor in candidates.values():
+        for v in (value, swapped):
+            rel = layout.relate(v, tensor)
+            if rel is not None and (rel.equal or rel.rel_l2 < 1e-3):
+                return True
+    return False

@@ -19,6 +19,7 @@ import onnx
 
 from ...records.weights import Weights
 from . import edits
+from .op_alternatives import op_alternatives
 from ..context import attribute
 
 #: ``(model, weights) -> (model, weights)``: applies an alternative to copies
@@ -81,6 +82,7 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
         yield from _clip_bounds(ctx, proto, shape_of)
     elif op in ("FusedConv", "FusedGemm") and attribute(proto, "activation") == "Clip":
         yield from _fused_clip_bounds(ctx, proto)
+    yield from op_alternatives(ctx, proto, shape_of, Alternative)
 
 
 def _axis(ctx, proto, shape_of) -> Iterator[Alternative]:
