@@ -29,10 +29,12 @@ class AttributeMismatch(Rule):
         wrong = [attribute_change(node, attr, have, want, source) for p in ctx.segment_protos
                  for node, attr, have, want, rank, source in _expected(ctx, p) if _norm(want, rank) != _norm(have, rank)]
         confirmed_by_search, factor = False, None
-        if not wrong:
+        if not wrong or not _reproduces(ctx, wrong):
+            # an exporter may fold a functional op into the node (F.pad into a Conv's pads): what the module's
+            # configuration implies is then no fix, and the alternatives are searched instead
             found, factor = _search(ctx)
-            wrong = [a for a in found if not _baked(ctx, a)]
-            confirmed_by_search = bool(wrong)
+            found = [a for a in found if not _baked(ctx, a)]
+            wrong, confirmed_by_search = (found, True) if found else (wrong, False)
         if not wrong:
             return None
         rows = [{"onnx_node": a.node, "attribute": a.what, "onnx_value": _plain(a.have), "expected": _plain(a.want),
@@ -153,6 +155,16 @@ class _FoldedFactor:
         if not np.isfinite(factor) or abs(factor) < 1e-6 or abs(factor - 1.0) < 1e-6:
             return None
         return factor if self.ctx.compare(value, ref * np.float32(factor)).ok else None
+
+
+def _reproduces(ctx: DiagnosisContext, wrong: list[Alternative]) -> bool:
+    """Whether the segment with these alternatives applied reproduces PyTorch's output."""
+    fixed = _apply(ctx, wrong)
+    try:
+        values = ctx.run_segment(fixed.model, fixed.weights, feeds=fixed.feeds)
+    except Exception:  # noqa: BLE001 - a configuration the runtime rejects reproduces nothing
+        return False
+    return bool(ctx.compare(values[ctx.tensor], ctx.reference).ok)
 
 
 def _apply(ctx: DiagnosisContext, wrong: list[Alternative]) -> FixedSegment:

@@ -64,9 +64,14 @@ def _value(ctx, tensor: str) -> np.ndarray | None:
         return None
 
 
-def _replace(tensor: str, value: np.ndarray):
+def _inputs(node: str, values: dict[int, np.ndarray]):
+    """The node reading new constants at input positions ``values`` (private copies: a constant the exporter
+    shares — a Slice's starts with its steps — keeps its value for every other reader)."""
     def edit(model, weights):
-        return edits.replace_array(model, weights, tensor, value)
+        target = edits.node(model, node)
+        for index, value in values.items():
+            target.input[index] = edits.add_initializer(model, f"{node}_input{index}_alternative", value)
+        return model, weights
     return edit
 
 
@@ -89,7 +94,7 @@ def _gather(ctx, proto, make) -> Iterator:
         fitted = _fit_indices(data, axis, indices, ctx.reference)
         if fitted is not None and not np.array_equal(fitted, np.where(indices < 0, indices + size, indices)):
             yield make(proto.name, "indices", indices.tolist(), fitted.tolist(), "the PyTorch output",
-                       _replace(proto.input[1], fitted.astype(indices.dtype)))
+                       _inputs(proto.name, {1: fitted.astype(indices.dtype)}))
         return
     if indices.size > 4:
         return
@@ -100,7 +105,7 @@ def _gather(ctx, proto, make) -> Iterator:
             want[p] = (int(flat[p]) % size) + step
             if 0 <= want[p] < size:
                 yield make(proto.name, "indices", indices.tolist(), want.reshape(indices.shape).tolist(),
-                           "a neighbouring index", _replace(proto.input[1], want.reshape(indices.shape)))
+                           "a neighbouring index", _inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
 
 
 def _fit_indices(data: np.ndarray, axis: int, indices: np.ndarray, reference: np.ndarray) -> np.ndarray | None:
@@ -142,14 +147,7 @@ def _slice(ctx, proto, shape_of, make) -> Iterator:
                 new_starts, new_ends = starts.copy(), ends.copy()
                 new_starts[k], new_ends[k] = lo + d, hi + d
                 yield make(proto.name, f"window along axis {int(axes[k])}", [lo, hi], [lo + d, hi + d],
-                           "the PyTorch output", _two(proto.input[1], new_starts, proto.input[2], new_ends))
-
-
-def _two(a: str, va: np.ndarray, b: str, vb: np.ndarray):
-    def edit(model, weights):
-        model, weights = edits.replace_array(model, weights, a, va)
-        return edits.replace_array(model, weights, b, vb)
-    return edit
+                           "the PyTorch output", _inputs(proto.name, {1: new_starts, 2: new_ends}))
 
 
 # --------------------------------------------------------------------------- Reduce
@@ -171,7 +169,7 @@ def _reduce(ctx, proto, shape_of, make) -> Iterator:
                 continue
             want = sorted(have[:i] + [b] + have[i + 1:])
             if as_input:
-                edit = _replace(proto.input[1], np.array(want, dtype=np.int64))
+                edit = _inputs(proto.name, {1: np.array(want, dtype=np.int64)})
             else:
                 edit = _attribute(proto.name, "axes", want)
             yield make(proto.name, "axes", have, want, "the PyTorch output", edit)
@@ -214,7 +212,7 @@ def _pad_input(ctx, proto, make) -> Iterator:
         return
     for want in _moved([int(v) for v in pads]):
         yield make(proto.name, "pads", pads.tolist(), want, "the PyTorch output",
-                   _replace(proto.input[1], np.array(want, dtype=pads.dtype)))
+                   _inputs(proto.name, {1: np.array(want, dtype=pads.dtype)}))
 
 
 # --------------------------------------------------------------------------- activations

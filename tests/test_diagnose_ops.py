@@ -1,0 +1,167 @@
+"""Faults of indexing ops, activations and weight layouts that no module configuration names: a Gather's constant
+indices, a Slice window, a reduction's axes, a Pad's sides, an activation's parameter or the activation itself, a
+square weight stored transposed — each found by re-running the segment with the value that reproduces PyTorch."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from onnx import helper, numpy_helper
+from torch.nn import functional as F
+
+import onnx_bisect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+
+
+class _OpsNet(torch.nn.Module):
+    """Conv1d + functional leaky ReLU, a Slice, a reflection Pad before a Conv1d, a hard sigmoid gate, a square Linear and a sigmoid, a
+    mean over channels, a fixed index selection, a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        self.conv, self.conv2 = torch.nn.Conv1d(4, 4, 3, padding=1), torch.nn.Conv1d(4, 4, 4)
+        self.fc1, self.fc2 = torch.nn.Linear(4, 4), torch.nn.Linear(3, 3)
+
+    def forward(self, x):  # (2, 4, 6)
+        h = F.leaky_relu(self.conv(x), 0.2)[:, :, 1:5]
+        h = self.conv2(F.pad(h, (2, 1), mode="reflect"))
+        g = h * F.hardsigmoid(h * 3.0)
+        s = torch.sigmoid(self.fc1(g))
+        m = s.mean(dim=1)
+        return self.fc2(m[:, [0, 2, 3]])
+
+
+def _bisect(exporter: str, edit):
+    """Export the model, apply ``edit(proto) -> planted node name``, run onnx-bisect; ``(first divergence,
+    planted node)``."""
+    model, x = _OpsNet().eval(), torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(4))
+    proto = dc.export(model, (x,), exporter)
+    planted = edit(proto)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    return report.first_divergence, planted
+
+
+def _node(proto, op_type: str):
+    return next(n for n in proto.graph.node if n.op_type == op_type)
+
+
+def _set_input(proto, node, index: int, value: np.ndarray) -> None:
+    """Give ``node`` a constant of its own at input ``index`` (exporters share small constants between nodes)."""
+    name = f"{node.name}_planted_{index}"
+    proto.graph.initializer.append(numpy_helper.from_array(value.astype(_constant(proto, node.input[index]).dtype), name))
+    node.input[index] = name
+
+
+def _constant(proto, tensor: str) -> np.ndarray:
+    for init in proto.graph.initializer:
+        if init.name == tensor:
+            return numpy_helper.to_array(init)
+    const = next(n for n in proto.graph.node if n.op_type == "Constant" and n.output[0] == tensor)
+    return numpy_helper.to_array(const.attribute[0].t)
+
+
+def _found(fd, planted: str, cause: str = "attribute-mismatch") -> dict:
+    assert fd is not None and fd.cause == cause and fd.confirmed is True, fd
+    assert planted in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    return fd.evidence
+
+
+def test_a_square_weight_stored_transposed_is_a_weight_mismatch():
+    def edit(proto):
+        matmul = _node(proto, "MatMul")
+        w = _constant(proto, matmul.input[1])
+        _set_input(proto, matmul, 1, w.T.copy())
+        return matmul.name
+
+    fd, planted = _bisect("dynamo", edit)
+    evidence = _found(fd, planted, "weight-mismatch")
+    assert evidence["parameters"][0]["layout"] == "first two axes swapped"
+    assert fd.fixed_nodes == (planted,)
+
+
+def test_a_gathers_constant_indices_are_fitted_to_pytorchs_output():
+    def edit(proto):
+        gather = _node(proto, "Gather")
+        _set_input(proto, gather, 1, np.array([0, 1, 3]))
+        return gather.name
+
+    fd, planted = _bisect("torchscript", edit)
+    [row] = _found(fd, planted)["attributes"]
+    assert (row["attribute"], row["onnx_value"], row["expected"]) == ("indices", [0, 1, 3], [0, 2, 3])
+
+
+def test_a_slice_window_moved_along_its_axis_is_found():
+    def edit(proto):
+        sl = _node(proto, "Slice")
+        _set_input(proto, sl, 1, np.array([2]))
+        _set_input(proto, sl, 2, np.array([6]))
+        return sl.name
+
+    fd, planted = _bisect("dynamo", edit)
+    [row] = _found(fd, planted)["attributes"]
+    assert row["attribute"].startswith("window along axis") and (row["onnx_value"], row["expected"]) == ([2, 6], [1, 5])
+
+
+def test_a_reduction_over_another_axis_of_the_same_size_is_found():
+    def edit(proto):
+        mean = _node(proto, "ReduceMean")
+        if len(mean.input) > 1:
+            _set_input(proto, mean, 1, np.array([2]))
+        else:
+            mean.attribute.remove(next(a for a in mean.attribute if a.name == "axes"))
+            mean.attribute.append(helper.make_attribute("axes", [2]))
+        return mean.name
+
+    fd, planted = _bisect("dynamo", edit)
+    [row] = _found(fd, planted)["attributes"]
+    assert (row["attribute"], row["onnx_value"], row["expected"]) == ("axes", [2], [1])
+
+
+def test_padding_moved_to_the_other_side_of_an_axis_is_found():
+    def edit(proto):
+        pad = _node(proto, "Pad")
+        pads = _constant(proto, pad.input[1])
+        moved = pads.copy()
+        moved[2], moved[5] = pads[2] - 1, pads[5] + 1  # (2, 1) on the last axis -> (1, 2)
+        _set_input(proto, pad, 1, moved)
+        return pad.name
+
+    fd, planted = _bisect("dynamo", edit)
+    [row] = _found(fd, planted)["attributes"]
+    assert row["attribute"] == "pads" and row["expected"][2] == 2 and row["expected"][5] == 1
+
+
+@pytest.mark.parametrize("op, attribute, value, expected", [
+    ("LeakyRelu", "alpha", 0.01, 0.2),
+    ("HardSigmoid", "alpha", 0.2, [0.166667, 0.5]),
+])
+def test_an_activation_parameter_is_fitted_to_pytorchs_output(op, attribute, value, expected):
+    def edit(proto):
+        node = _node(proto, op)
+        kept = [a for a in node.attribute if a.name != attribute]
+        del node.attribute[:]
+        node.attribute.extend(kept + [helper.make_attribute(attribute, value)])
+        return node.name
+
+    fd, planted = _bisect("dynamo", edit)
+    [row] = _found(fd, planted)["attributes"]
+    assert row["expected"] == expected
+
+
+def test_a_sigmoid_written_as_a_hard_sigmoid_is_found():
+    def edit(proto):
+        node = _node(proto, "Sigmoid")
+        node.op_type = "HardSigmoid"
+        node.attribute.extend([helper.make_attribute("alpha", 1 / 6), helper.make_attribute("beta", 0.5)])
+        return node.name
+
+    fd, planted = _bisect("dynamo", edit)
+    [row] = _found(fd, planted)["attributes"]
+    assert (row["attribute"], row["onnx_value"], row["expected"]) == ("op", "HardSigmoid", "Sigmoid")
