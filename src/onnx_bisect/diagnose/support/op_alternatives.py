@@ -153,7 +153,8 @@ def _slice(ctx, proto, shape_of, make) -> Iterator:
 # --------------------------------------------------------------------------- Reduce
 
 def _reduce(ctx, proto, shape_of, make) -> Iterator:
-    """Each reduced axis in turn replaced by another axis of the same size (the output's shape kept)."""
+    """Each reduced axis in turn replaced by another axis: one of the same size first (the output's shape kept),
+    then any other of size > 1 (a reduction whose result broadcasts over another axis downstream)."""
     shape = shape_of(proto.input[0]) if proto.input else None
     if not shape:
         return
@@ -163,16 +164,14 @@ def _reduce(ctx, proto, shape_of, make) -> Iterator:
     if axes is None:
         return
     have = sorted(int(a) % rank for a in np.asarray(axes).reshape(-1))
-    for i, a in enumerate(have):
-        for b in range(rank):
-            if b in have or shape[b] != shape[a]:
-                continue
-            want = sorted(have[:i] + [b] + have[i + 1:])
-            if as_input:
-                edit = _inputs(proto.name, {1: np.array(want, dtype=np.int64)})
-            else:
-                edit = _attribute(proto.name, "axes", want)
-            yield make(proto.name, "axes", have, want, "the PyTorch output", edit)
+    pairs = [(i, a, b) for i, a in enumerate(have) for b in range(rank) if b not in have and shape[b] == shape[a]]
+    pairs += [(i, a, b) for i, a in enumerate(have) for b in range(rank)
+              if b not in have and shape[b] != shape[a] and shape[b] != 1]
+    for i, _, b in pairs:
+        want = sorted(have[:i] + [b] + have[i + 1:])
+        edit = (_inputs(proto.name, {1: np.array(want, dtype=np.int64)}) if as_input
+                else _attribute(proto.name, "axes", want))
+        yield make(proto.name, "axes", have, want, "the PyTorch output", edit)
 
 
 def _attribute(node: str, name: str, value):
