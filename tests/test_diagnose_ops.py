@@ -7,12 +7,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from onnx import helper, numpy_helper
 from torch.nn import functional as F
 
 import onnx_bisect
+import rewrites
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
@@ -165,3 +167,44 @@ def test_a_sigmoid_written_as_a_hard_sigmoid_is_found():
     fd, planted = _bisect("dynamo", edit)
     [row] = _found(fd, planted)["attributes"]
     assert (row["attribute"], row["onnx_value"], row["expected"]) == ("op", "HardSigmoid", "Sigmoid")
+
+
+def test_a_zeroed_bias_in_a_renamed_file_is_found_after_the_product_it_no_longer_changes(tmp_path):
+    """With its bias zeroed, the Add after the Linear's MatMul changes nothing, so by value the Linear pairs with
+    the product: the product plus the module's own bias reproduces PyTorch, and the Add is named."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from fault_sweep import rename  # noqa: PLC0415 - the sweep's renamer: every node n0..., every tensor t0...
+
+    model, x = _OpsNet().eval(), torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(4))
+    proto = dc.export(model, (x,), "dynamo")
+    matmul = _node(proto, "MatMul")
+    add = next(n for n in proto.graph.node if matmul.output[0] in n.input)
+    bias = next(t for t in add.input if t != matmul.output[0])
+    _set_input(proto, add, list(add.input).index(bias), np.zeros(4, np.float32))
+    onnx.save(proto, tmp_path / "zeroed.onnx")
+    rename(tmp_path / "zeroed.onnx", tmp_path / "renamed.onnx")
+    renamed = onnx.load(tmp_path / "renamed.onnx")
+    position = [n.op_type for n in proto.graph.node].index("Add", list(proto.graph.node).index(add))
+    planted = renamed.graph.node[position].name
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=renamed).first_divergence
+    evidence = _found(fd, planted, "weight-mismatch")
+    assert evidence["parameters"][0]["parameter"].endswith("fc1.bias") and "all zero" in fd.explanation
+
+
+def test_a_zeroed_float16_bias_is_no_float16_clamp():
+    """A float16 file's bias of zeros is not PyTorch's bias clamped to float16's range: a weight-mismatch."""
+    def edit(proto):
+        matmul = _node(proto, "MatMul")
+        add = next(n for n in proto.graph.node if matmul.output[0] in n.input)
+        bias = next(t for t in add.input if t != matmul.output[0])
+        _set_input(proto, add, list(add.input).index(bias), np.zeros(4, np.float16))
+        return add.name
+
+    model, x = _OpsNet().eval(), torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(4))
+    proto = rewrites.to_float16(dc.export(model, (x,), "dynamo"))
+    planted = edit(proto)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto, atol=1e-2, rtol=1e-2).first_divergence
+    evidence = _found(fd, planted, "weight-mismatch")
+    assert evidence["parameters"][0]["parameter"].endswith("fc1.bias")

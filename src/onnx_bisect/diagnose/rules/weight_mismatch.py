@@ -27,7 +27,7 @@ class WeightMismatch(Rule):
         candidates = layout.torch_candidates(ctx)
         differing = _differing(ctx, candidates) + _quantized(ctx, candidates)
         if not differing:
-            return _swapped(ctx, candidates)
+            return _bias_after(ctx) or _swapped(ctx, candidates)
         rows = [{"initializer": n, "parameter": p, "layout": r.layout.value, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
                  "fraction_differing": r.fraction_differing, "correlation": r.correlation}
                 for n, p, r, _ in differing]
@@ -247,6 +247,8 @@ def _only_clamped(value: np.ndarray, tensor: np.ndarray, relation: Layout) -> bo
     ref = relation.apply(tensor, value.shape)
     limit = float(np.max(np.abs(value.astype(np.float64))))
     inside = np.abs(ref) < limit
+    if limit == 0 or not inside.any():  # all zero (a dropped weight), or nothing left to compare: no clamp
+        return False
     rounded = ref.astype(np.float16).astype(np.float64)
     return bool(np.allclose(value.astype(np.float64)[inside], rounded[inside], rtol=2e-3, atol=0))
 
@@ -378,3 +380,108 @@ def _models_numbers(value: np.ndarray, swapped: np.ndarray, candidates) -> bool:
             if rel is not None and (rel.equal or rel.rel_l2 < 1e-3):
                 return True
     return False
+
+
+#: ops that add a bias to a product after it
+BIAS_ADDERS = frozenset({"Add"})
+
+
+def _bias_after(ctx: DiagnosisContext) -> Finding | None:
+    """A Linear's or Conv's value paired with its product because the bias added after it does nothing (zeroed)
+    or too little: the product plus the module's own bias reproduces PyTorch, while the Add after it adds
+    another vector.  The stale bias is the Add's constant; the finding names the Add (just past the segment)."""
+    activation = ctx.layer.pair.activation
+    bias = activation.bias if activation.bias is not None else _op_bias(ctx)
+    if bias is None or ctx.layer.local is None or ctx.layer.local.ok:
+        return None
+    found = _adding_node(ctx, ctx.tensor, bias.size)
+    if found is None:
+        return None
+    add, const_input, value = found
+    try:
+        product = ctx.local_value.astype(np.float64)
+        shape = [1] * product.ndim
+        shape[_channel_axis(product, bias.size, ctx.onnx.graph.node_of(ctx.tensor))] = bias.size
+        restored = product + bias.astype(np.float64).reshape(shape)
+    except (ValueError, IndexError):
+        return None
+    if not ctx.compare(restored.astype(ctx.local_value.dtype), ctx.reference).ok:
+        return None
+    rel = layout.relate(value.reshape(bias.shape).astype(np.float64), bias.astype(np.float64))
+    if rel is None or rel.equal:
+        return None
+    param = f"{activation.module}.bias" if activation.module else "bias"
+    summary = (f"The bias '{const_input}' that node {add.name} adds after this product differs from {param} "
+               f"(max abs {rel.max_abs:.2g}, relative L2 {rel.rel_l2:.2g}"
+               + (", all zero" if not np.any(value) else "") + "): with the module's own bias added the product "
+               "reproduces PyTorch's output. The file's bias comes from another checkpoint, or was dropped.")
+    fix = ("Re-export from the checkpoint PyTorch runs, or restore the bias: check the export or conversion step "
+           "that wrote it (a converter that drops or zeroes biases, a state dict loaded without them).")
+    product = ctx.onnx.graph.node_of(ctx.tensor)
+    nodes = tuple(dict.fromkeys([*([product.name] if product is not None else []), add.name]))
+    return Finding(Cause.WEIGHT_MISMATCH, 0.85, summary, fix,
+                   {"parameters": [{"initializer": const_input, "parameter": param, "layout": rel.layout.value,
+                                    "max_abs": rel.max_abs, "rel_l2": rel.rel_l2,
+                                    "fraction_differing": rel.fraction_differing, "correlation": rel.correlation}]},
+                   changes=nodes, counterfactual=lambda c: _with_bias_at(c, add.name, const_input, bias))
+
+
+#: ATen ops that add their module's bias to the product they compute
+BIASED_OPS = ("aten.addmm", "aten.linear", "aten.convolution", "aten.conv1d", "aten.conv2d", "aten.conv3d",
+              "aten.baddbmm")
+
+
+def _op_bias(ctx: DiagnosisContext) -> np.ndarray | None:
+    """The bias parameter of the module whose op (``aten.addmm`` ...) the divergent activation is."""
+    activation = ctx.layer.pair.activation
+    if not activation.op or not activation.module_type.startswith(BIASED_OPS):
+        return None
+    module = ctx.torch_module()
+    bias = getattr(module, "bias", None) if module is not None else None
+    return bias.detach().cpu().numpy() if bias is not None and hasattr(bias, "detach") else None
+
+
+def _adding_node(ctx: DiagnosisContext, tensor: str, size: int):
+    """``(Add node, its constant input, the constant)`` of the one node reading ``tensor`` when it adds a constant
+    of ``size`` elements (a bias)."""
+    graph = ctx.onnx.graph
+    readers = [graph.nodes[c] for c in graph.consumers.get(tensor, ())]
+    if len(readers) != 1 or readers[0].op_type not in BIAS_ADDERS:
+        return None
+    add = readers[0]
+    other = next((t for t in add.inputs if t != tensor), None)
+    value = ctx.constant(other) if other else None
+    if value is None or value.size != size or value.dtype.kind != "f":
+        return None
+    return add, other, value
+
+
+def _channel_axis(value: np.ndarray, size: int, producer) -> int:
+    """The axis a bias of ``size`` is added along: a Conv's channels (axis 1), else the last axis."""
+    if producer is not None and producer.op_type in ("Conv", "ConvTranspose") and value.ndim > 1:
+        return 1
+    if value.shape[-1] != size:
+        raise ValueError("no axis of the bias's size")
+    return value.ndim - 1
+
+
+def _with_bias_at(ctx: DiagnosisContext, add: str, const_input: str, bias: np.ndarray) -> FixedSegment:
+    """The Add adds the module's bias, and computes the divergent tensor itself (the product renamed): the
+    segment then ends with the bias added, as PyTorch's Linear or Conv does."""
+    model = edits.copy_model(ctx.onnx.skeleton)
+    product = f"{ctx.tensor}_without_bias"
+    old_out = None
+    for n in model.graph.node:
+        if ctx.tensor in n.output:
+            n.output[list(n.output).index(ctx.tensor)] = product
+        elif n.name == add:
+            old_out = n.output[0]
+    target = edits.node(model, add)
+    value = ctx.constant(const_input)
+    fixed = edits.add_initializer(model, f"{add}_restored_bias", bias.astype(value.dtype).reshape(value.shape))
+    target.input[:] = [product if t == ctx.tensor else fixed if t == const_input else t for t in target.input]
+    target.output[0] = ctx.tensor
+    if old_out is not None:
+        edits.rewire(model, old_out, ctx.tensor)
+    edits.drop_value_info(model, {ctx.tensor, old_out, product})
+    return FixedSegment(model, ctx.onnx.weights)
