@@ -315,7 +315,8 @@ def _swapped(ctx: DiagnosisContext, candidates) -> Finding | None:
         if tried >= MAX_SWAPS:
             break
         swapped = np.swapaxes(value, 0, 1)
-        if not _models_numbers(value, swapped, candidates):
+        if not (_models_numbers(value, swapped, candidates)
+                or _models_numbers(value, swapped, _everything(ctx, value.size))):
             continue
         tried += 1
         model, weights = edits.replace_array(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights, name, swapped)
