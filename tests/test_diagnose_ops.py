@@ -208,3 +208,53 @@ def test_a_zeroed_float16_bias_is_no_float16_clamp():
         fd = onnx_bisect.bisect(model, (x,), onnx=proto, atol=1e-2, rtol=1e-2).first_divergence
     evidence = _found(fd, planted, "weight-mismatch")
     assert evidence["parameters"][0]["parameter"].endswith("fc1.bias")
+
+
+class _Masked(torch.nn.Module):
+    """Causal self-attention written out (masked_fill with -inf), rotate-half on the queries (a Concat of two
+    halves), a LayerNorm, a Linear head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.qkv, self.norm, self.head = torch.nn.Linear(8, 24), torch.nn.LayerNorm(8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):  # (1, 6, 8)
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        q = torch.cat([-q[..., 4:], q[..., :4]], dim=-1) + q
+        scores = q @ k.transpose(-1, -2) / 8 ** 0.5
+        causal = torch.ones(6, 6, dtype=torch.bool).triu(1)
+        att = scores.masked_fill(causal, float("-inf")).softmax(-1)
+        return self.head(self.norm(att @ v + x))
+
+
+def _masked(edit):
+    model, x = _Masked().eval(), torch.randn(1, 6, 8, generator=torch.Generator().manual_seed(8))
+    proto = dc.export(model, (x,), "dynamo")
+    planted = edit(proto)
+    with dc.quiet():
+        return onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence, planted
+
+
+def test_a_concats_inputs_in_another_order_are_found():
+    def edit(proto):
+        concat = next(n for n in proto.graph.node if n.op_type == "Concat" and len(n.input) == 2)
+        concat.input[0], concat.input[1] = concat.input[1], concat.input[0]
+        return concat.name
+
+    fd, planted = _masked(edit)
+    [row] = _found(fd, planted)["attributes"]
+    assert (row["attribute"], row["expected"]) == ("input order", [1, 0])
+
+
+def test_a_weak_mask_fill_is_found_at_the_value_pytorch_filled_with():
+    def edit(proto):
+        where = next(n for n in proto.graph.node if n.op_type == "Where")
+        position = next(i for i in (1, 2) if _constant(proto, where.input[i]).size == 1)
+        _set_input(proto, where, position, np.array(-1.0, np.float32))
+        return where.name
+
+    fd, planted = _masked(edit)
+    [row] = _found(fd, planted)["attributes"]
+    assert row["onnx_value"] == -1.0 and row["expected"] == float("-inf")
+

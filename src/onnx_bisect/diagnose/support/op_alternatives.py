@@ -6,7 +6,9 @@ rule tries on the segment alone: a Gather's constant indices fitted to PyTorch's
 each output slice equals), a Slice window shifted along its axis, a reduction over another axis of the same
 size, padding moved from one side of an axis to the other (the total, and so the output shape, kept), an
 activation's parameter fitted to PyTorch's output or at the values PyTorch's op (or the ONNX default) uses, a
-Sigmoid and a HardSigmoid taken for one another.
+Sigmoid and a HardSigmoid taken for one another, a Concat's inputs of one shape in another order, a masking
+constant at the values masks are filled with, a LayerNormalization over another axis, a Gemm's alpha and beta
+at PyTorch's, a Split's sizes moved by an element or made equal.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from typing import Iterator
 
 import numpy as np
 import onnx
-from onnx import helper
+from onnx import helper, numpy_helper
 
 from . import edits
 from ..context import attribute
@@ -49,6 +51,16 @@ def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         yield from _pad_input(ctx, proto, make)
     elif op in DEFAULTS or op in ("HardSigmoid", "Sigmoid"):
         yield from _activation(ctx, proto, make)
+    elif op == "Concat":
+        yield from _concat_order(proto, shape_of, make)
+    elif op in ("Where", "Add", "ConstantOfShape"):
+        yield from _mask_values(ctx, proto, make)
+    elif op == "LayerNormalization":
+        yield from _norm_axis(proto, shape_of, make)
+    elif op == "Gemm":
+        yield from _gemm_scalars(ctx, proto, make)
+    elif op == "Split":
+        yield from _split_sizes(ctx, proto, shape_of, make)
     if op in PADDED_OPS and attribute(proto, "auto_pad", "NOTSET") == "NOTSET":
         yield from _pads_attribute(proto, make)
 
@@ -305,3 +317,135 @@ def _retype(node: str, op_type: str, attributes: dict):
         target.attribute.extend(helper.make_attribute(k, float(v)) for k, v in attributes.items())
         return model, weights
     return edit
+
+
+# --------------------------------------------------------------------------- Concat, Split
+
+#: input pairs of one Concat tried swapped
+MAX_SWAPPED_INPUTS = 6
+
+
+def _concat_order(proto, shape_of, make) -> Iterator:
+    """Two inputs of one shape swapped (a rotate-half's halves, chunks in another order)."""
+    shapes = [shape_of(t) if t else None for t in proto.input]
+    pairs = [(i, j) for i in range(len(shapes)) for j in range(i + 1, len(shapes))
+             if shapes[i] and shapes[i] == shapes[j] and proto.input[i] != proto.input[j]]
+    for i, j in pairs[:MAX_SWAPPED_INPUTS]:
+        have = list(proto.input)
+        want = list(have)
+        want[i], want[j] = have[j], have[i]
+        yield make(proto.name, "input order", [i, j], [j, i], "the PyTorch output", _wired(proto.name, want))
+
+
+def _wired(node: str, inputs: list[str]):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        del target.input[:]
+        target.input.extend(inputs)
+        return model, weights
+    return edit
+
+
+def _split_sizes(ctx, proto, shape_of, make) -> Iterator:
+    """A Split's constant sizes made equal (where the axis divides), or one or two elements moved between two
+    neighbouring outputs (the outputs' count kept)."""
+    as_input = len(proto.input) > 1 and proto.input[1]
+    sizes = ctx.constant(proto.input[1]) if as_input else attribute(proto, "split")
+    if sizes is None or len(np.asarray(sizes).reshape(-1)) < 2:
+        return
+    have = [int(v) for v in np.asarray(sizes).reshape(-1)]
+    wants = []
+    if sum(have) % len(have) == 0 and len(set(have)) > 1:
+        wants.append([sum(have) // len(have)] * len(have))
+    for k in range(len(have) - 1):
+        for d in SHIFTS:
+            want = list(have)
+            want[k], want[k + 1] = have[k] + d, have[k + 1] - d
+            if min(want) > 0:
+                wants.append(want)
+    for want in wants:
+        edit = (_inputs(proto.name, {1: np.array(want, dtype=np.int64)}) if as_input
+                else _attribute(proto.name, "split", want))
+        yield make(proto.name, "split", have, want, "the PyTorch output", edit)
+
+
+# --------------------------------------------------------------------------- masks
+
+#: what attention masks are filled with: -inf, float32's lowest, the common large negatives, zero
+MASK_FILLS = (float("-inf"), float(np.finfo(np.float32).min), -1e9, -1e4, 0.0)
+
+
+def _mask_values(ctx, proto, make) -> Iterator:
+    """A Where's constant branch, an Add's constant mask (two distinct values, the lower replaced) or a
+    ConstantOfShape's fill at the value PyTorch's op filled with (``masked_fill``'s argument), then at the values
+    masks are commonly filled with."""
+    fills = [(x, "PyTorch's op arguments") for x in _op_numbers(ctx)] + [(x, "a mask fill value") for x in MASK_FILLS]
+    if proto.op_type == "ConstantOfShape":
+        value = attribute(proto, "value")
+        if value is None:
+            return
+        have_arr = numpy_helper.to_array(value)
+        if have_arr.dtype.kind != "f":
+            return
+        have = float(have_arr.reshape(-1)[0])
+        for want, source in _distinct(fills, have):
+            tensor = numpy_helper.from_array(np.array([want], dtype=have_arr.dtype))
+            yield make(proto.name, "value", have, want, source, _attribute(proto.name, "value", tensor))
+        return
+    positions = (1, 2) if proto.op_type == "Where" else (0, 1)
+    for position in positions:
+        if len(proto.input) <= position:
+            continue
+        value = ctx.constant(proto.input[position])
+        if value is None or value.dtype.kind != "f" or value.size == 0:
+            continue
+        distinct = np.unique(value)
+        if proto.op_type == "Where" and distinct.size == 1:
+            have = float(distinct[0])
+            for want, source in _distinct(fills, have):
+                yield make(proto.name, f"constant input {position}", have, want, source,
+                           _inputs(proto.name, {position: np.full(value.shape, want, value.dtype)}))
+        elif proto.op_type == "Add" and distinct.size == 2 and value.size > 1:
+            low = float(distinct[0])
+            for want, source in _distinct(fills, low):
+                if want >= float(distinct[1]):
+                    continue
+                new = np.where(value == distinct[0], np.array(want, value.dtype), value)
+                yield make(proto.name, f"masked entries of constant input {position}", low, want, source,
+                           _inputs(proto.name, {position: new}))
+
+
+def _distinct(candidates, have: float) -> Iterator[tuple[float, str]]:
+    seen: set[float] = set()
+    for want, source in candidates:
+        key = float(f"{want:.6g}") if np.isfinite(want) else want
+        if key in seen or key == have or (np.isfinite(key) and np.isfinite(have) and np.isclose(key, have)):
+            continue
+        seen.add(key)
+        yield key, source
+
+
+# --------------------------------------------------------------------------- LayerNormalization, Gemm
+
+def _norm_axis(proto, shape_of, make) -> Iterator:
+    """A LayerNormalization over the other axes of its input (its scale still broadcasting)."""
+    shape = shape_of(proto.input[0]) if proto.input else None
+    scale = shape_of(proto.input[1]) if len(proto.input) > 1 else None
+    if not shape:
+        return
+    rank = len(shape)
+    have = attribute(proto, "axis", -1) % rank
+    for axis in range(1, rank):
+        if axis != have and (scale is None or len(scale) <= rank - axis):
+            yield make(proto.name, "axis", have - rank, axis - rank, "the PyTorch output",
+                       _attribute(proto.name, "axis", axis - rank))
+
+
+def _gemm_scalars(ctx, proto, make) -> Iterator:
+    """A Gemm's alpha and beta at 1 (a Linear's, ``addmm``'s defaults) or at the numbers PyTorch's op ran with."""
+    numbers = _op_numbers(ctx)
+    for name in ("alpha", "beta"):
+        have = float(attribute(proto, name, 1.0))
+        for want, source in _distinct([(1.0, "PyTorch's Linear")] + [(x, "PyTorch's op arguments") for x in numbers],
+                                      have):
+            yield make(proto.name, name, have, want, source, _attribute(proto.name, name, want))
