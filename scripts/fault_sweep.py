@@ -47,7 +47,8 @@ Columns of the tables (per provenance, per fault kind, then kind × provenance):
   resize-mode; node-float16 → precision; amplified → precision for a float16 node,
   weight-mismatch for weight noise; transposed-weight, bias-shift → weight-mismatch;
   slice-bounds, reduce-axes, activation-param, gather-index, pad-constant →
-  attribute-mismatch; qdq-scale → quantization);
+  attribute-mismatch; qdq-scale → quantization; concat-order, mask-value, norm-axis,
+  gemm-alpha, split-sizes → attribute-mismatch);
 * ``confirmed`` — share of counted faults whose diagnosis says it was confirmed by a re-run;
 * ``silent`` — planted faults that do not count; ``no site`` — cells (arch × provenance)
   where the kind has no place to go or no variant that still runs;

@@ -1416,6 +1416,309 @@ def saturated(ctx: FileContext, proto: onnx.ModelProto, q: onnx.NodeProto) -> fl
     return float(at_limit.mean())
 
 
+# --------------------------------------------------------------------------- concat, masks, norm axis, gemm, split
+
+def concat_sites(ctx: FileContext) -> list[Site]:
+    """Concats of float tensors with two inputs of the same shape and different values (a rotate_half's
+    ``cat([-x2, x1])``, chunks put back together): one site per Concat, the swappable pairs as detail."""
+    sites = []
+    for n in top_nodes(ctx, ("Concat",)):
+        if n.output[0] not in ctx.values or not is_float_tensor(ctx, n.output[0]):
+            continue
+        values = [ctx.values.get(t, constant(ctx.proto, t)) if t else None for t in n.input]
+        pairs = tuple((i, j) for i in range(len(values)) for j in range(i + 1, len(values))
+                      if values[i] is not None and values[j] is not None and values[i].shape == values[j].shape
+                      and values[i].size and not np.array_equal(values[i], values[j], equal_nan=True))
+        if pairs:
+            sites.append(Site(n.name, pairs))
+    return sites
+
+
+def plant_concat_order(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    """Two same-shape inputs of the Concat swapped (the pieces put together in the wrong order)."""
+    node = node_by_name(ctx.proto, site.node)
+    axis = attribute(node, "axis")
+    for p in rng.permutation(len(site.detail))[:4]:
+        i, j = site.detail[int(p)]
+        out = copy(ctx.proto)
+        target = node_by_name(out, site.node)
+        target.input[i], target.input[j] = node.input[j], node.input[i]
+        if ctx.problem(out) or not ctx.changes(out, node.output[0]):
+            continue
+        shape = list(ctx.values[node.output[0]].shape)
+        return Planted(out, [site.node], "attribute-mismatch",
+                       f"Concat inputs {i} and {j} of {len(node.input)} swapped (axis {axis}, output {shape})")
+    raise NoVariant("no swap of same-shape inputs runs and changes the Concat's output")
+
+
+MASK_MIN = -1e4  # a masking constant: every entry at or below it (-1e4, -1e9, finfo.min, -inf)
+MASK_WEAK = (-1.0, 0.0)  # the weak value it is given: masked positions leak into the softmax
+#: ops between a mask fill (ConstantOfShape, a constant) and the Where reading it
+FILL_PASS_OPS = ("Expand", "Cast", "Reshape", "Unsqueeze", "Squeeze", "Identity", "Tile")
+
+
+def fill_source(ctx: FileContext, tensor: str) -> str:
+    """Where a Where's branch comes from: 'constant' (a constant or a value folded from constants), 'fill' (a
+    ConstantOfShape, or a constant, through Expand/Cast/Reshape/... of an input-dependent shape), else ''."""
+    if folded(ctx, tensor) is not None:
+        return "constant"
+    node = producer(ctx.proto, tensor)
+    for _ in range(8):
+        if node is None:
+            return ""
+        if node.op_type == "ConstantOfShape":
+            return "fill"
+        if node.op_type not in FILL_PASS_OPS:
+            return ""
+        if constant(ctx.proto, node.input[0]) is not None:
+            return "fill"
+        node = producer(ctx.proto, node.input[0])
+    return ""
+
+
+def masking(value: np.ndarray | None) -> bool:
+    """Whether a float value holds masking constants (entries ≤ ``MASK_MIN``, -inf included)."""
+    if value is None or value.dtype.kind != "f" or not value.size:
+        return False
+    with np.errstate(invalid="ignore"):
+        return bool(np.any(value <= MASK_MIN))
+
+
+def mask_sites(ctx: FileContext) -> list[Site]:
+    """The large-magnitude masking constant of a mask: a Where branch that is all ≤ -1e4 (a constant, or a
+    ConstantOfShape / Expand fill) where the condition selects it; the constant (or constant-folded) mask
+    an Add adds to an activation; the scalar ≤ -1e4 a Mul scales a mask by (``(1 - mask) · finfo.min``)
+    where the mask is not all zero."""
+    sites = []
+    for n in top_nodes(ctx, ("Where",)):
+        cond = ctx.values.get(n.input[0], constant(ctx.proto, n.input[0]))
+        if cond is None or n.output[0] not in ctx.values:
+            continue
+        for k in (1, 2):
+            value = ctx.values.get(n.input[k], constant(ctx.proto, n.input[k]))
+            source = fill_source(ctx, n.input[k]) if masking(value) else ""
+            with np.errstate(invalid="ignore"):
+                full = source and bool(np.all(value <= MASK_MIN))
+            if full and (cond.any() if k == 1 else not cond.all()):
+                sites.append(Site(n.name, ("where", k, source)))
+    for n in top_nodes(ctx, ("Add", "Mul")):
+        if n.output[0] not in ctx.values or len(n.input) != 2:
+            continue
+        for k in (0, 1):
+            value, other = folded(ctx, n.input[k]), n.input[1 - k]
+            if not masking(value) or folded(ctx, other) is not None:
+                continue
+            if n.op_type == "Add":
+                sites.append(Site(n.name, ("add", k, "constant")))
+            elif value.size == 1 and np.any(ctx.values.get(other, np.zeros(1)) != 0):
+                sites.append(Site(n.name, ("mul", k, "constant")))
+    return sites
+
+
+def plant_mask_value(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    """The masking constant set to -1 (else 0): the node reads a private constant (the fill it came from
+    dropped when nothing else reads it); a Where branch becomes a scalar where the output keeps its shape."""
+    op, k, source = site.detail
+    node = node_by_name(ctx.proto, site.node)
+    if op == "where":
+        value = ctx.values.get(node.input[k], constant(ctx.proto, node.input[k]))
+        others = [shape_of(ctx, node.input[i]) for i in (0, 3 - k)]
+        out_shape = ctx.values[node.output[0]].shape
+        scalar = source == "fill" and np.broadcast_shapes(*others) == out_shape
+    else:
+        value = folded(ctx, node.input[k])
+        scalar = False
+    old = float(np.min(value))
+    for weak in MASK_WEAK:
+        if scalar:
+            new = np.array(weak, value.dtype)
+        else:
+            with np.errstate(invalid="ignore"):
+                new = np.where(value <= MASK_MIN, weak, value).astype(value.dtype)
+        out = with_argument(ctx, site.node, k, new)
+        if ctx.problem(out) or not ctx.changes(out, node.output[0]):
+            continue
+        what = {"where": f"Where {'X' if k == 1 else 'Y'} branch", "add": "Add mask", "mul": "Mul mask scale"}[op]
+        share = "" if op != "add" else f" ({float(np.mean(value <= MASK_MIN)):.0%} of {list(value.shape)} masked)"
+        via = " (a ConstantOfShape/Expand fill, now a constant)" if source == "fill" else ""
+        return Planted(out, [site.node], "attribute-mismatch",
+                       f"{what} masking constant {old:.4g} → {weak:g}{via}{share}", {"mask_value": old})
+    raise NoVariant("a weak masking constant does not change the node's output")
+
+
+NORM_AXIS_OPS = ("LayerNormalization", "SimplifiedLayerNormalization")
+
+
+def optimized_changes(ctx: FileContext, proto: onnx.ModelProto) -> bool:
+    """Whether some graph output of ``proto`` differs from the clean file's with ONNX Runtime's optimizations
+    on (a fused kernel may ignore the changed attribute)."""
+    return any(a.shape != b.shape or not np.array_equal(a, b, equal_nan=True)
+               for a, b in zip(ctx.run(proto, True), ctx.run(ctx.proto, True)))
+
+
+def norm_axis_sites(ctx: FileContext) -> list[Site]:
+    """LayerNormalizations (and com.microsoft SimplifiedLayerNormalization) of a float input with another
+    non-batch axis to start normalizing at (input rank ≥ 3)."""
+    sites = []
+    for n in top_nodes(ctx, NORM_AXIS_OPS):
+        shape = shape_of(ctx, n.input[0])
+        if shape is None or not is_float_tensor(ctx, n.input[0]):
+            continue
+        axis = attribute(n, "axis", -1) % len(shape)
+        if any(a != axis and shape[a] > 1 for a in range(1, len(shape))):
+            sites.append(Site(n.name))
+    return sites
+
+
+def plant_norm_axis(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    """The norm's ``axis`` moved to another non-batch axis (the nearest first: -1 → -2): it normalizes over
+    more (or fewer) axes; the scale and bias still broadcast."""
+    node = node_by_name(ctx.proto, site.node)
+    shape = shape_of(ctx, node.input[0])
+    rank = len(shape)
+    old = attribute(node, "axis", -1)
+    axis = old % rank
+    options = sorted((a for a in range(1, rank) if a != axis and shape[a] > 1), key=lambda a: abs(a - axis))
+    for a in options[:3]:
+        new = a - rank if old < 0 else a
+        out = copy(ctx.proto)
+        set_attr(node_by_name(out, site.node), "axis", new)
+        if ctx.problem(out) or not ctx.changes(out, node.output[0]):
+            continue
+        if not optimized_changes(ctx, out):
+            raise NoVariant("ONNX Runtime's optimized run is unchanged (a fused kernel ignores the axis: the "
+                            "SkipLayerNormalization fusion of an Add before the norm)")
+        return Planted(out, [site.node], "attribute-mismatch",
+                       f"{node.op_type} axis {old} → {new} (input {list(shape)}: normalizes over "
+                       f"{list(shape[a:])} instead of {list(shape[axis:])})")
+    raise NoVariant("no other normalization axis runs and changes the output")
+
+
+GEMM_FACTORS = (0.5, 2.0)
+
+
+def gemm_sites(ctx: FileContext) -> list[Site]:
+    """Gemm / FusedGemm nodes: ``alpha`` always, ``beta`` where there is a C input that is not all zero."""
+    sites = []
+    for n in top_nodes(ctx, ("Gemm", "FusedGemm")):
+        if n.output[0] not in ctx.values or not is_float_tensor(ctx, n.output[0]):
+            continue
+        sites.append(Site(n.name, ("alpha",)))
+        if len(n.input) > 2 and n.input[2]:
+            c = ctx.values.get(n.input[2], constant(ctx.proto, n.input[2]))
+            if c is None or np.any(c != 0):
+                sites.append(Site(n.name, ("beta",)))
+    return sites
+
+
+def plant_gemm_alpha(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    """Gemm ``alpha`` (the product's scale) or ``beta`` (C's): 1 → 0.5 or 2, another value halved."""
+    (name,) = site.detail
+    node = node_by_name(ctx.proto, site.node)
+    old = float(attribute(node, name, 1.0))
+    new = float(rng.choice(GEMM_FACTORS)) if old == 1.0 else old / 2
+    out = copy(ctx.proto)
+    set_attr(node_by_name(out, site.node), name, new)
+    problem = ctx.problem(out)
+    if problem:
+        raise NoVariant(problem)
+    if not ctx.changes(out, node.output[0]):
+        raise NoVariant(f"{name} {old:g} → {new:g} does not change the output")
+    return Planted(out, [site.node], "attribute-mismatch", f"{node.op_type} {name} {old:g} → {new:g}")
+
+
+SPLIT_MOVES = 6  # boundary moves tried before the order variant
+
+
+def split_sizes(ctx: FileContext, node: onnx.NodeProto) -> tuple[list[int], str] | None:
+    """The Split's sizes and where they are: 'input' (opset ≥ 13), 'attr' (opset < 13), 'equal' (none given,
+    no ``num_outputs``: equal parts, a sizes input or attribute can be added); None with ``num_outputs``
+    (opset ≥ 18, left alone) or when the sizes depend on the input."""
+    shape = shape_of(ctx, node.input[0])
+    if shape is None:
+        return None
+    d = shape[attribute(node, "axis", 0) % len(shape)]
+    if len(node.input) > 1 and node.input[1]:
+        value = folded(ctx, node.input[1])
+        return None if value is None else ([int(x) for x in value.reshape(-1)], "input")
+    if attribute(node, "split"):
+        return list(attribute(node, "split")), "attr"
+    if attribute(node, "num_outputs") is not None or d % len(node.output):
+        return None
+    return [d // len(node.output)] * len(node.output), "equal"
+
+
+def split_pairs(ctx: FileContext, node: onnx.NodeProto) -> tuple[list, list]:
+    """(adjacent output pairs whose boundary can move, same-shape output pairs of different values)."""
+    found = split_sizes(ctx, node)
+    moves = [] if found is None else [(j, m) for j in range(len(found[0]) - 1) for m in (1, -1)
+                                      if node.output[j] and node.output[j + 1]
+                                      and found[0][j] + m >= 1 and found[0][j + 1] - m >= 1]
+    values = [ctx.values.get(t) if t else None for t in node.output]
+    swaps = [(i, j) for i in range(len(values)) for j in range(i + 1, len(values))
+             if values[i] is not None and values[j] is not None and values[i].shape == values[j].shape
+             and values[i].size and not np.array_equal(values[i], values[j], equal_nan=True)]
+    return moves, swaps
+
+
+def split_sites(ctx: FileContext) -> list[Site]:
+    """Splits of a float tensor with a boundary to move or two same-shape outputs to exchange."""
+    return [Site(n.name) for n in top_nodes(ctx, ("Split",))
+            if is_float_tensor(ctx, n.input[0]) and any(split_pairs(ctx, n))]
+
+
+def with_split_sizes(ctx: FileContext, node: onnx.NodeProto, sizes: list[int], where: str) -> onnx.ModelProto:
+    opset = next((o.version for o in ctx.proto.opset_import if o.domain in ("", "ai.onnx")), 13)
+    if where == "input" or (where == "equal" and opset >= 13):
+        value = folded(ctx, node.input[1]) if where == "input" else None
+        if where == "equal":
+            out = copy(ctx.proto)
+            target = node_by_name(out, node.name)
+            name = unique_name(out, f"{node.name}_split")
+            out.graph.initializer.append(numpy_helper.from_array(np.array(sizes, np.int64), name))
+            target.input.append(name)
+            return out
+        return with_argument(ctx, node.name, 1, np.array(sizes, value.dtype).reshape(value.shape))
+    out = copy(ctx.proto)
+    set_attr(node_by_name(out, node.name), "split", sizes)
+    return out
+
+
+def plant_split_sizes(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
+    """A boundary between two outputs moved by one element (one output longer, the next shorter) where the
+    consumers still run; else two same-shape outputs exchanged (the chunks taken in the wrong order)."""
+    node = node_by_name(ctx.proto, site.node)
+    moves, swaps = split_pairs(ctx, node)
+    axis = attribute(node, "axis", 0)
+    if moves:
+        sizes, where = split_sizes(ctx, node)
+        for p in rng.permutation(len(moves))[:SPLIT_MOVES]:
+            j, m = moves[int(p)]
+            new = list(sizes)
+            new[j], new[j + 1] = sizes[j] + m, sizes[j + 1] - m
+            out = with_split_sizes(ctx, node, new, where)
+            if ctx.problem(out):
+                continue
+            out = drop_stale_value_info(ctx, out)
+            if not any(ctx.changes(out, t) for t in node.output if t):
+                continue
+            return Planted(out, [site.node], "attribute-mismatch",
+                           f"Split axis {axis} sizes {sizes} → {new} (boundary {j}|{j + 1} moved by {m:+d})",
+                           {"variant": "boundary"})
+    for p in rng.permutation(len(swaps))[:4]:
+        i, j = swaps[int(p)]
+        out = copy(ctx.proto)
+        target = node_by_name(out, site.node)
+        target.output[i], target.output[j] = node.output[j], node.output[i]
+        if ctx.problem(out) or not ctx.changes(out, node.output[i]):
+            continue
+        shape = list(ctx.values[node.output[i]].shape)
+        return Planted(out, [site.node], "attribute-mismatch",
+                       f"Split axis {axis}: outputs {i} and {j} ({shape}) exchanged (no boundary move runs)",
+                       {"variant": "order"})
+    raise NoVariant("no moved boundary keeps the consumers running, and no exchange of outputs changes them")
+
+
 # --------------------------------------------------------------------------- the table
 
 FAULTS: dict[str, FaultKind] = {k.name: k for k in (
@@ -1463,4 +1766,17 @@ FAULTS: dict[str, FaultKind] = {k.name: k for k in (
     FaultKind("qdq-scale", qdq_sites, plant_qdq_scale, "quantization",
               f"an activation QuantizeLinear's scale (and its DequantizeLinear's) ÷{QDQ_SCALE_DIVISORS[0]}–"
               f"{QDQ_SCALE_DIVISORS[-1]}: values clip at the integer range"),
+    # op arguments the tool was never tested on: piece order, mask constants, norm axis, Gemm scales, splits
+    FaultKind("concat-order", concat_sites, plant_concat_order, "attribute-mismatch",
+              "two same-shape inputs of a float Concat swapped (rotate_half's cat([-x2, x1]) → cat([x1, -x2]))"),
+    FaultKind("mask-value", mask_sites, plant_mask_value, "attribute-mismatch",
+              f"a masking constant (≤ {MASK_MIN:g}, -inf, finfo.min) of a Where branch (constant or ConstantOfShape/"
+              f"Expand fill), a constant mask Add or a mask-scaling Mul set to -1 (else 0): masked positions leak"),
+    FaultKind("norm-axis", norm_axis_sites, plant_norm_axis, "attribute-mismatch",
+              "a LayerNormalization's axis moved to another non-batch axis (-1 → -2), scale and bias broadcast"),
+    FaultKind("gemm-alpha", gemm_sites, plant_gemm_alpha, "attribute-mismatch",
+              "a Gemm's alpha, or beta with a non-zero C, 1 → 0.5 or 2 (another value halved)"),
+    FaultKind("split-sizes", split_sites, plant_split_sizes, "attribute-mismatch",
+              "a Split boundary moved by one element where the consumers still run (rare: head reshapes and gates "
+              "reject it), else two same-shape outputs exchanged"),
 )}
