@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from ..diagnose import Baseline, CutRun, DiagnosisContext, OnnxModel, diagnose, explained_by_quantization, float_twin
+from ..diagnose import (Baseline, CutRun, DiagnosisContext, OnnxModel, clipped_share, diagnose,
+                        explained_by_quantization, float_twin)
 from ..measure import localize, observe
 from ..records.graph import reached_from
 from ..records import (Cause, Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Repro, Reproduction, Status,
@@ -69,6 +70,9 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
     refined, ops = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp, progress, lambda o: _float_twin(
         p, runner, layer, measured.layers, references, model_feeds, captured, inputs, tolerance, cmp, o)) \
         if introduced else (None, ())
+    if refined is not None and _clipping_left_behind(p, runner, layer, refined.layer, measured.layers, references,
+                                                     model_feeds, captured, inputs, tolerance, cmp):
+        refined = None
     wide = _context(p, runner, layer, introduced, measured.layers, references, model_feeds, captured, inputs,
                     tolerance, cmp, refined.ops) if refined is not None else None
     if refined is not None:
@@ -275,10 +279,34 @@ def _beyond_quantization(p: Prepared, runner: Runner, first: LayerResult, measur
     passed: list[str] = []
     for same in list(by_tensor.values())[:MAX_QUANTIZED_SKIPS]:
         row = localize.first_divergence(tuple(same))[0]  # the innermost module computing that tensor
-        if not _quantization_explains(p, runner, row, measured, model_feeds, captured, inputs, policy):
+        ctx = _context(p, runner, row, True, measured.layers, measured.cut.references, model_feeds, captured,
+                       inputs, policy.tolerance, measured.compare)
+        if not explained_by_quantization(ctx) or clipped_share(ctx) >= CLIPPING_SHARE:
+            # beyond its quantization, or its quantization clips (a scale calibrated too small): the fault
             return row, tuple(passed)
         passed.append(row.pair.activation.module or "<model>")
     return first, ()
+
+
+#: a quantizer clipping this share of its activation is a fault (rounding to the grid clips nothing)
+CLIPPING_SHARE = 0.05
+
+
+def _clipping_left_behind(p: Prepared, runner: Runner, layer: LayerResult, narrowed: LayerResult, layers,
+                          references, model_feeds, captured, inputs, tolerance, cmp) -> bool:
+    """Whether the segment holds a quantizer that clips (a scale calibrated too small) that the op it was
+    narrowed to leaves out: in a quantized model the first op beyond the tolerance may differ by its rounding
+    alone, before the clipping quantizer the error comes from."""
+    if not _quantized(p):
+        return False
+
+    def clips(row: LayerResult) -> bool:
+        return clipped_share(_context(p, runner, row, True, layers, references, model_feeds, captured, inputs,
+                                      tolerance, cmp)) >= CLIPPING_SHARE
+    try:
+        return clips(layer) and not clips(narrowed)
+    except Exception:  # noqa: BLE001 - a segment that cannot be re-run keeps the narrowing
+        return False
 
 
 def _quantization_explains(p: Prepared, runner: Runner, row: LayerResult, measured, model_feeds, captured, inputs,

@@ -285,3 +285,16 @@ def explained_by_quantization(ctx: DiagnosisContext) -> bool:
     except Exception:  # noqa: BLE001 - a segment that cannot be re-run is not explained
         return False
     return ctx.tensor in values and ctx.compare(values[ctx.tensor], ctx.reference).ok
+
+
+def clipped_share(ctx: DiagnosisContext) -> float:
+    """The largest share of its activation that one of the segment's quantizers clips to its range (a scale
+    calibrated too small clips; rounding alone clips nothing)."""
+    quantizers = [p for p in ctx.segment_protos if p.op_type == "QuantizeLinear"]
+    if not quantizers:
+        return 0.0
+    try:
+        acts = _activations(ctx, quantizers)
+    except Exception:  # noqa: BLE001 - a segment that cannot be re-run clips nothing we can see
+        return 0.0
+    return max((a["clip_fraction"] for a in acts), default=0.0)  # a Relu's cut (a range from 0) is no clip
