@@ -69,9 +69,9 @@ def _constant(proto, tensor: str) -> np.ndarray:
     return numpy_helper.to_array(const.attribute[0].t)
 
 
-def _found(fd, planted: str, cause: str = "attribute-mismatch") -> dict:
+def _found(fd, planted: str, cause: str = "attribute-mismatch", at_most: int = 3) -> dict:
     assert fd is not None and fd.cause == cause and fd.confirmed is True, fd
-    assert planted in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert planted in fd.layer.segment and len(fd.layer.segment) <= at_most, fd.layer.segment
     return fd.evidence
 
 
@@ -258,3 +258,15 @@ def test_a_weak_mask_fill_is_found_at_the_value_pytorch_filled_with():
     [row] = _found(fd, planted)["attributes"]
     assert row["onnx_value"] == -1.0 and row["expected"] == float("-inf")
 
+
+
+def test_a_splits_chunks_taken_in_another_order_are_found():
+    """q and k of one projection split in the wrong order: the Split's outputs exchanged reproduce PyTorch."""
+    def edit(proto):
+        split = _node(proto, "Split")
+        split.output[0], split.output[1] = split.output[1], split.output[0]
+        return split.name
+
+    fd, planted = _masked(edit)
+    rows = _found(fd, planted, at_most=4)["attributes"]  # the Split with the layout ops reading its chunks
+    assert any(r["attribute"] == "output order" and r["onnx_node"] == planted for r in rows), rows

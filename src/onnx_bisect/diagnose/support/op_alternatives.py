@@ -337,6 +337,14 @@ def _concat_order(proto, shape_of, make) -> Iterator:
         yield make(proto.name, "input order", [i, j], [j, i], "the PyTorch output", _wired(proto.name, want))
 
 
+def _outputs_swapped(node: str, i: int, j: int):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.output[i], target.output[j] = target.output[j], target.output[i]
+        return model, weights
+    return edit
+
+
 def _wired(node: str, inputs: list[str]):
     def edit(model, weights):
         target = edits.node(model, node)
@@ -347,8 +355,12 @@ def _wired(node: str, inputs: list[str]):
 
 
 def _split_sizes(ctx, proto, shape_of, make) -> Iterator:
-    """A Split's constant sizes made equal (where the axis divides), or one or two elements moved between two
-    neighbouring outputs (the outputs' count kept)."""
+    """Two outputs of one shape exchanged (chunks taken in another order: q and k), a Split's constant sizes made
+    equal (where the axis divides), or one or two elements moved between two neighbouring outputs."""
+    shapes = [shape_of(t) if t else None for t in proto.output]
+    pairs = [(i, j) for i in range(len(shapes)) for j in range(i + 1, len(shapes)) if shapes[i] and shapes[i] == shapes[j]]
+    for i, j in pairs[:MAX_SWAPPED_INPUTS]:
+        yield make(proto.name, "output order", [i, j], [j, i], "the PyTorch output", _outputs_swapped(proto.name, i, j))
     as_input = len(proto.input) > 1 and proto.input[1]
     sizes = ctx.constant(proto.input[1]) if as_input else attribute(proto, "split")
     if sizes is None or len(np.asarray(sizes).reshape(-1)) < 2:
@@ -449,3 +461,25 @@ def _gemm_scalars(ctx, proto, make) -> Iterator:
         for want, source in _distinct([(1.0, "PyTorch's Linear")] + [(x, "PyTorch's op arguments") for x in numbers],
                                       have):
             yield make(proto.name, name, have, want, source, _attribute(proto.name, name, want))
+
+
+def boundary_swaps(ctx, make_fed) -> Iterator:
+    """Two tensors the segment reads that one node outside it produces in one shape (a Split's chunks) fed the
+    other way round: the node's outputs exchanged (q and k taken in another order — by value each chunk pairs
+    with its own module, so only the segment reading them shows it).  ``make_fed(node, what, have, want,
+    source, edit, feeds)`` builds the alternative."""
+    feeds = ctx.segment_feeds()
+    graph = ctx.onnx.graph
+    by_producer: dict[str, list[str]] = {}
+    for t, value in feeds.items():
+        producer = graph.node_of(t)
+        if producer is not None and len(producer.outputs) > 1 and np.issubdtype(np.asarray(value).dtype, np.floating):
+            by_producer.setdefault(producer.name, []).append(t)
+    for name, tensors in by_producer.items():
+        producer = graph.node_of(tensors[0])
+        pairs = [(a, b) for i, a in enumerate(tensors) for b in tensors[i + 1:]
+                 if np.shape(feeds[a]) == np.shape(feeds[b])]
+        for a, b in pairs[:MAX_SWAPPED_INPUTS]:
+            i, j = producer.outputs.index(a), producer.outputs.index(b)
+            yield make_fed(name, "output order", [i, j], [j, i], "the PyTorch output", _outputs_swapped(name, i, j),
+                           {a: feeds[b], b: feeds[a]})
