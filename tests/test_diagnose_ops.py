@@ -270,3 +270,34 @@ def test_a_splits_chunks_taken_in_another_order_are_found():
     fd, planted = _masked(edit)
     rows = _found(fd, planted, at_most=4)["attributes"]  # the Split with the layout ops reading its chunks
     assert any(r["attribute"] == "output order" and r["onnx_node"] == planted for r in rows), rows
+
+
+def test_an_unexplained_narrowed_op_is_searched_around_in_the_wider_segment():
+    """With the mask fill weakened to −1, op values narrow the error to the Softmax (the masked scores no op of
+    PyTorch's holds); the wider segment's alternatives are tried nearest the Softmax first, so the Where's
+    constant is reached within the search's budget."""
+    def edit(proto):
+        where = next(n for n in proto.graph.node if n.op_type == "Where")
+        position = next(i for i in (1, 2) if _constant(proto, where.input[i]).size == 1)
+        _set_input(proto, where, position, np.array(-1.0, np.float32))
+        return where.name
+
+    class _Causal(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = torch.nn.TransformerDecoderLayer(16, 2, 32, dropout=0.0, batch_first=True, norm_first=True)
+            self.register_buffer("mask", torch.nn.Transformer.generate_square_subsequent_mask(6))
+
+        def forward(self, x, memory):
+            return self.layer(x, memory, tgt_mask=self.mask, tgt_is_causal=True)
+
+    torch.manual_seed(11)
+    causal = _Causal().eval()
+    g = torch.Generator().manual_seed(12)
+    inputs = (torch.randn(1, 6, 16, generator=g), torch.randn(1, 5, 16, generator=g))
+    proto = dc.export(causal, inputs, "torchscript")
+    planted = edit(proto)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(causal, inputs, onnx=proto).first_divergence
+    [row] = _found(fd, planted, at_most=12)["attributes"]
+    assert row["onnx_value"] == -1.0 and row["expected"] == float("-inf")

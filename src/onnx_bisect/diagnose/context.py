@@ -77,6 +77,9 @@ class DiagnosisContext:
     tolerance: Tolerance
     compare: Callable[[np.ndarray, np.ndarray], TensorDiff]
     ops: tuple[Activation, ...] = ()  # PyTorch's ATen ops around the divergence, when it was narrowed to one
+    #: nodes where the error was seen to enter (an op-level segment no cause explained): a search over this wider
+    #: segment tries the nodes nearest them first
+    focus: tuple[str, ...] = ()
 
     # ------------------------------------------------------------ the divergent tensor
 
@@ -112,6 +115,30 @@ class DiagnosisContext:
     def segment_protos(self) -> list[onnx.NodeProto]:
         """The NodeProtos of the segment, in graph order (read-only)."""
         return [p for p in (self.node(n.name) for n in self.segment_nodes) if p is not None]
+
+    def protos_by_focus(self) -> list[onnx.NodeProto]:
+        """The segment's NodeProtos, those nearest the ``focus`` nodes first (hops through the graph, upstream
+        before downstream at equal distance), else in graph order."""
+        protos = self.segment_protos
+        if not self.focus:
+            return protos
+        graph, inside = self.onnx.graph, {p.name for p in protos}
+        by_name = {n.name: n for n in graph.nodes}
+        distance: dict[str, tuple[int, int]] = {n: (0, 0) for n in self.focus if n in inside}
+        frontier = list(distance)
+        while frontier:
+            nxt = []
+            for name in frontier:
+                node, (d, _) = by_name[name], distance[name]
+                ups = [graph.node_of(t) for t in node.inputs if t]
+                downs = [graph.nodes[c] for t in node.outputs for c in graph.consumers.get(t, ())]
+                for other, side in [(u, 0) for u in ups if u is not None] + [(w, 1) for w in downs]:
+                    if other.name in inside and other.name not in distance:
+                        distance[other.name] = (d + 1, side)
+                        nxt.append(other.name)
+            frontier = nxt
+        order = {p.name: i for i, p in enumerate(protos)}
+        return sorted(protos, key=lambda p: (*distance.get(p.name, (len(protos), 1)), order[p.name]))
 
     def initializer(self, name: str) -> np.ndarray | None:
         """An initializer's value, wherever it is stored (None if it is not one)."""

@@ -114,7 +114,7 @@ def _wider(ctx: DiagnosisContext, first: Divergence, wide: DiagnosisContext, ref
     values can pair an op with the wrong one of two PyTorch ops (a Transpose whose permutation became the
     identity holds the value of the view before PyTorch's transpose, so the narrowed segment is the LayerNorm
     after it).  The wider diagnosis stands when its fix is confirmed by re-running; ``(ctx, first, refined)``."""
-    wider = diagnose(wide)
+    wider = diagnose(dataclasses.replace(wide, focus=first.layer.segment))
     if wider.cause is Cause.UNKNOWN or wider.confirmed is not True:
         return ctx, first, refined
     return wide, dataclasses.replace(wider, evidence={**wider.evidence, "narrowed_segment_unexplained": list(

@@ -109,8 +109,9 @@ def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None]:
     """Try each plausible alternative of each segment node; keep one with which the segment reproduces PyTorch
     (times a factor the layer reading it undoes, when :func:`_folded_factor` finds one)."""
     trials, folded, seen = 0, _FoldedFactor(ctx), set()
-    backed = (alt for proto in ctx.segment_protos for alt in backed_perms(ctx, proto, ctx.shape_of))
-    tried = (alt for proto in ctx.segment_protos for alt in alternatives(ctx, proto, ctx.shape_of))
+    protos = ctx.protos_by_focus()
+    backed = (alt for proto in protos for alt in backed_perms(ctx, proto, ctx.shape_of))
+    tried = (alt for proto in protos for alt in alternatives(ctx, proto, ctx.shape_of))
     swapped = boundary_swaps(ctx, lambda *a: Alternative(*a[:6], feeds=a[6]))
     for alt in itertools.chain(backed, tried, boundary_shapes(ctx), swapped):
         key = (alt.node, alt.what, repr(alt.want))
