@@ -52,7 +52,7 @@ def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
     elif op in DEFAULTS or op in ("HardSigmoid", "Sigmoid"):
         yield from _activation(ctx, proto, make)
     elif op == "Concat":
-        yield from _concat_order(proto, shape_of, make)
+        yield from _concat_order(proto, lambda t: shape_of(t) or _constant_shape(ctx, t), make)
     elif op in ("Where", "Add", "ConstantOfShape"):
         yield from _mask_values(ctx, proto, make)
     elif op == "LayerNormalization":
@@ -335,6 +335,12 @@ def _concat_order(proto, shape_of, make) -> Iterator:
         want = list(have)
         want[i], want[j] = have[j], have[i]
         yield make(proto.name, "input order", [i, j], [j, i], "the PyTorch output", _wired(proto.name, want))
+
+
+def _constant_shape(ctx, tensor: str) -> tuple[int, ...] | None:
+    """An initializer's or a Constant's shape (shape inference may leave them out)."""
+    value = ctx.constant(tensor)
+    return None if value is None else tuple(value.shape)
 
 
 def _outputs_swapped(node: str, i: int, j: int):
