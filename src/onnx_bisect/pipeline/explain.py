@@ -149,7 +149,10 @@ def pinned_by_fix(first: Divergence, index) -> Divergence:
     if first.cause is Cause.PRECISION:  # the nodes to keep in float32
         pinned = fixed != set(segment)
     elif first.cause is Cause.WEIGHT_MISMATCH:  # the nodes reading the restored weights
-        pinned = len(fixed) < len(segment) and fixed <= set(segment) or not fixed <= set(segment)
+        # a weight read just past the segment (the bias an Add adds to its product) pins it too
+        past = [n for n in index.nodes if n.name in fixed - set(segment)]
+        pinned = len(fixed) < len(segment) and fixed <= set(segment) or bool(past) and all(
+            first.layer.pair.tensor in n.inputs for n in past)
     else:
         # the nodes an edit changes (or they lie outside the segment: a Reshape before it), with the layout ops
         # next to them — two adjacent layout ops can each undo the other's fault, and the fix found may be the
