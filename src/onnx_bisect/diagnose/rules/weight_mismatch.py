@@ -75,7 +75,9 @@ def _differing(ctx: DiagnosisContext, candidates) -> list:
         if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
             continue
         best = _counterpart(ctx, name, value, candidates)
-        if best is None or best[1].equal or not _same_tensor(best, name):
+        if best is None or not best[1].equal and not _same_tensor(best, name):
+            best = _zeroed(ctx, name, value, candidates) or best
+        if best is None or best[1].equal or not (_same_tensor(best, name) or not np.any(value)):
             continue
         if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
             continue
@@ -123,6 +125,23 @@ def _counterpart(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates
         folded = _best(value, name, _constant_activations(ctx, value.size))
         best = folded if folded is not None and folded[1].correlation >= 0.9 else best
     return best
+
+
+def _zeroed(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
+    """A weight of zeros the divergent module's own bias slot holds (values cannot pair a zeroed weight with
+    anything): ``(parameter, relation, torch value)`` of that module's bias of the same size, else None."""
+    if np.any(value):
+        return None
+    module = ctx.layer.pair.activation.module
+    key = f"{module}.bias" if module else "bias"
+    bias = candidates.get(key)
+    if bias is None or bias.size != value.size or not np.any(bias):
+        return None
+    readers = [p for p in ctx.segment_protos if name in p.input]
+    if not any(p.op_type in ("Gemm", "Conv", "ConvTranspose", "Add") for p in readers):
+        return None
+    rel = layout.relate(value, bias)
+    return (key, rel, bias) if rel is not None else None
 
 
 def _corrupt(relation) -> bool:

@@ -102,7 +102,7 @@ def _gather(ctx, proto, make) -> Iterator:
         return
     axis = attribute(proto, "axis", 0) % data.ndim
     size = data.shape[axis]
-    if proto.output[0] == ctx.tensor:
+    if _carried_to(ctx, proto.output[0]) == ctx.tensor:
         fitted = _fit_indices(data, axis, indices, ctx.reference)
         if fitted is not None and not np.array_equal(fitted, np.where(indices < 0, indices + size, indices)):
             yield make(proto.name, "indices", indices.tolist(), fitted.tolist(), "the PyTorch output",
@@ -118,6 +118,22 @@ def _gather(ctx, proto, make) -> Iterator:
             if 0 <= want[p] < size:
                 yield make(proto.name, "indices", indices.tolist(), want.reshape(indices.shape).tolist(),
                            "a neighbouring index", _inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
+
+
+#: ops that hand a value on unchanged but for rounding (a quantizer's pair, a cast)
+CARRIERS = frozenset({"QuantizeLinear", "DequantizeLinear", "Cast", "Identity"})
+
+
+def _carried_to(ctx, tensor: str) -> str:
+    """The tensor ``tensor``'s value reaches through its only readers when they only round or re-type it (a
+    Q/DQ pair after a Gather): the divergent tensor, when the node computes it but for that."""
+    graph = ctx.onnx.graph
+    for _ in range(4):
+        readers = graph.consumers.get(tensor, ())
+        if tensor == ctx.tensor or len(readers) != 1 or graph.nodes[readers[0]].op_type not in CARRIERS:
+            break
+        tensor = graph.nodes[readers[0]].outputs[0]
+    return tensor
 
 
 def _fit_indices(data: np.ndarray, axis: int, indices: np.ndarray, reference: np.ndarray) -> np.ndarray | None:
