@@ -301,3 +301,40 @@ def test_an_unexplained_narrowed_op_is_searched_around_in_the_wider_segment():
         fd = onnx_bisect.bisect(causal, inputs, onnx=proto).first_divergence
     [row] = _found(fd, planted, at_most=12)["attributes"]
     assert row["onnx_value"] == -1.0 and row["expected"] == float("-inf")
+
+
+def test_a_zeroed_gemm_bias_in_a_renamed_file_is_the_modules_bias(tmp_path):
+    """Values pair nothing with a weight of zeros, and a renamed file has no names: the zeroed weight in the
+    divergent Linear's bias slot is that Linear's bias."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    from fault_sweep import rename  # noqa: PLC0415
+
+    model, x = _OpsNet().eval(), torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(4))
+    proto = dc.export(model, (x,), "torchscript")
+    gemm = _node(proto, "Gemm")
+    _set_input(proto, gemm, 2, np.zeros(3, np.float32))
+    onnx.save(proto, tmp_path / "zeroed.onnx")
+    rename(tmp_path / "zeroed.onnx", tmp_path / "renamed.onnx")
+    renamed = onnx.load(tmp_path / "renamed.onnx")
+    planted = renamed.graph.node[list(proto.graph.node).index(gemm)].name
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=renamed).first_divergence
+    evidence = _found(fd, planted, "weight-mismatch")
+    assert evidence["parameters"][0]["parameter"] == "fc2.bias"
+
+
+def test_a_gathers_indices_behind_a_qdq_pair_are_fitted():
+    """In a QDQ file the Gather's output reaches the divergent tensor through a Q/DQ pair: the indices are fitted
+    to PyTorch's value there (rounding aside)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+    import plant  # noqa: PLC0415
+
+    model, x = _OpsNet().eval(), torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(4))
+    exported = dc.export(model, (x,), "torchscript")
+    proto = plant.quantize_static_qdq(exported, {exported.graph.input[0].name: x.numpy()})
+    gather = _node(proto, "Gather")
+    _set_input(proto, gather, 1, np.array([0, 1, 3]))
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto, atol=0.01, rtol=0.01).first_divergence
+    rows = _found(fd, gather.name, at_most=6)["attributes"]
+    assert rows[0]["attribute"] == "indices" and rows[0]["expected"] == [0, 2, 3]
