@@ -323,9 +323,10 @@ def test_a_zeroed_gemm_bias_in_a_renamed_file_is_the_modules_bias(tmp_path):
     assert evidence["parameters"][0]["parameter"] == "fc2.bias"
 
 
-def test_a_gathers_indices_behind_a_qdq_pair_are_fitted():
-    """In a QDQ file the Gather's output reaches the divergent tensor through a Q/DQ pair: the indices are fitted
-    to PyTorch's value there (rounding aside)."""
+def test_a_gathers_indices_in_a_qdq_file_are_fitted():
+    """In a quantized file the Gather's indices are fitted to PyTorch's value, the quantization's rounding aside
+    (where a Q/DQ pair follows the Gather the fit is made at the pair's output: the sweep's QDQ position
+    embeddings)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     import plant  # noqa: PLC0415
 
