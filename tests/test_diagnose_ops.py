@@ -339,3 +339,24 @@ def test_a_gathers_indices_in_a_qdq_file_are_fitted():
         fd = onnx_bisect.bisect(model, (x,), onnx=proto, atol=0.01, rtol=0.01).first_divergence
     rows = _found(fd, gather.name, at_most=6)["attributes"]
     assert rows[0]["attribute"] == "indices" and rows[0]["expected"] == [0, 2, 3]
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_stale_bias_of_a_conv_with_a_folded_batchnorm_is_a_weight_mismatch(exporter):
+    """The Conv's kernel is the fold exactly and only its bias differs (zeroed): no way of folding (eps, batch
+    statistics, defaults) explains that, so it is a stale value compared with the fold's bias, not a fold mistake."""
+    torch.manual_seed(13)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 4, 1)).eval()
+    with torch.no_grad():
+        model[1].running_mean.uniform_(-1, 1)
+        model[1].running_var.uniform_(0.5, 2)
+        model[1].bias.uniform_(-1, 1)
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(14))
+    proto = dc.export(model, (x,), exporter)
+    conv = _node(proto, "Conv")
+    _set_input(proto, conv, 2, np.zeros(8, np.float32))
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    evidence = _found(fd, conv.name, "weight-mismatch")
+    assert evidence["parameters"][0]["parameter"].startswith("fold(0.bias, 1)")

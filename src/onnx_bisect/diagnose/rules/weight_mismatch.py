@@ -67,15 +67,16 @@ def _differing(ctx: DiagnosisContext, candidates) -> list:
     relation, torch value)`` rows — not a BatchNorm refold (that rule's case), a float16 clamp (precision's), a
     parameter times a layer scale of the model (a simplifier's fold) or standardised per output channel (a
     weight-standardised convolution folded at export): the model's own numbers."""
+    folded_biases = {s.bias for s in layout.weight_sites(ctx) if s.bias and _exact_fold(ctx, s.weight, candidates)}
     refolded = {t for s in layout.weight_sites(ctx) if _is_refold(ctx, ctx.initializer(s.weight), s.weight)
-                for t in (s.weight, s.bias) if t}
+                for t in (s.weight, s.bias) if t and t not in folded_biases}
     differing, arrays = [], None  # the model's parameters as arrays: read once, when first needed
     for name in _segment_initializers(ctx):
         value = ctx.initializer(name) if name not in refolded else None
         if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
             continue
         best = _counterpart(ctx, name, value, candidates)
-        if best is None or not best[1].equal and not _same_tensor(best, name):
+        if best is None or not best[1].equal and (not _same_tensor(best, name) or name in folded_biases):
             best = _zeroed(ctx, name, value, candidates) or best
         if best is None or best[1].equal or not (_same_tensor(best, name) or not np.any(value)):
             continue
@@ -127,13 +128,23 @@ def _counterpart(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates
     return best
 
 
+def _exact_fold(ctx: DiagnosisContext, weight: str, candidates) -> bool:
+    """Whether ``weight`` is a Conv/Linear + BatchNorm fold of the PyTorch parameters exactly: its bias is then
+    no fold mistake (a wrong eps or statistics rescale the weight too) but a value of its own to compare."""
+    value = ctx.initializer(weight)
+    return value is not None and any(
+        k.startswith("fold(") and ".weight, " in k and (r := layout.relate(value, t)) is not None and r.equal
+        for k, t in candidates.items())
+
+
 def _zeroed(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
     """A weight of zeros the divergent module's own bias slot holds (values cannot pair a zeroed weight with
     anything): ``(parameter, relation, torch value)`` of that module's bias of the same size, else None."""
     if np.any(value):
         return None
     module = ctx.layer.pair.activation.module
-    key = f"{module}.bias" if module else "bias"
+    folded = [k for k in candidates if k.startswith("fold(") and ".bias, " in k and candidates[k].size == value.size]
+    key = folded[0] if len(folded) == 1 else f"{module}.bias" if module else "bias"  # a folded BatchNorm's shift
     bias = candidates.get(key)
     if bias is None or bias.size != value.size or not np.any(bias):
         return None
