@@ -67,12 +67,8 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
         if traced is not None:
             amp, layer, cmp, tolerance = traced
             introduced = True
-    refined, ops = refine(p, runner, layer, references, model_feeds, aligned.cuts, inputs, cmp, progress, lambda o: _float_twin(
-        p, runner, layer, measured.layers, references, model_feeds, captured, inputs, tolerance, cmp, o)) \
-        if introduced else (None, ())
-    if refined is not None and _clipping_left_behind(p, runner, layer, refined.layer, measured.layers, references,
-                                                     model_feeds, captured, inputs, tolerance, cmp):
-        refined = None
+    refined, ops = _narrowed(p, runner, layer, references, model_feeds, aligned.cuts, measured.layers, captured, inputs,
+                             tolerance, cmp, progress) if introduced else (None, ())
     wide = _context(p, runner, layer, introduced, measured.layers, references, model_feeds, captured, inputs,
                     tolerance, cmp, refined.ops) if refined is not None else None
     if refined is not None:
@@ -99,6 +95,18 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
     if policy.memo is not None:
         policy.memo.keep(first)
     return Explanation(first, faithful, warnings=_passed_over(skipped), repro=repro)
+
+
+def _narrowed(p: Prepared, runner: Runner, layer, references, model_feeds, cuts, layers, captured, inputs, tolerance,
+              cmp, progress: Progress):
+    """``refine``'s narrowing of ``layer`` to an op (in a quantized segment, of its float twin), not kept where it
+    leaves behind a quantizer that clips; ``(refinement or None, PyTorch's ops around it)``."""
+    refined, ops = refine(p, runner, layer, references, model_feeds, cuts, inputs, cmp, progress, lambda o: _float_twin(
+        p, runner, layer, layers, references, model_feeds, captured, inputs, tolerance, cmp, o))
+    if refined is not None and _clipping_left_behind(p, runner, layer, refined.layer, layers, references,
+                                                     model_feeds, captured, inputs, tolerance, cmp):
+        refined = None
+    return refined, ops
 
 
 def _repro(ctx: DiagnosisContext, first: Divergence, runner: Runner, policy: CasePolicy, progress: Progress):

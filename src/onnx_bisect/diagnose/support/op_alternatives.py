@@ -1,14 +1,13 @@
-"""Alternatives of indexing ops and activations: what else a Gather, Slice, Reduce, Pad (or a Conv's or a
-pooling's pads) and an activation of the divergent segment could have been.
+"""Alternatives of indexing and wiring: what else a Gather, Slice, Reduce, Pad (or a Conv's or a pooling's
+pads), Concat or Split of the divergent segment could have been — and the dispatcher of these families and of
+:mod:`.value_alternatives` (activations, mask fills, a LayerNormalization's axis, a Gemm's alpha and beta).
 
 Like :mod:`.alternatives` (which dispatches here), each is an edit of a copy of the model that the attribute
 rule tries on the segment alone: a Gather's constant indices fitted to PyTorch's output (the slice of the data
-each output slice equals), a Slice window shifted along its axis, a reduction over another axis of the same
-size, padding moved from one side of an axis to the other (the total, and so the output shape, kept), an
-activation's parameter fitted to PyTorch's output or at the values PyTorch's op (or the ONNX default) uses, a
-Sigmoid and a HardSigmoid taken for one another, a Concat's inputs of one shape in another order, a masking
-constant at the values masks are filled with, a LayerNormalization over another axis, a Gemm's alpha and beta
-at PyTorch's, a Split's sizes moved by an element or made equal.
+each output slice equals), a Slice window shifted along its axis, a reduction over another axis, padding moved
+from one side of an axis to the other (the total, and so the output shape, kept), a Concat's inputs or a
+Split's outputs of one shape in another order, a Split's sizes moved by an element or made equal, and two chunks
+a node outside the segment makes fed the other way round.
 """
 from __future__ import annotations
 
@@ -16,10 +15,10 @@ from typing import Iterator
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
 
-from . import edits
 from ..context import attribute
+from .alternative_edits import node_value, outputs_swapped, rewired, with_attribute, with_inputs
+from .value_alternatives import DEFAULTS, activation, gemm_scalars, mask_values, norm_axis
 
 #: reductions whose axes are tried at others
 REDUCE_OPS = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
@@ -30,11 +29,6 @@ PADDED_OPS = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPo
 MAX_INDICES = 64
 #: how far a Slice window or padding is moved
 SHIFTS = (1, -1, 2, -2)
-#: PyTorch's and the ONNX default HardSigmoid (alpha, beta): an exporter writing one for the other is a classic
-HARD_SIGMOIDS = ((1.0 / 6.0, 0.5), (0.2, 0.5))
-#: PyTorch's defaults of activation parameters ONNX spells as attributes
-DEFAULTS = {"LeakyRelu": {"alpha": (0.01,)}, "Elu": {"alpha": (1.0,)}, "Celu": {"alpha": (1.0,)},
-            "ThresholdedRelu": {"alpha": (1.0,)}, "Selu": {"alpha": (1.6732632423543772,), "gamma": (1.0507009873554805,)}}
 
 
 def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
@@ -50,41 +44,19 @@ def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
     elif op == "Pad":
         yield from _pad_input(ctx, proto, make)
     elif op in DEFAULTS or op in ("HardSigmoid", "Sigmoid"):
-        yield from _activation(ctx, proto, make)
+        yield from activation(ctx, proto, make)
     elif op == "Concat":
         yield from _concat_order(proto, lambda t: shape_of(t) or _constant_shape(ctx, t), make)
     elif op in ("Where", "Add", "ConstantOfShape"):
-        yield from _mask_values(ctx, proto, make)
+        yield from mask_values(ctx, proto, make)
     elif op == "LayerNormalization":
-        yield from _norm_axis(proto, shape_of, make)
+        yield from norm_axis(proto, shape_of, make)
     elif op == "Gemm":
-        yield from _gemm_scalars(ctx, proto, make)
+        yield from gemm_scalars(ctx, proto, make)
     elif op == "Split":
         yield from _split_sizes(ctx, proto, shape_of, make)
     if op in PADDED_OPS and attribute(proto, "auto_pad", "NOTSET") == "NOTSET":
         yield from _pads_attribute(proto, make)
-
-
-def _value(ctx, tensor: str) -> np.ndarray | None:
-    """``tensor``'s value in the segment computed from exact inputs (a constant as it is)."""
-    constant = ctx.constant(tensor)
-    if constant is not None:
-        return constant
-    try:
-        return ctx.run_segment(outputs=[tensor]).get(tensor)
-    except Exception:  # noqa: BLE001 - a tensor the segment cannot give is simply not fitted
-        return None
-
-
-def _inputs(node: str, values: dict[int, np.ndarray]):
-    """The node reading new constants at input positions ``values`` (private copies: a constant the exporter
-    shares — a Slice's starts with its steps — keeps its value for every other reader)."""
-    def edit(model, weights):
-        target = edits.node(model, node)
-        for index, value in values.items():
-            target.input[index] = edits.add_initializer(model, f"{node}_input{index}_alternative", value)
-        return model, weights
-    return edit
 
 
 # --------------------------------------------------------------------------- Gather
@@ -97,7 +69,7 @@ def _gather(ctx, proto, make) -> Iterator:
     indices = ctx.constant(proto.input[1])
     if indices is None or indices.dtype.kind not in "iu" or not 0 < indices.size <= MAX_INDICES:
         return
-    data = _value(ctx, proto.input[0])
+    data = node_value(ctx, proto.input[0])
     if data is None or data.dtype.kind != "f" or data.ndim == 0:
         return
     axis = attribute(proto, "axis", 0) % data.ndim
@@ -106,7 +78,7 @@ def _gather(ctx, proto, make) -> Iterator:
         fitted = _fit_indices(data, axis, indices, ctx.reference)
         if fitted is not None and not np.array_equal(fitted, np.where(indices < 0, indices + size, indices)):
             yield make(proto.name, "indices", indices.tolist(), fitted.tolist(), "the PyTorch output",
-                       _inputs(proto.name, {1: fitted.astype(indices.dtype)}))
+                       with_inputs(proto.name, {1: fitted.astype(indices.dtype)}))
         return
     if indices.size > 4:
         return
@@ -117,7 +89,7 @@ def _gather(ctx, proto, make) -> Iterator:
             want[p] = (int(flat[p]) % size) + step
             if 0 <= want[p] < size:
                 yield make(proto.name, "indices", indices.tolist(), want.reshape(indices.shape).tolist(),
-                           "a neighbouring index", _inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
+                           "a neighbouring index", with_inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
 
 
 #: ops that hand a value on unchanged but for rounding (a quantizer's pair, a cast)
@@ -175,7 +147,7 @@ def _slice(ctx, proto, shape_of, make) -> Iterator:
                 new_starts, new_ends = starts.copy(), ends.copy()
                 new_starts[k], new_ends[k] = lo + d, hi + d
                 yield make(proto.name, f"window along axis {int(axes[k])}", [lo, hi], [lo + d, hi + d],
-                           "the PyTorch output", _inputs(proto.name, {1: new_starts, 2: new_ends}))
+                           "the PyTorch output", with_inputs(proto.name, {1: new_starts, 2: new_ends}))
 
 
 # --------------------------------------------------------------------------- Reduce
@@ -197,15 +169,9 @@ def _reduce(ctx, proto, shape_of, make) -> Iterator:
               if b not in have and shape[b] != shape[a] and shape[b] != 1]
     for i, _, b in pairs:
         want = sorted(have[:i] + [b] + have[i + 1:])
-        edit = (_inputs(proto.name, {1: np.array(want, dtype=np.int64)}) if as_input
-                else _attribute(proto.name, "axes", want))
+        edit = (with_inputs(proto.name, {1: np.array(want, dtype=np.int64)}) if as_input
+                else with_attribute(proto.name, "axes", want))
         yield make(proto.name, "axes", have, want, "the PyTorch output", edit)
-
-
-def _attribute(node: str, name: str, value):
-    def edit(model, weights):
-        return edits.set_attribute(model, node, name, value), weights
-    return edit
 
 
 # --------------------------------------------------------------------------- padding
@@ -227,7 +193,7 @@ def _pads_attribute(proto, make) -> Iterator:
     if not pads or not any(pads):
         return
     for want in _moved(list(pads)):
-        yield make(proto.name, "pads", list(pads), want, "the PyTorch output", _attribute(proto.name, "pads", want))
+        yield make(proto.name, "pads", list(pads), want, "the PyTorch output", with_attribute(proto.name, "pads", want))
 
 
 def _pad_input(ctx, proto, make) -> Iterator:
@@ -239,100 +205,7 @@ def _pad_input(ctx, proto, make) -> Iterator:
         return
     for want in _moved([int(v) for v in pads]):
         yield make(proto.name, "pads", pads.tolist(), want, "the PyTorch output",
-                   _inputs(proto.name, {1: np.array(want, dtype=pads.dtype)}))
-
-
-# --------------------------------------------------------------------------- activations
-
-def _activation(ctx, proto, make) -> Iterator:
-    """An activation's parameters at PyTorch's defaults, at the numbers PyTorch's op ran with, fitted to
-    PyTorch's output where the node computes the divergent tensor; a Sigmoid and a HardSigmoid swapped."""
-    op = proto.op_type
-    numbers = _op_numbers(ctx)
-    if op == "Sigmoid":
-        for alpha, beta in HARD_SIGMOIDS:
-            yield make(proto.name, "op", "Sigmoid", f"HardSigmoid(alpha={alpha:.6g}, beta={beta:.6g})",
-                       "the PyTorch output", _retype(proto.name, "HardSigmoid", {"alpha": alpha, "beta": beta}))
-        return
-    if op == "HardSigmoid":
-        have = (float(attribute(proto, "alpha", 0.2)), float(attribute(proto, "beta", 0.5)))
-        candidates = list(HARD_SIGMOIDS)
-        fitted = _fit_hardsigmoid(ctx, proto) if proto.output[0] == ctx.tensor else None
-        if fitted is not None:
-            candidates.insert(0, fitted)
-        for alpha, beta in candidates:
-            want = (float(f"{alpha:.6g}"), float(f"{beta:.6g}"))
-            if not np.allclose(want, have, rtol=1e-5, atol=0):
-                yield make(proto.name, "alpha, beta", [round(v, 6) for v in have], list(want), "the PyTorch output",
-                           _attributes(proto.name, {"alpha": want[0], "beta": want[1]}))
-        yield make(proto.name, "op", "HardSigmoid", "Sigmoid", "the PyTorch output", _retype(proto.name, "Sigmoid", {}))
-        return
-    for name, defaults in DEFAULTS[op].items():
-        have = float(attribute(proto, name, defaults[0] if op != "LeakyRelu" else 0.01))
-        tried: set[float] = set()
-        fitted = _fit_slope(ctx, proto) if op == "LeakyRelu" and proto.output[0] == ctx.tensor else None
-        for want, source in [*([(fitted, "the PyTorch output")] if fitted is not None else []),
-                             *((x, "PyTorch's op arguments") for x in numbers),
-                             *((d, "PyTorch's default") for d in defaults)]:
-            key = float(f"{want:.6g}")
-            if key in tried or np.isclose(key, have, rtol=1e-5, atol=0):
-                continue
-            tried.add(key)
-            yield make(proto.name, name, round(have, 6), key, source, _attributes(proto.name, {name: key}))
-
-
-def _op_numbers(ctx) -> list[float]:
-    """The plain numbers among the divergent op's arguments (a slope, an alpha)."""
-    out = []
-    for _, arg in ctx.layer.pair.activation.args:
-        values = arg if isinstance(arg, (list, tuple)) else [arg]
-        out += [float(v) for v in values if isinstance(v, float) and v not in (0.0, 1.0)]
-    return out[:4]
-
-
-def _fit_slope(ctx, proto) -> float | None:
-    x = _value(ctx, proto.input[0])
-    y = ctx.reference
-    if x is None or x.size != y.size:
-        return None
-    x, y = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
-    neg = (x < 0) & np.isfinite(y)
-    if not neg.any():
-        return None
-    return float(x[neg] @ y[neg] / (x[neg] @ x[neg]))
-
-
-def _fit_hardsigmoid(ctx, proto) -> tuple[float, float] | None:
-    """``(alpha, beta)`` with ``y = alpha·x + beta`` by least squares where PyTorch's output is unsaturated."""
-    x = _value(ctx, proto.input[0])
-    y = ctx.reference
-    if x is None or x.size != y.size:
-        return None
-    x, y = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
-    inside = (y > 1e-6) & (y < 1 - 1e-6)
-    if inside.sum() < 2 or np.ptp(x[inside]) == 0:
-        return None
-    alpha, beta = np.polyfit(x[inside], y[inside], 1)
-    return float(alpha), float(beta)
-
-
-def _attributes(node: str, values: dict):
-    def edit(model, weights):
-        for name, value in values.items():
-            model = edits.set_attribute(model, node, name, value)
-        return model, weights
-    return edit
-
-
-def _retype(node: str, op_type: str, attributes: dict):
-    """The node computing ``op_type`` with ``attributes`` instead, on the same input and output."""
-    def edit(model, weights):
-        target = edits.node(model, node)
-        target.op_type = op_type
-        del target.attribute[:]
-        target.attribute.extend(helper.make_attribute(k, float(v)) for k, v in attributes.items())
-        return model, weights
-    return edit
+                   with_inputs(proto.name, {1: np.array(want, dtype=pads.dtype)}))
 
 
 # --------------------------------------------------------------------------- Concat, Split
@@ -350,7 +223,7 @@ def _concat_order(proto, shape_of, make) -> Iterator:
         have = list(proto.input)
         want = list(have)
         want[i], want[j] = have[j], have[i]
-        yield make(proto.name, "input order", [i, j], [j, i], "the PyTorch output", _wired(proto.name, want))
+        yield make(proto.name, "input order", [i, j], [j, i], "the PyTorch output", rewired(proto.name, want))
 
 
 def _constant_shape(ctx, tensor: str) -> tuple[int, ...] | None:
@@ -359,30 +232,13 @@ def _constant_shape(ctx, tensor: str) -> tuple[int, ...] | None:
     return None if value is None else tuple(value.shape)
 
 
-def _outputs_swapped(node: str, i: int, j: int):
-    def edit(model, weights):
-        target = edits.node(model, node)
-        target.output[i], target.output[j] = target.output[j], target.output[i]
-        return model, weights
-    return edit
-
-
-def _wired(node: str, inputs: list[str]):
-    def edit(model, weights):
-        target = edits.node(model, node)
-        del target.input[:]
-        target.input.extend(inputs)
-        return model, weights
-    return edit
-
-
 def _split_sizes(ctx, proto, shape_of, make) -> Iterator:
     """Two outputs of one shape exchanged (chunks taken in another order: q and k), a Split's constant sizes made
     equal (where the axis divides), or one or two elements moved between two neighbouring outputs."""
     shapes = [shape_of(t) if t else None for t in proto.output]
     pairs = [(i, j) for i in range(len(shapes)) for j in range(i + 1, len(shapes)) if shapes[i] and shapes[i] == shapes[j]]
     for i, j in pairs[:MAX_SWAPPED_INPUTS]:
-        yield make(proto.name, "output order", [i, j], [j, i], "the PyTorch output", _outputs_swapped(proto.name, i, j))
+        yield make(proto.name, "output order", [i, j], [j, i], "the PyTorch output", outputs_swapped(proto.name, i, j))
     as_input = len(proto.input) > 1 and proto.input[1]
     sizes = ctx.constant(proto.input[1]) if as_input else attribute(proto, "split")
     if sizes is None or len(np.asarray(sizes).reshape(-1)) < 2:
@@ -398,91 +254,9 @@ def _split_sizes(ctx, proto, shape_of, make) -> Iterator:
             if min(want) > 0:
                 wants.append(want)
     for want in wants:
-        edit = (_inputs(proto.name, {1: np.array(want, dtype=np.int64)}) if as_input
-                else _attribute(proto.name, "split", want))
+        edit = (with_inputs(proto.name, {1: np.array(want, dtype=np.int64)}) if as_input
+                else with_attribute(proto.name, "split", want))
         yield make(proto.name, "split", have, want, "the PyTorch output", edit)
-
-
-# --------------------------------------------------------------------------- masks
-
-#: what attention masks are filled with: -inf, float32's lowest, the common large negatives, zero
-MASK_FILLS = (float("-inf"), float(np.finfo(np.float32).min), -1e9, -1e4, 0.0)
-
-
-def _mask_values(ctx, proto, make) -> Iterator:
-    """A Where's constant branch, an Add's constant mask (two distinct values, the lower replaced) or a
-    ConstantOfShape's fill at the value PyTorch's op filled with (``masked_fill``'s argument), then at the values
-    masks are commonly filled with."""
-    fills = [(x, "PyTorch's op arguments") for x in _op_numbers(ctx)] + [(x, "a mask fill value") for x in MASK_FILLS]
-    if proto.op_type == "ConstantOfShape":
-        value = attribute(proto, "value")
-        if value is None:
-            return
-        have_arr = numpy_helper.to_array(value)
-        if have_arr.dtype.kind != "f":
-            return
-        have = float(have_arr.reshape(-1)[0])
-        for want, source in _distinct(fills, have):
-            tensor = numpy_helper.from_array(np.array([want], dtype=have_arr.dtype))
-            yield make(proto.name, "value", have, want, source, _attribute(proto.name, "value", tensor))
-        return
-    positions = (1, 2) if proto.op_type == "Where" else (0, 1)
-    for position in positions:
-        if len(proto.input) <= position:
-            continue
-        value = ctx.constant(proto.input[position])
-        if value is None or value.dtype.kind != "f" or value.size == 0:
-            continue
-        distinct = np.unique(value)
-        if proto.op_type == "Where" and distinct.size == 1:
-            have = float(distinct[0])
-            for want, source in _distinct(fills, have):
-                yield make(proto.name, f"constant input {position}", have, want, source,
-                           _inputs(proto.name, {position: np.full(value.shape, want, value.dtype)}))
-        elif proto.op_type == "Add" and distinct.size == 2 and value.size > 1:
-            low = float(distinct[0])
-            for want, source in _distinct(fills, low):
-                if want >= float(distinct[1]):
-                    continue
-                new = np.where(value == distinct[0], np.array(want, value.dtype), value)
-                yield make(proto.name, f"masked entries of constant input {position}", low, want, source,
-                           _inputs(proto.name, {position: new}))
-
-
-def _distinct(candidates, have: float) -> Iterator[tuple[float, str]]:
-    seen: set[float] = set()
-    for want, source in candidates:
-        key = float(f"{want:.6g}") if np.isfinite(want) else want
-        if key in seen or key == have or (np.isfinite(key) and np.isfinite(have) and np.isclose(key, have)):
-            continue
-        seen.add(key)
-        yield key, source
-
-
-# --------------------------------------------------------------------------- LayerNormalization, Gemm
-
-def _norm_axis(proto, shape_of, make) -> Iterator:
-    """A LayerNormalization over the other axes of its input (its scale still broadcasting)."""
-    shape = shape_of(proto.input[0]) if proto.input else None
-    scale = shape_of(proto.input[1]) if len(proto.input) > 1 else None
-    if not shape:
-        return
-    rank = len(shape)
-    have = attribute(proto, "axis", -1) % rank
-    for axis in range(1, rank):
-        if axis != have and (scale is None or len(scale) <= rank - axis):
-            yield make(proto.name, "axis", have - rank, axis - rank, "the PyTorch output",
-                       _attribute(proto.name, "axis", axis - rank))
-
-
-def _gemm_scalars(ctx, proto, make) -> Iterator:
-    """A Gemm's alpha and beta at 1 (a Linear's, ``addmm``'s defaults) or at the numbers PyTorch's op ran with."""
-    numbers = _op_numbers(ctx)
-    for name in ("alpha", "beta"):
-        have = float(attribute(proto, name, 1.0))
-        for want, source in _distinct([(1.0, "PyTorch's Linear")] + [(x, "PyTorch's op arguments") for x in numbers],
-                                      have):
-            yield make(proto.name, name, have, want, source, _attribute(proto.name, name, want))
 
 
 def boundary_swaps(ctx, make_fed) -> Iterator:
@@ -503,5 +277,5 @@ def boundary_swaps(ctx, make_fed) -> Iterator:
                  if np.shape(feeds[a]) == np.shape(feeds[b])]
         for a, b in pairs[:MAX_SWAPPED_INPUTS]:
             i, j = producer.outputs.index(a), producer.outputs.index(b)
-            yield make_fed(name, "output order", [i, j], [j, i], "the PyTorch output", _outputs_swapped(name, i, j),
+            yield make_fed(name, "output order", [i, j], [j, i], "the PyTorch output", outputs_swapped(name, i, j),
                            {a: feeds[b], b: feeds[a]})

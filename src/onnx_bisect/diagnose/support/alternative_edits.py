@@ -1,0 +1,67 @@
+"""Edits the alternatives of :mod:`.op_alternatives` and :mod:`.value_alternatives` are made of (each applied
+to a copy of the model by the attribute rule's search), and the segment value they are fitted to."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import helper
+
+from . import edits
+
+
+def node_value(ctx, tensor: str) -> np.ndarray | None:
+    """``tensor``'s value in the segment computed from exact inputs (a constant as it is)."""
+    constant = ctx.constant(tensor)
+    if constant is not None:
+        return constant
+    try:
+        return ctx.run_segment(outputs=[tensor]).get(tensor)
+    except Exception:  # noqa: BLE001 - a tensor the segment cannot give is simply not fitted
+        return None
+
+def with_inputs(node: str, values: dict[int, np.ndarray]):
+    """The node reading new constants at input positions ``values`` (private copies: a constant the exporter
+    shares — a Slice's starts with its steps — keeps its value for every other reader)."""
+    def edit(model, weights):
+        target = edits.node(model, node)
+        for index, value in values.items():
+            target.input[index] = edits.add_initializer(model, f"{node}_input{index}_alternative", value)
+        return model, weights
+    return edit
+
+def with_attribute(node: str, name: str, value):
+    def edit(model, weights):
+        return edits.set_attribute(model, node, name, value), weights
+    return edit
+
+def with_attributes(node: str, values: dict):
+    def edit(model, weights):
+        for name, value in values.items():
+            model = edits.set_attribute(model, node, name, value)
+        return model, weights
+    return edit
+
+
+def retyped(node: str, op_type: str, attributes: dict):
+    """The node computing ``op_type`` with ``attributes`` instead, on the same input and output."""
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type = op_type
+        del target.attribute[:]
+        target.attribute.extend(helper.make_attribute(k, float(v)) for k, v in attributes.items())
+        return model, weights
+    return edit
+
+def outputs_swapped(node: str, i: int, j: int):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.output[i], target.output[j] = target.output[j], target.output[i]
+        return model, weights
+    return edit
+
+def rewired(node: str, inputs: list[str]):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        del target.input[:]
+        target.input.extend(inputs)
+        return model, weights
+    return edit
