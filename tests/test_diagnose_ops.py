@@ -360,3 +360,26 @@ def test_a_stale_bias_of_a_conv_with_a_folded_batchnorm_is_a_weight_mismatch(exp
         fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
     evidence = _found(fd, conv.name, "weight-mismatch")
     assert evidence["parameters"][0]["parameter"].startswith("fold(0.bias, 1)")
+
+
+def test_a_single_gathered_index_is_tried_at_every_position_of_a_short_axis():
+    """The last time step selected as step 9 of 12: the Gather is not the divergent tensor (the Linear after it
+    is), so no fit; one index on a short axis is tried everywhere, nearest first."""
+    class _Last(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(15)
+            self.rnn, self.head = torch.nn.GRU(4, 8, batch_first=True), torch.nn.Linear(8, 3)
+
+        def forward(self, x):
+            return self.head(self.rnn(x)[0][:, -1])
+
+    model, x = _Last().eval(), torch.randn(2, 12, 4, generator=torch.Generator().manual_seed(16))
+    proto = dc.export(model, (x,), "torchscript")
+    head = next(n for n in proto.graph.node if "head" in n.name and n.op_type in ("Gemm", "MatMul"))
+    gather = next(n for n in proto.graph.node if n.op_type == "Gather" and n.output[0] == head.input[0])
+    _set_input(proto, gather, 1, np.array(-3))
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    [row] = _found(fd, gather.name)["attributes"]
+    assert row["attribute"] == "indices" and row["expected"] == 11

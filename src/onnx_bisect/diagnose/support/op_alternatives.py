@@ -83,13 +83,20 @@ def _gather(ctx, proto, make) -> Iterator:
     if indices.size > 4:
         return
     flat = indices.reshape(-1)
+    # one index (a time step, a class token) is tried at every position of a short axis, nearest first; a few
+    # indices one step either way
+    steps = sorted(range(-size + 1, size), key=abs)[1:] if flat.size == 1 and size <= MAX_ONE_INDEX else (1, -1)
     for p in range(flat.size):
-        for step in (1, -1):
+        for step in steps:
             want = flat.copy()
             want[p] = (int(flat[p]) % size) + step
             if 0 <= want[p] < size:
                 yield make(proto.name, "indices", indices.tolist(), want.reshape(indices.shape).tolist(),
-                           "a neighbouring index", with_inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
+                           "the PyTorch output", with_inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
+
+
+#: a single constant index is tried at every position of an axis up to this long
+MAX_ONE_INDEX = 16
 
 
 #: ops that hand a value on unchanged but for rounding (a quantizer's pair, a cast)
