@@ -297,4 +297,19 @@ def clipped_share(ctx: DiagnosisContext) -> float:
         acts = _activations(ctx, quantizers)
     except Exception:  # noqa: BLE001 - a segment that cannot be re-run clips nothing we can see
         return 0.0
-    return max((a["clip_fraction"] for a in acts), default=0.0)  # a Relu's cut (a range from 0) is no clip
+    return max((a["clip_fraction"] for a in acts if _overshoot(a) > OVERSHOOT), default=0.0)
+
+
+#: how far (a share of the quantization range) an activation must reach beyond the range for its clipping to be
+#: a scale calibrated too small, not the extremes of another input than the calibration's grazing the range
+OVERSHOOT = 0.25
+
+
+def _overshoot(act: dict) -> float:
+    """How far the activation reaches beyond the quantizer's range, as a share of the range (a Relu's cut — a
+    range from 0 — aside)."""
+    lo, hi = act["range"]
+    a_lo, a_hi = act["activation_range"]
+    width = max(hi - lo, 1e-30)
+    below = 0.0 if act["acts_as_relu"] else (lo - a_lo) / width
+    return max((a_hi - hi) / width, below)

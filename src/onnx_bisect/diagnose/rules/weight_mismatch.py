@@ -362,7 +362,11 @@ def _swapped(ctx: DiagnosisContext, candidates) -> Finding | None:
         fix = ("Write the weight in the layout the node expects (ONNX MatMul takes x @ B, so a Linear's weight goes "
                "in transposed; Gemm says so with transB; a Conv kernel is [out, in/groups, ...]) — check the "
                "converter or the code that copied the weights in.")
-        return Finding(Cause.WEIGHT_MISMATCH, 0.9, summary, fix,
+        # a Gemm says how it reads its weight (transA/transB): the attribute rule's flip explains the same numbers
+        # and is the likelier slip there, so this finding ranks below it
+        confidence = 0.85 if any(p.op_type in ("Gemm", "FusedGemm") and name in p.input
+                                 for p in ctx.segment_protos) else 0.9
+        return Finding(Cause.WEIGHT_MISMATCH, confidence, summary, fix,
                        {"parameters": [{"initializer": name, "layout": "first two axes swapped"}]},
                        changes=_readers(ctx, [name]),
                        counterfactual=lambda c, n=name, v=swapped: FixedSegment(
