@@ -47,6 +47,9 @@ class AttributeMismatch(Rule):
             summary += " With that value the segment reproduces PyTorch's output" + (
                 f" times {factor:.6g}, a factor the weights of the layer reading it undo (folded by a simplifier)."
                 if factor is not None else ".")
+        if any(a.what in ("transA", "transB") for a in wrong):
+            summary += (" Equivalently, the operand is stored transposed (an exporter, a converter or code copying "
+                        "the weights in wrote it in the other layout): the file cannot tell the two apart.")
         fix = ("Set the attribute(s) to the values above, or re-export: the tool or hand edit that produced this "
                "graph changed the node's configuration.")
         return Finding(self.cause, 0.9 if confirmed_by_search else 0.85, summary, fix, {"attributes": rows},
