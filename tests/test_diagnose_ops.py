@@ -323,22 +323,35 @@ def test_a_zeroed_gemm_bias_in_a_renamed_file_is_the_modules_bias(tmp_path):
     assert evidence["parameters"][0]["parameter"] == "fc2.bias"
 
 
-def test_a_gathers_indices_in_a_qdq_file_are_fitted():
-    """In a quantized file the Gather's indices are fitted to PyTorch's value, the quantization's rounding aside
-    (where a Q/DQ pair follows the Gather the fit is made at the pair's output: the sweep's QDQ position
-    embeddings)."""
+class _Positions(torch.nn.Module):
+    """A learned position table gathered at fixed positions (a buffer, sliced to the input's length)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(19)
+        self.pos, self.fc = torch.nn.Embedding(10, 8), torch.nn.Linear(8, 4)
+        self.register_buffer("ids", torch.tensor([[1, 3, 5, 7, 9, 0]]))
+
+    def forward(self, x):  # (2, 6, 8)
+        return self.fc(torch.relu(x + self.pos(self.ids[:, : x.shape[1]])))
+
+
+def test_a_gathers_indices_behind_a_qdq_pair_are_fitted():
+    """In a quantized file the gathered positions are quantized straight after the Gather: the divergent tensor is
+    the DequantizeLinear's output, and the indices are fitted to PyTorch's value there (rounding aside)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
     import plant  # noqa: PLC0415
 
-    model, x = _OpsNet().eval(), torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(4))
+    model, x = _Positions().eval(), torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(20))
     exported = dc.export(model, (x,), "torchscript")
     proto = plant.quantize_static_qdq(exported, {exported.graph.input[0].name: x.numpy()})
     gather = _node(proto, "Gather")
-    _set_input(proto, gather, 1, np.array([0, 1, 3]))
+    assert any(n.op_type == "QuantizeLinear" and gather.output[0] in n.input for n in proto.graph.node)
+    _set_input(proto, gather, 1, np.array([[1, 3, 4, 7, 9, 0]]))
     with dc.quiet():
         fd = onnx_bisect.bisect(model, (x,), onnx=proto, atol=0.01, rtol=0.01).first_divergence
-    rows = _found(fd, gather.name, at_most=6)["attributes"]
-    assert rows[0]["attribute"] == "indices" and rows[0]["expected"] == [0, 2, 3]
+    [row] = _found(fd, gather.name)["attributes"]
+    assert row["attribute"] == "indices" and row["expected"] == [[1, 3, 5, 7, 9, 0]]
 
 
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from ..diagnose import (Baseline, CutRun, DiagnosisContext, OnnxModel, clipped_share, diagnose,
+from ..diagnose import (Baseline, CutRun, DiagnosisContext, OnnxModel, clips, diagnose,
                         explained_by_quantization, float_twin)
 from ..measure import localize, observe
 from ..records.graph import reached_from
@@ -292,15 +292,11 @@ def _beyond_quantization(p: Prepared, runner: Runner, first: LayerResult, measur
         row = localize.first_divergence(tuple(same))[0]  # the innermost module computing that tensor
         ctx = _context(p, runner, row, True, measured.layers, measured.cut.references, model_feeds, captured,
                        inputs, policy.tolerance, measured.compare)
-        if not explained_by_quantization(ctx) or clipped_share(ctx) >= CLIPPING_SHARE:
+        if not explained_by_quantization(ctx) or clips(ctx):
             # beyond its quantization, or its quantization clips (a scale calibrated too small): the fault
             return row, tuple(passed)
         passed.append(row.pair.activation.module or "<model>")
     return first, ()
-
-
-#: a quantizer clipping this share of its activation is a fault (rounding to the grid clips nothing)
-CLIPPING_SHARE = 0.05
 
 
 def _clipping_left_behind(p: Prepared, runner: Runner, layer: LayerResult, narrowed: LayerResult, layers,
@@ -311,11 +307,10 @@ def _clipping_left_behind(p: Prepared, runner: Runner, layer: LayerResult, narro
     if not _quantized(p):
         return False
 
-    def clips(row: LayerResult) -> bool:
-        return clipped_share(_context(p, runner, row, True, layers, references, model_feeds, captured, inputs,
-                                      tolerance, cmp)) >= CLIPPING_SHARE
+    def clipping(row: LayerResult) -> bool:
+        return clips(_context(p, runner, row, True, layers, references, model_feeds, captured, inputs, tolerance, cmp))
     try:
-        return clips(layer) and not clips(narrowed)
+        return clipping(layer) and not clipping(narrowed)
     except Exception:  # noqa: BLE001 - a segment that cannot be re-run keeps the narrowing
         return False
 

@@ -287,19 +287,22 @@ def explained_by_quantization(ctx: DiagnosisContext) -> bool:
     return ctx.tensor in values and ctx.compare(values[ctx.tensor], ctx.reference).ok
 
 
-def clipped_share(ctx: DiagnosisContext) -> float:
-    """The largest share of its activation that one of the segment's quantizers clips to its range (a scale
-    calibrated too small clips; rounding alone clips nothing)."""
+def clips(ctx: DiagnosisContext) -> bool:
+    """Whether one of the segment's quantizers clips its activation as a scale calibrated too small does: a
+    share of :data:`CLIPPING_SHARE` or more cut, by :data:`OVERSHOOT` of the range or more (rounding alone clips
+    nothing; another input than the calibration's may graze the range)."""
     quantizers = [p for p in ctx.segment_protos if p.op_type == "QuantizeLinear"]
     if not quantizers:
-        return 0.0
+        return False
     try:
         acts = _activations(ctx, quantizers)
     except Exception:  # noqa: BLE001 - a segment that cannot be re-run clips nothing we can see
-        return 0.0
-    return max((a["clip_fraction"] for a in acts if _overshoot(a) > OVERSHOOT), default=0.0)
+        return False
+    return any(a["clip_fraction"] >= CLIPPING_SHARE and _overshoot(a) > OVERSHOOT for a in acts)
 
 
+#: a quantizer clipping this share of its activation may be a fault
+CLIPPING_SHARE = 0.05
 #: how far (a share of the quantization range) an activation must reach beyond the range for its clipping to be
 #: a scale calibrated too small, not the extremes of another input than the calibration's grazing the range
 OVERSHOOT = 0.25
