@@ -21,8 +21,8 @@ import diagnosis_cases as dc  # noqa: E402
 
 
 class _OpsNet(torch.nn.Module):
-    """Conv1d + functional leaky ReLU, a Slice, a reflection Pad before a Conv1d, a hard sigmoid gate, a square Linear and a sigmoid, a
-    mean over channels, a fixed index selection, a classifier."""
+    """Conv1d + functional leaky ReLU, a Slice, a reflection Pad before a Conv1d, a hard sigmoid gate, a square
+    Linear and a sigmoid, a mean over channels, a fixed index selection, a classifier."""
 
     def __init__(self):
         super().__init__()
@@ -57,7 +57,8 @@ def _node(proto, op_type: str):
 def _set_input(proto, node, index: int, value: np.ndarray) -> None:
     """Give ``node`` a constant of its own at input ``index`` (exporters share small constants between nodes)."""
     name = f"{node.name}_planted_{index}"
-    proto.graph.initializer.append(numpy_helper.from_array(value.astype(_constant(proto, node.input[index]).dtype), name))
+    dtype = _constant(proto, node.input[index]).dtype
+    proto.graph.initializer.append(numpy_helper.from_array(value.astype(dtype), name))
     node.input[index] = name
 
 

@@ -18,6 +18,7 @@ def node_value(ctx, tensor: str) -> np.ndarray | None:
     except Exception:  # noqa: BLE001 - a tensor the segment cannot give is simply not fitted
         return None
 
+
 def with_inputs(node: str, values: dict[int, np.ndarray]):
     """The node reading new constants at input positions ``values`` (private copies: a constant the exporter
     shares — a Slice's starts with its steps — keeps its value for every other reader)."""
@@ -28,12 +29,9 @@ def with_inputs(node: str, values: dict[int, np.ndarray]):
         return model, weights
     return edit
 
-def with_attribute(node: str, name: str, value):
-    def edit(model, weights):
-        return edits.set_attribute(model, node, name, value), weights
-    return edit
 
 def with_attributes(node: str, values: dict):
+    """The node with these attributes set (the others kept)."""
     def edit(model, weights):
         for name, value in values.items():
             model = edits.set_attribute(model, node, name, value)
@@ -51,14 +49,18 @@ def retyped(node: str, op_type: str, attributes: dict):
         return model, weights
     return edit
 
+
 def outputs_swapped(node: str, i: int, j: int):
+    """The node's outputs ``i`` and ``j`` exchanged (its readers then read the other one)."""
     def edit(model, weights):
         target = edits.node(model, node)
         target.output[i], target.output[j] = target.output[j], target.output[i]
         return model, weights
     return edit
 
+
 def rewired(node: str, inputs: list[str]):
+    """The node reading ``inputs`` (the same tensors in another order)."""
     def edit(model, weights):
         target = edits.node(model, node)
         del target.input[:]

@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 
 from ..context import attribute
-from .alternative_edits import node_value, outputs_swapped, rewired, with_attribute, with_inputs
+from .alternative_edits import node_value, outputs_swapped, rewired, with_attributes, with_inputs
 from .value_alternatives import DEFAULTS, activation, gemm_scalars, mask_values, norm_axis
 
 #: reductions whose axes are tried at others
@@ -92,7 +92,8 @@ def _gather(ctx, proto, make) -> Iterator:
             want[p] = (int(flat[p]) % size) + step
             if 0 <= want[p] < size:
                 yield make(proto.name, "indices", indices.tolist(), want.reshape(indices.shape).tolist(),
-                           "the PyTorch output", with_inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
+                           "the PyTorch output",
+                           with_inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
 
 
 #: a single constant index is tried at every position of an axis up to this long
@@ -177,7 +178,7 @@ def _reduce(ctx, proto, shape_of, make) -> Iterator:
     for i, _, b in pairs:
         want = sorted(have[:i] + [b] + have[i + 1:])
         edit = (with_inputs(proto.name, {1: np.array(want, dtype=np.int64)}) if as_input
-                else with_attribute(proto.name, "axes", want))
+                else with_attributes(proto.name, {"axes": want}))
         yield make(proto.name, "axes", have, want, "the PyTorch output", edit)
 
 
@@ -200,7 +201,8 @@ def _pads_attribute(proto, make) -> Iterator:
     if not pads or not any(pads):
         return
     for want in _moved(list(pads)):
-        yield make(proto.name, "pads", list(pads), want, "the PyTorch output", with_attribute(proto.name, "pads", want))
+        yield make(proto.name, "pads", list(pads), want, "the PyTorch output",
+                   with_attributes(proto.name, {"pads": want}))
 
 
 def _pad_input(ctx, proto, make) -> Iterator:
@@ -243,7 +245,8 @@ def _split_sizes(ctx, proto, shape_of, make) -> Iterator:
     """Two outputs of one shape exchanged (chunks taken in another order: q and k), a Split's constant sizes made
     equal (where the axis divides), or one or two elements moved between two neighbouring outputs."""
     shapes = [shape_of(t) if t else None for t in proto.output]
-    pairs = [(i, j) for i in range(len(shapes)) for j in range(i + 1, len(shapes)) if shapes[i] and shapes[i] == shapes[j]]
+    pairs = [(i, j) for i in range(len(shapes)) for j in range(i + 1, len(shapes))
+             if shapes[i] and shapes[i] == shapes[j]]
     for i, j in pairs[:MAX_SWAPPED_INPUTS]:
         yield make(proto.name, "output order", [i, j], [j, i], "the PyTorch output", outputs_swapped(proto.name, i, j))
     as_input = len(proto.input) > 1 and proto.input[1]
@@ -262,7 +265,7 @@ def _split_sizes(ctx, proto, shape_of, make) -> Iterator:
                 wants.append(want)
     for want in wants:
         edit = (with_inputs(proto.name, {1: np.array(want, dtype=np.int64)}) if as_input
-                else with_attribute(proto.name, "split", want))
+                else with_attributes(proto.name, {"split": want}))
         yield make(proto.name, "split", have, want, "the PyTorch output", edit)
 
 

@@ -10,13 +10,14 @@ import numpy as np
 from onnx import numpy_helper
 
 from ..context import attribute
-from .alternative_edits import node_value, retyped, with_attribute, with_attributes, with_inputs
+from .alternative_edits import node_value, retyped, with_attributes, with_inputs
 
 #: PyTorch's and the ONNX default HardSigmoid (alpha, beta): an exporter writing one for the other is a classic
 HARD_SIGMOIDS = ((1.0 / 6.0, 0.5), (0.2, 0.5))
 #: PyTorch's defaults of activation parameters ONNX spells as attributes
 DEFAULTS = {"LeakyRelu": {"alpha": (0.01,)}, "Elu": {"alpha": (1.0,)}, "Celu": {"alpha": (1.0,)},
-            "ThresholdedRelu": {"alpha": (1.0,)}, "Selu": {"alpha": (1.6732632423543772,), "gamma": (1.0507009873554805,)}}
+            "ThresholdedRelu": {"alpha": (1.0,)},
+            "Selu": {"alpha": (1.6732632423543772,), "gamma": (1.0507009873554805,)}}
 
 
 # --------------------------------------------------------------------------- activations
@@ -114,7 +115,7 @@ def mask_values(ctx, proto, make) -> Iterator:
         have = float(have_arr.reshape(-1)[0])
         for want, source in _distinct(fills, have):
             tensor = numpy_helper.from_array(np.array([want], dtype=have_arr.dtype))
-            yield make(proto.name, "value", have, want, source, with_attribute(proto.name, "value", tensor))
+            yield make(proto.name, "value", have, want, source, with_attributes(proto.name, {"value": tensor}))
         return
     positions = (1, 2) if proto.op_type == "Where" else (0, 1)
     for position in positions:
@@ -162,7 +163,7 @@ def norm_axis(proto, shape_of, make) -> Iterator:
     for axis in range(1, rank):
         if axis != have and (scale is None or len(scale) <= rank - axis):
             yield make(proto.name, "axis", have - rank, axis - rank, "the PyTorch output",
-                       with_attribute(proto.name, "axis", axis - rank))
+                       with_attributes(proto.name, {"axis": axis - rank}))
 
 
 def gemm_scalars(ctx, proto, make) -> Iterator:
@@ -172,4 +173,4 @@ def gemm_scalars(ctx, proto, make) -> Iterator:
         have = float(attribute(proto, name, 1.0))
         for want, source in _distinct([(1.0, "PyTorch's Linear")] + [(x, "PyTorch's op arguments") for x in numbers],
                                       have):
-            yield make(proto.name, name, have, want, source, with_attribute(proto.name, name, want))
+            yield make(proto.name, name, have, want, source, with_attributes(proto.name, {name: want}))
