@@ -1780,3 +1780,8 @@ FAULTS: dict[str, FaultKind] = {k.name: k for k in (
               "a Split boundary moved by one element where the consumers still run (rare: head reshapes and gates "
               "reject it), else two same-shape outputs exchanged"),
 )}
+
+# the sixth set (op types and operands), in a module of its own; imported here, after every name it uses exists
+import sweep_faults_ops  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_ops.KINDS})
