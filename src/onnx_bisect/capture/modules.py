@@ -69,15 +69,28 @@ def capture_float64(model: torch.nn.Module, inputs: ModelInputs) -> Capture | No
     the inputs' float32 tensors in float64 (the model itself is not touched).  The truth PyTorch's float32 and
     ONNX Runtime are both measured against, to tell float32 rounding a model amplifies from a fault.  None when
     the model will not run in float64 (an op without a float64 kernel, code that insists on float32)."""
-    def widened(t: torch.Tensor) -> torch.Tensor:
-        return t.double() if t.dtype == torch.float32 else t
+    return capture_in(model, inputs, torch.float64)
+
+
+def capture_float16(model: torch.nn.Module, inputs: ModelInputs) -> Capture | None:
+    """Every module's outputs as a float16 copy of ``model`` computes them on the inputs rounded to float16: how
+    far float16 rounding alone takes this model from its float32 values, the yardstick a float16 ONNX file is
+    measured against.  None when the model will not run in float16 on this machine."""
+    return capture_in(model, inputs, torch.float16)
+
+
+def capture_in(model: torch.nn.Module, inputs: ModelInputs, dtype: torch.dtype) -> Capture | None:
+    """The capture of a copy of ``model`` whose floating-point parameters, buffers and float32 inputs are in
+    ``dtype`` (None when it will not run so)."""
+    def converted(t: torch.Tensor) -> torch.Tensor:
+        return t.to(dtype) if t.dtype == torch.float32 else t
 
     try:
-        twin = copy.deepcopy(model).double().eval()
-        wide = ModelInputs(*tree_map_only(torch.Tensor, widened, (tuple(inputs.args), dict(inputs.kwargs))),
+        twin = copy.deepcopy(model).to(dtype).eval()
+        wide = ModelInputs(*tree_map_only(torch.Tensor, converted, (tuple(inputs.args), dict(inputs.kwargs))),
                            inputs.names)
         return capture_activations(twin, wide)
-    except Exception:  # noqa: BLE001 - without a float64 run, nothing is judged against it
+    except Exception:  # noqa: BLE001 - without that run, nothing is judged against it
         return None
 
 

@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from ..capture.modules import capture_float64
+from ..capture.modules import capture_float16, capture_float64
 from ..capture.ops import capture_ops_float64
 from ..records import Capture, ErrorOrigin, LayerResult, ModelInputs, OutputResult, Status, Tolerance
 from ..report.progress import Progress
@@ -34,6 +34,10 @@ COMPARABLE = 1e-3
 FLOAT32_RESOLUTION = 1e-6
 #: a float64 copy of the weights must fit in this share of the available memory
 FLOAT64_SHARE = 0.125
+#: a file whose float initializers are at least this share float16 (by elements) computes in float16
+FLOAT16_FILE = 0.5
+#: :data:`COMPARABLE` for a float16 run against the float32 one (float16 rounding is 8,000 times float32's)
+COMPARABLE_HALF = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,6 +66,8 @@ def judge(p: Prepared, outputs: tuple[OutputResult, ...], layers: tuple[LayerRes
     run in float64 or samples)."""
     beyond = [o for o in outputs if not o.diff.ok]
     diverged = [r for r in layers if r.status is Status.DIVERGED]
+    if p.index.half_share >= FLOAT16_FILE:
+        return judge_half(p, outputs, layers, captured, inputs, probed, progress)
     if not (beyond or diverged) or tolerance.rtol < FLOAT32_RESOLUTION or not _affordable(p):
         return None
     first = min((r for r in diverged if r.diff is not None), key=lambda r: r.order, default=None)
@@ -93,6 +99,38 @@ def judge(p: Prepared, outputs: tuple[OutputResult, ...], layers: tuple[LayerRes
     return Conditioning(tuple(new_outputs), new_layers, _note(new_outputs, conditioned, worst))
 
 
+def judge_half(p: Prepared, outputs: tuple[OutputResult, ...], layers: tuple[LayerResult, ...], captured: Capture, inputs: ModelInputs,
+               probed: dict[str, np.ndarray], progress: Progress) -> Conditioning | None:
+    """In a file that computes in float16, the layers beyond the tolerance re-judged against a float16 run of
+    PyTorch: where ONNX Runtime is as close to PyTorch's float32 value as that run is, the difference is float16
+    rounding — of the op itself (a normalisation of a small-variance input with a large mean) or of everything
+    before, which this model amplifies there — and the layer is ``conditioned``.  A fault stays far beyond
+    float16's rounding; the outputs are judged as measured (the precision rule explains those).  When outputs
+    diverge and no layer would stay diverged, the rounding does not account for them (a weight off by a float16
+    step or two, amplified): nothing is re-judged, and the divergence is bisected as measured."""
+    judged = [r for r in layers if r.status is Status.DIVERGED]
+    if not judged or not _affordable(p):
+        return None
+    with progress.step("float16", "running PyTorch in float16 (is the difference float16 rounding?)"):
+        half = capture_float16(p.loaded.module, inputs)
+    if half is None:
+        return None
+    scale = max((float(np.max(np.abs(a.value))) for a in captured.activations
+                 if np.asarray(a.value).dtype.kind == "f" and np.size(a.value)), default=0.0)
+    rounding = Float64Values(_module_values(captured, half), {})
+    ids = {id(r) for r in judged}
+    new_layers = tuple(_layer(r, rounding, probed, scale, half=True) if id(r) in ids else r for r in layers)
+    conditioned = [r for r in new_layers if r.status is Status.CONDITIONED]
+    left = any(r.status is Status.DIVERGED for r in new_layers)
+    if not conditioned or not (left or all(o.agrees for o in outputs)):
+        return None
+    first = conditioned[0].pair.activation.module or "<model>"
+    note = (f"Float16 rounding: {len(conditioned)} layer(s) beyond the tolerance are as close to PyTorch's float32 "
+            f"values as a float16 run of PyTorch (first {first}), marked 'conditioned': float16 rounding, which "
+            "this model amplifies there, not a fault.")
+    return Conditioning(outputs, new_layers, note)
+
+
 def _within_reach(diffs, captured: Capture) -> bool:
     """Whether any difference could be judged float32 rounding: ONNX Runtime within :data:`ENVELOPE` times
     PyTorch's distance to the float64 run, itself within :data:`COMPARABLE` of the largest activation, puts
@@ -114,8 +152,8 @@ def _affordable(p: Prepared) -> bool:
     return available is None or 2 * memory.weight_bytes(module) <= FLOAT64_SHARE * available
 
 
-def _ratio(onnx_value: np.ndarray, float32: np.ndarray, float64: np.ndarray,
-           scale: float) -> tuple[float, float, float] | None:
+def _ratio(onnx_value: np.ndarray, float32: np.ndarray, float64: np.ndarray, scale: float,
+           comparable: float = COMPARABLE) -> tuple[float, float, float] | None:
     """``(ONNX Runtime's distance to the float64 value over PyTorch float32's, the first, the second)``
     (max abs), or None where shapes differ, PyTorch float32 is exact, or PyTorch's float32 is farther from the
     float64 value than :data:`COMPARABLE` of the largest activation, ``scale``: not the same computation."""
@@ -126,7 +164,7 @@ def _ratio(onnx_value: np.ndarray, float32: np.ndarray, float64: np.ndarray,
     with np.errstate(all="ignore"):
         theirs = float(np.max(np.abs(p.astype(np.float64).reshape(-1) - t)))
         ours = float(np.max(np.abs(a.astype(np.float64).reshape(-1) - t)))
-    if not (np.isfinite(theirs) and np.isfinite(ours)) or theirs <= 0 or theirs > COMPARABLE * scale:
+    if not (np.isfinite(theirs) and np.isfinite(ours)) or theirs <= 0 or theirs > comparable * scale:
         return None
     return ours / theirs, ours, theirs
 
@@ -159,9 +197,10 @@ def _same(x: np.ndarray, y: np.ndarray) -> bool:
         return bool(np.max(np.abs(x.astype(np.float64) - y)) <= 1e-5 * scale) if x.size else True
 
 
-def _layer(r: LayerResult, exact: Float64Values, probed, scale: float) -> LayerResult:
+def _layer(r: LayerResult, exact: Float64Values, probed, scale: float, half: bool = False) -> LayerResult:
     """``r`` marked ``conditioned`` when it diverged and ONNX Runtime's value is as close to the float64 run's
-    as PyTorch's float32 value is."""
+    as PyTorch's float32 value is (``half``: as close to PyTorch's float32 value as a float16 run of PyTorch,
+    whose values ``exact`` then holds)."""
     a = r.pair.activation
     if r.status is not Status.DIVERGED or r.pair.tensor not in probed:
         return r
@@ -170,7 +209,8 @@ def _layer(r: LayerResult, exact: Float64Values, probed, scale: float) -> LayerR
         return r
     wide = dataclasses.replace(r.pair, activation=dataclasses.replace(a, value=wide_value))
     try:
-        ratio = _ratio(probed[r.pair.tensor], r.pair.reference(), wide.reference(), scale)
+        narrow, truth = (wide.reference(), r.pair.reference()) if half else (r.pair.reference(), wide.reference())
+        ratio = _ratio(probed[r.pair.tensor], narrow, truth, scale, COMPARABLE_HALF if half else COMPARABLE)
     except (ValueError, TypeError):  # a layout the float64 value cannot take
         return r
     if ratio is None or ratio[0] > ENVELOPE:

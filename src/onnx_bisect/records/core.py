@@ -120,7 +120,8 @@ class Status(enum.Enum):
     FUSED = "fused"
     UNMATCHED = "unmatched"
     QUANTIZED = "quantized"  # beyond tolerance by its quantization alone: re-run without its Q/DQ it agrees
-    CONDITIONED = "conditioned"  # beyond tolerance, but as close to a float64 run as PyTorch's float32 value
+    CONDITIONED = "conditioned"  # beyond tolerance, but rounding: as close to a float64 run as PyTorch's float32
+    # value (in a float16 file: as close to PyTorch's float32 value as a float16 PyTorch run)
 
 
 class Reproduction(enum.Enum):

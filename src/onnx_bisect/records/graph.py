@@ -50,6 +50,8 @@ class GraphIndex:
     #: float32 tensors computed from float16 data only (cast up from float16, or an op kept in float32
     #: between casts): they carry float16 rounding, and are compared at that resolution
     half_resolution: frozenset[str] = frozenset()
+    #: share of the float initializers' elements in float16 (or bfloat16): a file converted to float16
+    half_share: float = 0.0
 
     def node_of(self, tensor: str) -> NodeInfo | None:
         """The node producing ``tensor``, or None for inputs and initializers."""

@@ -5,6 +5,7 @@ import ast
 import re
 from collections import defaultdict
 
+import numpy as np
 import onnx
 
 from ..records.graph import HALF_TYPES, GraphIndex, NodeInfo, outer_inputs
@@ -57,8 +58,19 @@ def index_graph(model: onnx.ModelProto) -> GraphIndex:
         graph_inputs=tuple(i.name for i in g.input if i.name not in initializers),
         graph_outputs=tuple(o.name for o in g.output), initializers=initializers,
         elem_types=elem_types, shapes=shapes, half_resolution=_half_resolution(
-            nodes, elem_types, consumers, {o.name for o in g.output}),
+            nodes, elem_types, consumers, {o.name for o in g.output}), half_share=_half_share(g.initializer),
     )
+
+
+def _half_share(initializers) -> float:
+    """Share of the float initializers' elements stored in float16 or bfloat16 (0 when there are none)."""
+    sizes = {}
+    for init in initializers:
+        if init.data_type in _WIDE + HALF_TYPES:
+            n = int(np.prod(init.dims, dtype=np.int64)) if len(init.dims) else 1
+            sizes[init.data_type in HALF_TYPES] = sizes.get(init.data_type in HALF_TYPES, 0) + n
+    total = sum(sizes.values())
+    return sizes.get(True, 0) / total if total else 0.0
 
 
 _PLAIN = {onnx.AttributeProto.INT, onnx.AttributeProto.FLOAT, onnx.AttributeProto.STRING,
