@@ -205,7 +205,9 @@ def _scalar_candidates(ctx, proto, position: int, have: float, tensor: str, valu
                 op = ctx.layer.pair.activation.module_type
                 yield x, f"{op}'s argument {x:.6g}"
                 yield 1.0 / x, f"the inverse of {op}'s argument {x:.6g}"
-    if fitted is None and proto.op_type in ("Mul", "Div"):
+    if proto.op_type == "Pow" and position == 1:
+        yield from ((e, "a usual exponent") for e in USUAL_EXPONENTS)
+    if fitted is None and proto.op_type in ("Mul", "Div", "Pow"):
         # inside the segment (a macaron half-step's 0.5 before a residual Add and a LayerNorm): no closed form,
         # so the factor is searched by re-running the segment, and a simple number near it tried first
         searched = _searched_scalar(ctx, tensor, have, value)
@@ -215,6 +217,8 @@ def _scalar_candidates(ctx, proto, position: int, have: float, tensor: str, valu
             yield searched, "the PyTorch output (searched)"
 
 
+#: a Pow's exponents in the formulas models use (squares and variances, roots, cubes, reciprocals)
+USUAL_EXPONENTS = (2.0, 0.5, 3.0, 1.0, -0.5, -1.0, 1.0 / 3.0)
 #: the constants of the formulas exporters write these modules (or ATen ops) as, by a word of their name: a
 #: wrong one inside the decomposition (GELU's x/√2 divided by another number) is no op's argument
 FORMULA_CONSTANTS = {

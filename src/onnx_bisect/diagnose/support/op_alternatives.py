@@ -18,6 +18,7 @@ import onnx
 
 from ..context import attribute
 from .alternative_edits import node_value, outputs_swapped, rewired, with_attributes, with_inputs
+from .kind_alternatives import kind_alternatives
 from .value_alternatives import DEFAULTS, activation, gemm_scalars, mask_values, norm_axis
 
 #: reductions whose axes are tried at others
@@ -57,6 +58,7 @@ def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         yield from _split_sizes(ctx, proto, shape_of, make)
     if op in PADDED_OPS and attribute(proto, "auto_pad", "NOTSET") == "NOTSET":
         yield from _pads_attribute(proto, make)
+    yield from kind_alternatives(ctx, proto, shape_of, make)
 
 
 # --------------------------------------------------------------------------- Gather

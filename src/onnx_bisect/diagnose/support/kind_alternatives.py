@@ -1,0 +1,178 @@
+"""Alternatives of kind and operands: what other op of its family a node of the divergent segment could have
+been, or the same op on its operands in the other order.
+
+A converter or a hand edit can pick the wrong member of a family whose members take the same inputs and give
+the same shape — a Softmax for a LogSoftmax, a sum for a mean (a missing 1/N), a max pool for an average one,
+a strict comparison for a non-strict one (a causal mask's diagonal), the larger for the smaller — or feed a
+non-commutative op its operands the other way round (``mean - x``).  Each alternative here is such an edit; the
+attribute rule keeps one only when the segment then reproduces PyTorch, so a family is tried whole.  Further:
+a Conv's dilation (its padding moved with it so the shape stays), a normalization's scale and bias exchanged,
+and an integer constant (a position offset, index arithmetic) one more or one less.
+"""
+from __future__ import annotations
+
+from typing import Iterator
+
+import numpy as np
+import onnx
+from onnx import helper
+
+from ..context import attribute
+from . import edits
+from .alternative_edits import rewired, with_attributes, with_inputs
+
+#: families of ops with the same inputs, attributes and output shape, each member tried for the others
+FAMILIES = (
+    ("Softmax", "LogSoftmax"),
+    ("Less", "LessOrEqual", "Greater", "GreaterOrEqual"),
+    ("Min", "Max"),
+    ("Floor", "Ceil", "Round"),
+    ("GlobalAveragePool", "GlobalMaxPool"),
+)
+#: reductions over the same axes tried for each other
+REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
+#: pooling attributes one kind has and the other lacks
+POOL_ONLY = {"MaxPool": ("storage_order", "dilations"), "AveragePool": ("count_include_pad",)}
+#: ops whose two operands are tried the other way round
+NON_COMMUTATIVE = frozenset({"Sub", "Div"})
+#: norms whose scale (input 1) and bias (input 2) are tried exchanged
+AFFINE_NORMS = frozenset({"LayerNormalization", "InstanceNormalization", "GroupNormalization",
+                          "BatchNormalization"})
+#: integer constants up to this many entries are tried one more and one less
+MAX_INT_CONSTANT = 64
+
+
+def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
+    """The kind and operand alternatives of one node; ``make`` builds an Alternative (see op_alternatives)."""
+    op = proto.op_type
+    family = next((f for f in FAMILIES if op in f), ())
+    for other in family:
+        if other != op:
+            yield make(proto.name, "op", op, other, "the PyTorch output", _kind(proto.name, other, ()))
+    if op in REDUCTIONS:
+        yield from _reductions(ctx, proto, make)
+    elif op in POOL_ONLY:
+        yield from _pools(proto, make)
+    elif op in NON_COMMUTATIVE and len(proto.input) == 2 and not any(_scalar(ctx, t) for t in proto.input):
+        yield make(proto.name, "operands", list(proto.input), [proto.input[1], proto.input[0]], "the PyTorch output",
+                   rewired(proto.name, [proto.input[1], proto.input[0]]))
+    elif op == "Conv":
+        yield from _dilations(proto, shape_of, make)
+    elif op in AFFINE_NORMS and len(proto.input) >= 3 and proto.input[2]:
+        inputs = list(proto.input)
+        inputs[1], inputs[2] = proto.input[2], proto.input[1]
+        yield make(proto.name, "scale, bias", [proto.input[1], proto.input[2]], inputs[1:3], "the PyTorch output",
+                   rewired(proto.name, inputs))
+    if op in ("Add", "Sub", "Range"):
+        yield from _integer_offsets(ctx, proto, make)
+
+
+def _scalar(ctx, tensor: str) -> bool:
+    value = ctx.constant(tensor)
+    return value is not None and value.size == 1
+
+
+def _kind(node: str, op_type: str, drop: tuple[str, ...], add: dict | None = None):
+    """The node computing ``op_type`` on the same inputs, attributes ``drop`` removed and ``add`` set."""
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type = op_type
+        kept = [a for a in target.attribute if a.name not in drop]
+        del target.attribute[:]
+        target.attribute.extend(kept)
+        for name, value in (add or {}).items():
+            target.attribute.append(helper.make_attribute(name, value))
+        return model, weights
+    return edit
+
+
+# --------------------------------------------------------------------------- reductions, pools
+
+def _reductions(ctx, proto, make) -> Iterator:
+    """The other reductions over the same axes (the axes moved between attribute and input as the opset wants:
+    ReduceSum takes them as an input from opset 13, the others from opset 18)."""
+    opset = next((o.version for o in ctx.onnx.skeleton.opset_import if o.domain in ("", "ai.onnx")), 13)
+    as_input = len(proto.input) > 1 and bool(proto.input[1])
+    axes = ctx.constant(proto.input[1]) if as_input else attribute(proto, "axes")
+    if as_input and axes is None:
+        return
+    axes = None if axes is None else [int(a) for a in np.asarray(axes).reshape(-1)]
+    for other in REDUCTIONS:
+        if other != proto.op_type:
+            wants_input = opset >= 18 or (other == "ReduceSum" and opset >= 13)
+            yield make(proto.name, "op", proto.op_type, other, "the PyTorch output",
+                       _reduction(proto.name, other, axes, wants_input))
+
+
+def _reduction(node: str, op_type: str, axes: list[int] | None, as_input: bool):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type = op_type
+        kept = [a for a in target.attribute if a.name != "axes"]
+        del target.attribute[:]
+        target.attribute.extend(kept)
+        del target.input[1:]
+        if axes is not None and as_input:
+            target.input.append(edits.add_initializer(model, f"{node}_axes_alternative", np.array(axes, np.int64)))
+        elif axes is not None:
+            target.attribute.append(helper.make_attribute("axes", axes))
+        return model, weights
+    return edit
+
+
+def _pools(proto, make) -> Iterator:
+    """An AveragePool that pads counting the padding or not; a max pool for an average one and back."""
+    op = proto.op_type
+    if op == "AveragePool" and any(attribute(proto, "pads") or ()):
+        have = int(attribute(proto, "count_include_pad", 0))
+        yield make(proto.name, "count_include_pad", have, 1 - have, "the PyTorch output",
+                   with_attributes(proto.name, {"count_include_pad": 1 - have}))
+    other = "AveragePool" if op == "MaxPool" else "MaxPool"
+    yield make(proto.name, "op", op, other, "the PyTorch output", _kind(proto.name, other, POOL_ONLY[op]))
+
+
+# --------------------------------------------------------------------------- Conv dilation
+
+def _dilations(proto, shape_of, make) -> Iterator:
+    """Each spatial axis at dilation 1 or 2 instead, the padding changed by the receptive field's growth
+    (half each side) so the output keeps its shape."""
+    kernel = shape_of(proto.input[1]) if len(proto.input) > 1 else None
+    if not kernel or len(kernel) < 3 or attribute(proto, "auto_pad", "NOTSET") != "NOTSET":
+        return
+    rank = len(kernel) - 2
+    dilations = list(attribute(proto, "dilations") or [1] * rank)
+    pads = list(attribute(proto, "pads") or [0] * (2 * rank))
+    for i, k in enumerate(kernel[2:]):
+        if k < 2 or dilations[i] > 2:
+            continue
+        want = 2 if dilations[i] == 1 else 1
+        grow = (k - 1) * (want - dilations[i])
+        new_pads = list(pads)
+        new_pads[i] += grow // 2 if grow > 0 else -((-grow) // 2)
+        new_pads[i + rank] += grow - (new_pads[i] - pads[i])
+        if min(new_pads) < 0:
+            continue
+        new = list(dilations)
+        new[i] = want
+        yield make(proto.name, "dilations, pads", [dilations, pads], [new, new_pads], "the PyTorch output",
+                   with_attributes(proto.name, {"dilations": new, "pads": new_pads}))
+
+
+# --------------------------------------------------------------------------- integer constants
+
+def _integer_offsets(ctx, proto, make) -> Iterator:
+    """An integer constant operand (a Range's start) one more and one less, where the other operand is not a
+    constant (a position offset, index arithmetic; not a folded shape)."""
+    positions = [0] if proto.op_type == "Range" else [0, 1]
+    for k in positions:
+        if k >= len(proto.input):
+            continue
+        value = ctx.constant(proto.input[k])
+        if value is None or value.dtype.kind not in "iu" or not 0 < value.size <= MAX_INT_CONSTANT:
+            continue
+        if proto.op_type != "Range" and ctx.constant(proto.input[1 - k]) is not None:
+            continue
+        for step in (1, -1):
+            want = (value.astype(np.int64) + step).astype(value.dtype)
+            yield make(proto.name, f"integer input {k}", value.reshape(-1)[:4].tolist(),
+                       want.reshape(-1)[:4].tolist(), "the PyTorch output", with_inputs(proto.name, {k: want}))

@@ -1,0 +1,169 @@
+"""Faults of an op's kind and operands: the wrong member of a family (LogSoftmax for Softmax, a sum for a mean, a
+max pool for an average one, a strict comparison for a non-strict one), operands the other way round, a Pow's
+exponent, a Conv's dilation, a norm's scale and bias exchanged, an integer offset — each named at its node and
+confirmed by re-running the segment with the op that reproduces PyTorch."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from onnx import helper, numpy_helper
+from torch.nn import functional as F
+
+import onnx_bisect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+
+
+class _KindsNet(torch.nn.Module):
+    """A 3-tap Conv1d, GroupNorm, max + average pools that pad (the average not counting the padding), a
+    hand-written layer norm (mean, Sub, Pow, Sqrt, Div), token positions offset by one into an embedding, a
+    mask from comparing token ids (a tie on the diagonal), softmax attention and a classifier."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.conv, self.norm = torch.nn.Conv1d(4, 8, 3, padding=1), torch.nn.GroupNorm(2, 8)
+        self.pos, self.fc = torch.nn.Embedding(16, 8), torch.nn.Linear(8, 3)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.normal_(0.0, 0.5)
+
+    def forward(self, x, ids):  # (2, 4, 6) float, (2, 6) int64
+        h = self.norm(self.conv(x))
+        h = F.max_pool1d(h, 3, 1, 1) - 2.0 * F.avg_pool1d(h, 3, 1, 1, count_include_pad=False)
+        t = h.transpose(1, 2) + self.pos(ids + 1)
+        d = t - t.mean(-1, keepdim=True)
+        t = d / torch.sqrt(d.pow(2).mean(-1, keepdim=True) + 1e-5)
+        scores = (t @ t.transpose(1, 2)).masked_fill(ids[:, :, None] < ids[:, None, :], -1e4)
+        return self.fc(torch.softmax(scores, -1) @ t)
+
+
+def _inputs():
+    g = torch.Generator().manual_seed(6)
+    return torch.randn(2, 4, 6, generator=g), torch.tensor([[3, 1, 4, 1, 5, 9], [2, 6, 5, 3, 5, 8]])
+
+
+@pytest.fixture(scope="module")
+def exported():
+    model, inputs = _KindsNet().eval(), _inputs()
+    return model, inputs, dc.export(model, inputs, "torchscript")
+
+
+def _planted(exported, op_type: str, change, pick=lambda nodes: nodes[0]):
+    """Copy the file, ``change(proto, node)`` one node of ``op_type``, run onnx-bisect: ``(fd, node name)``."""
+    model, inputs, proto = exported
+    faulty = type(proto)()
+    faulty.CopyFrom(proto)
+    node = pick([n for n in faulty.graph.node if n.op_type == op_type])
+    change(faulty, node)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=faulty)
+    return report.first_divergence, node.name
+
+
+def _found(fd, planted: str, cause: str = "attribute-mismatch", at_most: int = 3):
+    assert fd is not None and fd.cause == cause and fd.confirmed is True, fd and (fd.cause, fd.explanation)
+    assert planted in fd.layer.segment and len(fd.layer.segment) <= at_most, fd.layer.segment
+    return fd.evidence
+
+
+def _retype(op_type: str):
+    def change(proto, node):
+        node.op_type = op_type
+    return change
+
+
+def test_clean_file_agrees(exported):
+    model, inputs, proto = exported
+    assert onnx_bisect.bisect(model, inputs, onnx=proto).ok
+
+
+@pytest.mark.parametrize("op, planted_as", [("Softmax", "LogSoftmax"), ("ReduceMean", "ReduceMax"),
+                                            ("Less", "LessOrEqual")])
+def test_another_member_of_the_ops_family_is_named(exported, op, planted_as):
+    fd, name = _planted(exported, op, _retype(planted_as))
+    ev = _found(fd, name)
+    assert f"{planted_as}" in fd.explanation and op in fd.explanation, fd.explanation
+    assert ev
+
+
+def test_a_sum_for_a_mean_is_named_with_its_axes_moved_to_the_form_the_opset_wants(exported):
+    """ReduceSum takes its axes as an input at opset 17, ReduceMean as an attribute: the fault moves them, and
+    the alternative moves them back."""
+    def change(proto, node):
+        axes = next(a for a in node.attribute if a.name == "axes")
+        proto.graph.initializer.append(numpy_helper.from_array(np.array(axes.ints, np.int64), f"{node.name}_axes"))
+        node.op_type = "ReduceSum"
+        node.attribute.remove(axes)
+        node.input.append(f"{node.name}_axes")
+    fd, name = _planted(exported, "ReduceMean", change)
+    _found(fd, name)
+    assert "ReduceMean" in fd.explanation
+
+
+def test_operands_the_other_way_round_are_named(exported):
+    """The layer norm's ``t - mean`` computed as ``mean - t``."""
+    def change(proto, node):
+        node.input[0], node.input[1] = node.input[1], node.input[0]
+    constants = {i.name for i in exported[2].graph.initializer}
+    fd, name = _planted(exported, "Sub", change, pick=lambda nodes: next(
+        n for n in nodes if not constants & set(n.input)))
+    _found(fd, name)
+
+
+def test_a_pow_exponent_is_found_among_the_usual_ones(exported):
+    def change(proto, node):
+        proto.graph.initializer.append(numpy_helper.from_array(np.array(3.0, np.float32), "pow_planted"))
+        node.input[1] = "pow_planted"
+    fd, name = _planted(exported, "Pow", change)
+    _found(fd, name)
+    assert "2" in fd.explanation
+
+
+def test_an_average_pool_counting_its_padding_is_named(exported):
+    def change(proto, node):
+        keep = [a for a in node.attribute if a.name != "count_include_pad"]
+        del node.attribute[:]
+        node.attribute.extend(keep + [helper.make_attribute("count_include_pad", 1)])
+    fd, name = _planted(exported, "AveragePool", change)
+    _found(fd, name)
+    assert "count_include_pad" in fd.explanation
+
+
+def test_a_max_pool_for_an_average_one_is_named(exported):
+    def change(proto, node):
+        node.op_type = "MaxPool"
+        keep = [a for a in node.attribute if a.name != "count_include_pad"]
+        del node.attribute[:]
+        node.attribute.extend(keep)
+    fd, name = _planted(exported, "AveragePool", change)
+    _found(fd, name)
+
+
+def test_a_dilated_conv_is_named_with_its_padding(exported):
+    def change(proto, node):
+        for a in node.attribute:
+            if a.name == "dilations":
+                a.ints[:] = [2]
+            if a.name == "pads":
+                a.ints[:] = [2, 2]
+    fd, name = _planted(exported, "Conv", change)
+    _found(fd, name)
+    assert "dilations" in fd.explanation
+
+
+def test_an_integer_offset_one_off_is_named(exported):
+    """``ids + 1`` into the position table: the constant 2 instead of 1 shifts every position."""
+    def change(proto, node):
+        const = next(i for i in node.input if any(c.name == i for c in proto.graph.initializer)
+                     or any(n.op_type == "Constant" and n.output[0] == i for n in proto.graph.node))
+        proto.graph.initializer.append(numpy_helper.from_array(np.array(2, np.int64), "offset_planted"))
+        node.input[list(node.input).index(const)] = "offset_planted"
+    ids = exported[2].graph.input[1].name
+    fd, name = _planted(exported, "Add", change, pick=lambda nodes: next(n for n in nodes if ids in n.input))
+    _found(fd, name)
