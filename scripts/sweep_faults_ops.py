@@ -356,7 +356,7 @@ def plant_norm_affine(ctx: FileContext, site: Site, rng: np.random.Generator) ->
     out = _usable(ctx, out, node.output[0])
     if out is None:
         raise NoVariant("exchanging scale and bias does not change the output")
-    return Planted(out, [site.node], "weight-mismatch", f"{node.op_type} scale and bias exchanged")
+    return Planted(out, [site.node], "attribute-mismatch", f"{node.op_type} scale and bias exchanged")
 
 
 SOFTMAX_SWAPS = {"Softmax": "LogSoftmax", "LogSoftmax": "Softmax"}
@@ -392,7 +392,7 @@ KINDS = (
               f"an activation quantizer's zero point moved by {ZERO_POINT_SHIFTS[0]}–{ZERO_POINT_SHIFTS[-1]}"),
     FaultKind("conv-dilation", dilation_sites, plant_conv_dilation, "attribute-mismatch",
               "a Conv's dilation 1 → 2 on one axis, pads grown so the shape stays"),
-    FaultKind("norm-affine", affine_sites, plant_norm_affine, "weight-mismatch",
+    FaultKind("norm-affine", affine_sites, plant_norm_affine, "attribute-mismatch",
               "a normalization's scale and bias inputs exchanged"),
     FaultKind("softmax-kind", softmax_kind_sites, plant_softmax_kind, "attribute-mismatch",
               "Softmax ↔ LogSoftmax"),

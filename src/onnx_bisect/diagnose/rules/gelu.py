@@ -77,7 +77,7 @@ class GeluApproximation(Rule):
             f"'{'none' if torch_formula == 'erf' else 'tanh'}', or turn off the tool that rewrote it "
             f"({'FastGelu fusion / gelu approximation' if torch_formula == 'erf' else 'the erf rewrite'})."
         )
-        return Finding(self.cause, 0.9, summary, fix, evidence,
+        return Finding(self.cause, 0.9, summary, fix, evidence, changes=_between(ctx, x, y),
                        counterfactual=lambda c: _switch(c, site, torch_formula, dtype))
 
 
@@ -140,6 +140,15 @@ def _by_value(ctx: DiagnosisContext, anchor: onnx.NodeProto, protos: list[onnx.N
     computing = _ancestors(protos, best[2])
     nodes = [n.name for n in protos if (n.name in after or n is anchor) and n.name in computing]
     return best[1], best[2], "erf" if anchor.op_type == "Erf" else "tanh", nodes, None, whole
+
+
+def _between(ctx: DiagnosisContext, x: str, y: str) -> tuple[str, ...]:
+    """The nodes computing the GELU: on a path from its input ``x`` to its output ``y`` (the polynomial
+    before a Tanh included), in graph order."""
+    names = {n.name for n in ctx.onnx.skeleton.graph.node}
+    after_x = downstream(ctx.onnx.skeleton, [x], names)
+    computing = _ancestors(list(ctx.onnx.skeleton.graph.node), y)
+    return tuple(n.name for n in ctx.onnx.skeleton.graph.node if n.name in after_x and n.name in computing)
 
 
 def _ancestors(protos: list[onnx.NodeProto], tensor: str) -> set[str]:
