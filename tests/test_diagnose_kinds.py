@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from onnx import helper, numpy_helper
@@ -167,3 +168,49 @@ def test_an_integer_offset_one_off_is_named(exported):
     ids = exported[2].graph.input[1].name
     fd, name = _planted(exported, "Add", change, pick=lambda nodes: next(n for n in nodes if ids in n.input))
     _found(fd, name)
+
+
+class _CentredNorm(torch.nn.Module):
+    """A layer norm written by hand (Cohere's): mean, x − mean, its square's mean, a Sqrt, a Div, a weight."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(d) + 0.5)
+
+    def forward(self, x):
+        d = x - x.mean(-1, keepdim=True)
+        return self.weight * d / torch.sqrt(d.pow(2).mean(-1, keepdim=True) + 1e-5)
+
+
+class _NormedBlocks(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.inp = torch.nn.Linear(8, 16)
+        self.norms = torch.nn.ModuleList(_CentredNorm(16) for _ in range(2))
+        self.fcs = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(2))
+
+    def forward(self, x):
+        h = self.inp(x)
+        for norm, fc in zip(self.norms, self.fcs):
+            h = h + torch.tanh(fc(norm(h)))
+        return h
+
+
+def test_a_fault_in_a_hand_written_norms_statistics_is_found_in_a_renamed_file(tmp_path):
+    """Every node and tensor renamed: a Pow's exponent 2 → 3 inside the first norm's variance.  Loosely paired,
+    the norm's value lay nearest to ``x - mean`` (the fault is in the spread it divides by), which put the
+    segment after the fault; a normalization's output is only taken from a tensor divided by a spread."""
+    import fault_sweep
+
+    model, x = _NormedBlocks().eval(), torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(8))
+    onnx_file = tmp_path / "clean.onnx"
+    onnx.save(dc.export(model, (x,), "dynamo"), onnx_file)
+    fault_sweep.rename(onnx_file, tmp_path / "renamed.onnx")
+    proto = onnx.load(tmp_path / "renamed.onnx")
+    pow_node = next(n for n in proto.graph.node if n.op_type == "Pow")
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(3.0, np.float32), "pow_planted"))
+    pow_node.input[1] = "pow_planted"
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    _found(report.first_divergence, pow_node.name)

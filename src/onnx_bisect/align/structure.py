@@ -264,6 +264,7 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         holders.setdefault(id(a.value), []).append(a.index)
     earlier: set[str] = set()  # what earlier calls' tensors are computed from
     cuts, readers, computable = _cut_lookup(graph, values), _leaf_readers(acts), _computable(graph)
+    normalized = _normalized(graph)
     for a in acts:
         if a.index not in draft and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size \
                 and not _returns_paired_value(a, holders, draft):
@@ -276,6 +277,8 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
                         and kind(values[t]) == "f" and (a.passthrough or t not in earlier)
                         and later.get(t, -1) < a.index and not _beyond(cuts(t), extent) and computable(a, t))
             found = _nearest(a.value, _first_values([t for t in ordered if allowed(t)], keys), values, graph)
+            if found is not None and _is_norm(a) and not normalized(found[0], lo):
+                found = None  # the centred input x - mean, nearer than the output when the fault is in the spread
             if found is not None and not _held_by_reader(a, found, readers, draft, values):
                 tensor = _claim_loose(a, _climb(a.value, found, values, graph, allowed), graph, draft, values)
                 taken.add(tensor)
@@ -297,6 +300,16 @@ HANDING_ON = frozenset({"Add", "Mul", "Cast", "QuantizeLinear", "DequantizeLinea
                         "Transpose", "Squeeze", "Unsqueeze", "Flatten"})
 
 
+#: ops that divide by a spread computed at run time: a normalization's output lies downstream of one
+NORMALIZING = frozenset({"Sqrt", "Reciprocal", "LayerNormalization", "SimplifiedLayerNormalization",
+                         "SkipLayerNormalization", "SkipSimplifiedLayerNormalization", "GroupNormalization",
+                         "InstanceNormalization", "RMSNormalization", "LpNormalization", "MeanVarianceNormalization",
+                         "ReduceL2", "LRN"})
+#: what a normalization module's class is called (the layer norms models write themselves), and what not
+NORM_NAMES = ("LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "ResponseNorm")
+NOT_NORMS = ("BatchNorm", "NoNorm")
+
+
 def _computable(graph: GraphIndex):
     """``(activation, tensor) -> bool``: a Conv's or a Linear's value (told by class ancestry) only in a tensor
     a convolution or a matrix product computed, looked through a bias Add, casts and Q/DQ pairs — never a
@@ -314,6 +327,30 @@ def _computable(graph: GraphIndex):
         return memo[t]
 
     return lambda a, t: a.kind not in (ModuleKind.CONV, ModuleKind.LINEAR) or computed(t)
+
+
+def _normalized(graph: GraphIndex):
+    """``(tensor, lower bound) -> bool``: whether the tensor is computed after the lower bound through a division
+    by a spread computed at run time — a Sqrt, a Reciprocal, a Div by a tensor or a normalization op — as a
+    normalization's output (a LayerNorm, an RMSNorm, a GroupNorm) is; the centred input ``x - mean`` is not,
+    and lies nearer than the output when the fault is in the statistics (a loose pair must not take it)."""
+    def normalized(t: str, lo: int, depth: int = 0) -> bool:
+        node = graph.node_of(t)
+        if node is None or depth > 8 or graph.order_of(t) <= lo:
+            return False
+        divides = node.op_type == "Div" and len(node.inputs) > 1 and not graph.is_constant(node.inputs[1])
+        return node.op_type in NORMALIZING or divides or any(
+            normalized(i, lo, depth + 1) for i in node.inputs if i and not graph.is_constant(i))
+
+    return normalized
+
+
+def _is_norm(a: Activation) -> bool:
+    """Whether ``a`` is a normalization module's call that computes its statistics at run time (not a
+    BatchNorm in eval mode: an affine map)."""
+    name = a.module_type or ""
+    return a.kind is not ModuleKind.BATCHNORM and not a.op and not any(n in name for n in NOT_NORMS) and (
+        name.endswith("Norm") or any(n in name for n in NORM_NAMES))
 
 
 def _leaf_readers(acts) -> dict[int, list[Activation]]:
