@@ -233,16 +233,16 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     """Pairs by nearness of value where exact values cannot exist: a graph without scope
     information whose outputs diverge (see :func:`loose_gate`).
 
-    Downstream of a fault no tensor equals its activation, so the structural
-    pass leaves the rest of the graph unaligned and the fault would be blamed on
-    the last module.  Here an activation takes the nearest tensor of its layout
+    Downstream of a fault no tensor equals its activation (the structural pass
+    leaves it unaligned; the fault would be blamed on the last module).  Here
+    an activation takes the nearest tensor of its layout
     after its inputs, when that tensor is within ``LOOSE_MAX_REL`` (in value or in
     direction: a wrongly scaled tensor points the same way) and clearly nearer
     than the others.  Never taken: a tensor feeding one that holds its
     activation's value far more exactly than the outputs hold theirs (it lies
     upstream of any fault), a tensor that an earlier call's tensor is computed
-    from (a later call's value cannot be there), and the numbers of a tensor
-    already paired, reshaped.
+    from (a later call's value cannot be there), the numbers of a tensor already
+    paired, reshaped, and for a normalization a tensor no spread divides.
     """
     acts, graph, values, signatures = x.acts, x.graph, x.values, x.signatures
     draft = state.draft()
@@ -263,8 +263,8 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     for a in acts:
         holders.setdefault(id(a.value), []).append(a.index)
     earlier: set[str] = set()  # what earlier calls' tensors are computed from
-    cuts, readers, computable = _cut_lookup(graph, values), _leaf_readers(acts), _computable(graph)
-    normalized = _normalized(graph)
+    cuts, readers, computable, normalized = (_cut_lookup(graph, values), _leaf_readers(acts), _computable(graph),
+                                             _normalized(graph))
     for a in acts:
         if a.index not in draft and a.is_leaf and a.module and kind(a.value) == "f" and a.value.size \
                 and not _returns_paired_value(a, holders, draft):
@@ -277,9 +277,8 @@ def pair_loosely(state: AlignmentState, x: AlignInputs) -> list[Claim]:
                         and kind(values[t]) == "f" and (a.passthrough or t not in earlier)
                         and later.get(t, -1) < a.index and not _beyond(cuts(t), extent) and computable(a, t))
             found = _nearest(a.value, _first_values([t for t in ordered if allowed(t)], keys), values, graph)
-            if found is not None and _is_norm(a) and not normalized(found[0], lo):
-                found = None  # the centred input x - mean, nearer than the output when the fault is in the spread
-            if found is not None and not _held_by_reader(a, found, readers, draft, values):
+            unfit = found is None or _is_norm(a) and not normalized(found[0], lo)  # a norm's, never x - mean
+            if not unfit and not _held_by_reader(a, found, readers, draft, values):
                 tensor = _claim_loose(a, _climb(a.value, found, values, graph, allowed), graph, draft, values)
                 taken.add(tensor)
                 held.setdefault(keys[tensor], set()).add(mine)
