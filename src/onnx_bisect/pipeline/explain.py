@@ -177,18 +177,22 @@ def pinned_by_fix(first: Divergence, index) -> Divergence:
 
 #: a segment of at most this many nodes is kept whole when a fix changes some of them
 KEPT_WHOLE = 3
+#: at most this many layout neighbours of a fixed node join it (more: none of them undoes the node's change)
+FEW_NEIGHBOURS = 2
 #: ops that only move values: a wrong one can be undone by the next
 LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Split", "Slice",
                         "Gather", "Expand", "DepthToSpace", "SpaceToDepth"})
 
 
 def _layout_neighbours(fixed: set[str], segment: set[str], index) -> set[str]:
-    """The layout ops of ``segment`` that feed a fixed node or read its output directly."""
+    """The layout ops of ``segment`` that feed a fixed node or read its output directly — unless there are more
+    than :data:`FEW_NEIGHBOURS` of them (a stack of 16 time steps: its Unsqueezes undo no Concat order)."""
     found: set[str] = set()
     for node in (n for n in index.nodes if n.name in fixed):
         near = [index.node_of(t) for t in node.inputs if t] + [
             index.nodes[c] for t in node.outputs for c in index.consumers.get(t, ())]
-        found |= {n.name for n in near if n is not None and n.name in segment and n.op_type in LAYOUT_OPS}
+        layout = {n.name for n in near if n is not None and n.name in segment and n.op_type in LAYOUT_OPS}
+        found |= layout if len(layout) <= FEW_NEIGHBOURS else set()
     return found
 
 

@@ -47,6 +47,7 @@ def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
     elif op in DEFAULTS or op in ("HardSigmoid", "Sigmoid"):
         yield from activation(ctx, proto, make)
     elif op == "Concat":
+        yield from _fitted_order(ctx, proto, make)
         yield from _concat_order(proto, lambda t: shape_of(t) or _constant_shape(ctx, t), make)
     elif op in ("Where", "Add", "ConstantOfShape"):
         yield from mask_values(ctx, proto, make)
@@ -235,6 +236,32 @@ def _concat_order(proto, shape_of, make) -> Iterator:
         want = list(have)
         want[i], want[j] = have[j], have[i]
         yield make(proto.name, "input order", [i, j], [j, i], "the PyTorch output", rewired(proto.name, want))
+
+
+def _fitted_order(ctx, proto, make) -> Iterator:
+    """Where the Concat computes the divergent tensor: its inputs in the order in which they equal PyTorch's
+    output piece by piece (a stack of 16 time steps with two exchanged: no pair among the first few is)."""
+    if len(proto.input) < 3 or _carried_to(ctx, proto.output[0]) != ctx.tensor:
+        return
+    values = [node_value(ctx, t) for t in proto.input]
+    if any(v is None or v.ndim == 0 for v in values) or len({v.ndim for v in values}) != 1:
+        return
+    axis = attribute(proto, "axis", 0) % values[0].ndim
+    reference = ctx.reference
+    if reference.shape != np.concatenate(values, axis=axis).shape:
+        return
+    pieces = np.split(reference, np.cumsum([v.shape[axis] for v in values])[:-1], axis=axis)
+    order: list[int] = []
+    for k, piece in enumerate(pieces):
+        fits = [j for j, v in enumerate(values) if j not in order and v.shape == piece.shape
+                and ctx.compare(v.astype(piece.dtype, copy=False), piece).ok]
+        if not fits:
+            return
+        order.append(k if k in fits else fits[0])
+    if order != list(range(len(values))):
+        want = [proto.input[j] for j in order]
+        yield make(proto.name, "input order", list(range(len(order))), order, "the PyTorch output",
+                   rewired(proto.name, want))
 
 
 def _constant_shape(ctx, tensor: str) -> tuple[int, ...] | None:
