@@ -8,7 +8,8 @@ import itertools
 import numpy as np
 
 from ..support import edits, layout
-from ..support.alternatives import Alternative, alternatives, attribute_change, backed_perms, boundary_shapes
+from ..support.alternatives import (Alternative, alternatives, attribute_change, backed_perms, boundary_shapes,
+                                    searched)
 from ..support.op_alternatives import boundary_swaps
 from ...records import Cause, ModuleKind, module_kind
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
@@ -116,7 +117,8 @@ def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None]:
     backed = (alt for proto in protos for alt in backed_perms(ctx, proto, ctx.shape_of))
     tried = (alt for proto in protos for alt in alternatives(ctx, proto, ctx.shape_of))
     swapped = boundary_swaps(ctx, lambda *a: Alternative(*a[:6], feeds=a[6]))
-    for alt in itertools.chain(backed, tried, boundary_shapes(ctx), swapped):
+    last = (alt for proto in protos for alt in searched(ctx, proto))
+    for alt in itertools.chain(backed, tried, boundary_shapes(ctx), swapped, last):
         key = (alt.node, alt.what, repr(alt.want))
         if key in seen:
             continue

@@ -26,6 +26,8 @@ from ..context import attribute
 Edit = Callable[[onnx.ModelProto, Weights], tuple[onnx.ModelProto, Weights]]
 #: binary ops whose scalar constant operand is tried at other values
 SCALAR_OPS = frozenset({"Mul", "Div", "Add", "Sub", "Pow"})
+#: of them, those whose scalar is also searched for by re-running the segment
+SEARCHED_OPS = frozenset({"Mul", "Div", "Pow"})
 
 
 @dataclass(frozen=True)
@@ -53,8 +55,18 @@ def attribute_change(node: str, name: str, have, want, source: str) -> Alternati
     return Alternative(node, name, have, want, source, edit)
 
 
+def searched(ctx, proto: onnx.NodeProto) -> Iterator[Alternative]:
+    """The alternatives found by searching, by re-running the segment, for a scalar no closed form fits (inside
+    the segment): tried after every node's other alternatives, so that a fit where the error shows (a Div's
+    divisor computing the divergent tensor) wins over a compensating search on the node before it (a Mul by
+    the attention scale: ``x·a/b`` is fixed by either constant)."""
+    if proto.op_type in SEARCHED_OPS:
+        yield from _scalars(ctx, proto, searching=True)
+
+
 def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | None]) -> Iterator[Alternative]:
-    """The plausible alternatives of one segment node (``ctx`` is the DiagnosisContext)."""
+    """The plausible alternatives of one segment node (``ctx`` is the DiagnosisContext); see also
+    :func:`searched`."""
     op = proto.op_type
     if op in ("Softmax", "LogSoftmax", "Hardmax"):
         yield from _axis(ctx, proto, shape_of)
@@ -176,15 +188,18 @@ def _replacement(tensor: str, value: np.ndarray) -> Edit:
     return edit
 
 
-def _scalars(ctx, proto) -> Iterator[Alternative]:
-    """A scalar constant operand at the value fitted to PyTorch's output, or at the factors PyTorch's op used."""
+def _scalars(ctx, proto, searching: bool = False) -> Iterator[Alternative]:
+    """A scalar constant operand at the value fitted to PyTorch's output, or at the factors PyTorch's op used
+    (``searching``: only at the value a search finds, where nothing is fitted)."""
     for position, tensor in enumerate(proto.input[:2]):
         value = ctx.constant(tensor)
         if value is None or value.size != 1 or value.dtype.kind != "f":
             continue
         have = float(value.reshape(-1)[0])
         tried = set()
-        for want, source in _scalar_candidates(ctx, proto, position, have, tensor, value):
+        candidates = (_searched_candidates(ctx, proto, position, have, tensor, value) if searching else
+                      _scalar_candidates(ctx, proto, position, have, tensor, value))
+        for want, source in candidates:
             key = float(f"{want:.6g}")
             if not np.isfinite(want) or key in tried or np.isclose(want, have, rtol=1e-6, atol=0):
                 continue
@@ -196,7 +211,8 @@ def _scalars(ctx, proto) -> Iterator[Alternative]:
 def _scalar_candidates(ctx, proto, position: int, have: float, tensor: str, value: np.ndarray
                        ) -> Iterator[tuple[float, str]]:
     fitted = _fit_scalar(ctx, proto, position) if proto.output[0] == ctx.tensor else None
-    if fitted is not None:
+    if fitted is not None:  # a simple number near the fit first (a float16 segment's fit is off by its noise)
+        yield from ((nice, "the PyTorch output (a simple number near the fit)") for nice in _nice_numbers(fitted))
         yield fitted, "the PyTorch output"
     yield from _formula_constants(ctx.layer.pair.activation)
     for name, arg in ctx.layer.pair.activation.args:
@@ -207,14 +223,19 @@ def _scalar_candidates(ctx, proto, position: int, have: float, tensor: str, valu
                 yield 1.0 / x, f"the inverse of {op}'s argument {x:.6g}"
     if proto.op_type == "Pow" and position == 1:
         yield from ((e, "a usual exponent") for e in USUAL_EXPONENTS)
-    if fitted is None and proto.op_type in ("Mul", "Div", "Pow"):
-        # inside the segment (a macaron half-step's 0.5 before a residual Add and a LayerNorm): no closed form,
-        # so the factor is searched by re-running the segment, and a simple number near it tried first
-        searched = _searched_scalar(ctx, tensor, have, value)
-        if searched is not None:
-            for nice in _nice_numbers(searched):
-                yield nice, "the PyTorch output (searched, a simple number near it)"
-            yield searched, "the PyTorch output (searched)"
+
+
+def _searched_candidates(ctx, proto, position: int, have: float, tensor: str, value: np.ndarray
+                         ) -> Iterator[tuple[float, str]]:
+    """Inside the segment (a macaron half-step's 0.5 before a residual Add and a LayerNorm) no closed form fits,
+    so the factor is searched by re-running the segment, and a simple number near it tried first."""
+    if proto.output[0] == ctx.tensor and _fit_scalar(ctx, proto, position) is not None:
+        return  # fitted in closed form
+    found = _searched_scalar(ctx, tensor, have, value)
+    if found is not None:
+        for nice in _nice_numbers(found):
+            yield nice, "the PyTorch output (searched, a simple number near it)"
+        yield found, "the PyTorch output (searched)"
 
 
 #: a Pow's exponents in the formulas models use (squares and variances, roots, cubes, reciprocals)
