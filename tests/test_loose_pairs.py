@@ -494,3 +494,43 @@ def test_a_convolutions_value_is_not_taken_from_the_normalization_after_it(tmp_p
     assert rows["body.0"].pair.op_type != "InstanceNormalization", rows["body.0"].pair
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     assert len(fd.layer.segment) <= 3 and "Mul" in fd.layer.segment_ops, fd.layer.segment_ops
+
+
+class _SingletonAttention(torch.nn.Module):
+    """MobileViT-V2's separable attention at a size where its context scores are a softmax over one element (all
+    ones, through a Dropout), and the query the scores are computed from lies near one."""
+
+    def __init__(self, d: int = 8):
+        super().__init__()
+        torch.manual_seed(9)
+        self.qkv, self.drop, self.out = torch.nn.Linear(d, 1 + 2 * d), torch.nn.Dropout(0.1), torch.nn.Linear(d, d)
+        self.head = torch.nn.Linear(d, 4)
+        with torch.no_grad():
+            self.qkv.weight[0].mul_(0.05)
+            self.qkv.bias[0] = 1.0
+
+    def forward(self, x):  # (1, 6, d)
+        q, k, v = torch.split(self.qkv(x), [1, x.shape[-1], x.shape[-1]], dim=-1)
+        scores = self.drop(torch.softmax(q[..., None], dim=-1))[..., 0]  # one element: ones
+        context = (scores * k).sum(1, keepdim=True)
+        return self.head(self.out(torch.relu(v) * context))
+
+
+def test_a_value_of_one_number_repeated_takes_no_loose_pair(tmp_path):
+    """onnx-simplifier folds the softmax over one element away, so no tensor holds the Dropout's all-ones value;
+    downstream of a fault (the last Linear's weight) it lay nearest to the query (near one) and was paired with
+    it, which put an earlier divergence at the Split: such a value says nothing of where it is computed, and
+    takes no tensor by nearness."""
+    import onnxsim
+
+    model, x = _SingletonAttention().eval(), torch.randn(1, 6, 8, generator=torch.Generator().manual_seed(3))
+    proto, _ = onnxsim.simplify(dc.export(model, (x,), "dynamo"))
+    assert not [n for n in proto.graph.node if n.op_type == "Softmax"]
+    head = [n for n in proto.graph.node if n.op_type in ("Gemm", "MatMul")][-1]
+    weight = next(i for i in head.input if i in {t.name for t in proto.graph.initializer})
+    renamed = _renamed(tmp_path, plant.perturb_initializer(proto, weight, rel=0.3))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=renamed)
+    fd = report.first_divergence
+    assert fd is not None and fd.layer.pair.activation.module == "head", fd.layer.pair.activation.name
+    assert fd.cause == "weight-mismatch"
