@@ -214,3 +214,33 @@ def test_a_fault_in_a_hand_written_norms_statistics_is_found_in_a_renamed_file(t
     with dc.quiet():
         report = onnx_bisect.bisect(model, (x,), onnx=proto)
     _found(report.first_divergence, pow_node.name)
+
+
+class _Scan(torch.nn.Module):
+    """A recurrence unrolled over 8 steps whose states are stacked (Mamba's selective scan), then a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(11)
+        self.a, self.out = torch.nn.Parameter(torch.rand(6) * 0.5 + 0.4), torch.nn.Linear(6, 3)
+
+    def forward(self, x):  # (2, 8, 6)
+        h, states = torch.zeros_like(x[:, 0]), []
+        for t in range(x.shape[1]):
+            h = self.a * h + x[:, t]
+            states.append(h)
+        return self.out(torch.stack(states, dim=1))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_two_steps_of_a_long_stack_exchanged_are_named_at_the_concat(exporter):
+    """Inputs 2 and 6 of the 8-input Concat exchanged: no pair among the first six is tried, so the order is fitted
+    to PyTorch's output piece by piece; the segment is the Concat, not the Concat and its eight Unsqueezes."""
+    model, x = _Scan().eval(), torch.randn(2, 8, 6, generator=torch.Generator().manual_seed(12))
+    proto = dc.export(model, (x,), exporter)
+    concat = next(n for n in proto.graph.node if n.op_type == "Concat" and len(n.input) == 8)
+    concat.input[2], concat.input[6] = concat.input[6], concat.input[2]
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    _found(fd, concat.name, at_most=1)
+    assert "input order" in fd.explanation, fd.explanation
