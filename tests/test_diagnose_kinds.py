@@ -244,3 +244,35 @@ def test_two_steps_of_a_long_stack_exchanged_are_named_at_the_concat(exporter):
         fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
     _found(fd, concat.name, at_most=1)
     assert "input order" in fd.explanation, fd.explanation
+
+
+class _SoftCap(torch.nn.Module):
+    """Gemma 2's soft-capping: scores times a scale, divided by the cap, tanh, times the cap."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(13)
+        self.q, self.out = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        s = self.q(x) * 0.35355339
+        return self.out(torch.tanh(s / 5.0) * 5.0)
+
+
+def test_a_divisor_that_computes_the_divergent_tensor_wins_over_a_search_on_the_scale_before_it():
+    """Float16: neither op's value pairs at float noise, so the segment holds the Mul by the scale and the Div by
+    the cap; ``x·a/b`` is fixed by either constant.  The divisor, fitted where the error shows, is named (at 5,
+    the simple number near its fit), not the scale a search finds ×1.5."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import rewrites
+
+    model, x = _SoftCap().eval(), torch.randn(4, 6, 8, generator=torch.Generator().manual_seed(14)) * 4
+    proto = rewrites.to_float16(dc.export(model, (x,), "torchscript"))
+    div = next(n for n in proto.graph.node if n.op_type == "Div")
+    k = next(i for i, t in enumerate(div.input) if t != div.input[0])
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(7.5, np.float16), "cap_planted"))
+    div.input[k] = "cap_planted"
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto, atol=1e-2, rtol=1e-2).first_divergence
+    _found(fd, div.name)
+    assert "implies 5.0" in fd.explanation and div.name in fd.explanation.split("=")[0], fd.explanation
