@@ -210,7 +210,11 @@ def fp16(src: Path, dst: Path) -> None:
     onnx.save(float16.convert_float_to_float16(onnx.load(src), keep_io_types=True), dst)
 
 
-def int8(calib: list[tuple]) -> Callable[[Path, Path], None]:
+def int8(calib: list[tuple], per_channel: bool = False, op_types: list[str] | None = None
+         ) -> Callable[[Path, Path], None]:
+    """quantize_static (QDQ, uint8 activations, int8 weights) calibrated on ``calib``; ``per_channel`` and
+    ``op_types`` (only these ops quantized: the usual recipe for transformers, MatMul / Gemm / Conv) as
+    onnxruntime.quantization takes them."""
     def make(src: Path, dst: Path) -> None:
         import onnxruntime as ort
         from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -224,8 +228,8 @@ def int8(calib: list[tuple]) -> Callable[[Path, Path], None]:
             def get_next(self):
                 return next(self.batches, None)
 
-        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                        op_types_to_quantize=op_types, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     return make
 
 

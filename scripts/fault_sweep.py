@@ -14,7 +14,8 @@ export with every node renamed ``n0…``, every tensor — graph inputs and outp
 included — ``t0…``, every metadata_props and doc_string dropped), ``fp16``
 (onnxconverter-common, keep_io_types), ``ort-opt`` (ONNX Runtime ORT_ENABLE_EXTENDED
 offline optimization of a TorchScript export), ``qdq-int8`` (quantize_static, QDQ,
-seeded random calibration, on a TorchScript export); a derived file falls back to
+seeded random calibration, on a TorchScript export), ``qdq-matmul`` (the same with only
+MatMul / Gemm / Conv quantized, weights per channel: the transformer recipe); a derived file falls back to
 the other exporter when its base export or the conversion fails — the sweep:
 
 1. makes the clean file and picks its tolerance: fp32 files use onnx-bisect's defaults
@@ -240,6 +241,13 @@ def qdq_int8(arch: str) -> Callable[[Path, Path], None]:
     return alignment_corpus.int8(sweep_models.calibration(arch, 4))
 
 
+def qdq_matmul(arch: str) -> Callable[[Path, Path], None]:
+    """quantize_static (QDQ) the way transformers are usually quantized: only MatMul / Gemm / Conv, weights per
+    channel (every op quantized, random-weight transformers disagree with PyTorch beyond 0.3)."""
+    return alignment_corpus.int8(sweep_models.calibration(arch, 4), per_channel=True,
+                                 op_types=["MatMul", "Gemm", "Conv"])
+
+
 @dataclass(frozen=True)
 class Provenance:
     """How a provenance file is made: from which exports (in order of preference), by which conversion."""
@@ -262,6 +270,8 @@ PROVENANCES = {
     "dynamic": Provenance(("dynamo-dynamic", "torchscript-dynamic")),
     "ort-fusion": Provenance(("torchscript", "dynamo"), lambda arch: ort_fusion),
     "fp16-io": Provenance(("dynamo", "torchscript"), lambda arch: fp16_io, low_precision=True),
+    # added with the sixth held-out set
+    "qdq-matmul": Provenance(("torchscript", "dynamo"), qdq_matmul, low_precision=True),
 }
 
 
