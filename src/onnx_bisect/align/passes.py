@@ -68,9 +68,11 @@ PASSES: tuple[Pass, ...] = (
 
 
 def align_activations(capture: Capture, graph: GraphIndex, scope_map: scopes.ScopeMap,
-                      values: dict[str, np.ndarray]) -> tuple[TensorPair, ...]:
-    """Pair every activation with an ONNX tensor (or say why none), in capture order."""
-    inputs = AlignInputs(capture, graph, scope_map, values)
+                      values: dict[str, np.ndarray], anchor: Callable[[], dict[str, float]] | None = None
+                      ) -> tuple[TensorPair, ...]:
+    """Pair every activation with an ONNX tensor (or say why none), in capture order; ``anchor()`` gives the
+    layers anchored by their weights (:func:`.anchors.anchored_owners`), asked only when pairs are loose."""
+    inputs = AlignInputs(capture, graph, scope_map, values, anchor)
     state = AlignmentState()
     for p in PASSES:
         if p.applies(inputs):

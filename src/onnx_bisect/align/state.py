@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -38,6 +38,14 @@ class AlignInputs:
     graph: GraphIndex
     scopes: object  # scopes.ScopeMap (kept untyped here: scopes imports this module)
     values: Mapping[str, np.ndarray]
+    #: makes the output tensors of layers anchored by their weights, owned by them (see :mod:`.anchors`); asked
+    #: only by the loose pass
+    anchor: Callable[[], Mapping[str, float]] | None = None
+
+    @cached_property
+    def owners(self) -> Mapping[str, float]:
+        """The anchored layers' output tensors, owned by them (empty without an ``anchor``)."""
+        return self.anchor() if self.anchor is not None else {}
 
     @property
     def acts(self) -> tuple[Activation, ...]:

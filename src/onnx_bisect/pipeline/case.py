@@ -18,6 +18,7 @@ from .. import align
 from ..align import ops as op_pairs
 from ..capture import modules as capture
 from ..capture import ops
+from ..capture.weights import weight_signatures
 from ..measure import compare, localize
 from ..records import (Absence, Capture, Cause, LayerResult, LoadedModel, MatchMethod, ModelInputs,
                        OutputResult, Report, Reproduction, TensorDiff, TensorPair, Tolerance)
@@ -26,6 +27,7 @@ from ..records.weights import release, release_all
 from ..report.progress import Progress
 from ..run import expose
 from ..source import feeds
+from ..source import weights as source_weights
 from . import conditioning, explain
 from .config import CasePolicy
 from .prepare import Prepared, capture_case, weight_warnings
@@ -171,7 +173,7 @@ def align_case(p: Prepared, seen: Observation, captured: Capture, inputs: ModelI
     with progress.step("align", "aligning PyTorch activations with ONNX tensors"):
         if policy.template is None:
             modules, op_acts = ops.split(captured)
-            pairs = (align.align_activations(modules, p.index, p.scopes, seen.probed)
+            pairs = (align.align_activations(modules, p.index, p.scopes, seen.probed, anchor=_anchor(p, modules))
                      + op_pairs.pair_ops(op_acts, p.index, seen.probed))
         else:
             pairs = align.reuse_alignment(policy.template, captured)
@@ -183,6 +185,19 @@ def align_case(p: Prepared, seen: Observation, captured: Capture, inputs: ModelI
         with progress.step("liveness", "checking which unaligned outputs the model uses"):
             pairs = _mark_unused(pairs, p.loaded, inputs)  # one PyTorch forward with autograd recording
     return Alignment(pairs, cuts, probed)
+
+
+def _anchor(p: Prepared, modules: Capture) -> Callable[[], dict[str, float]]:
+    """The layers anchored by their weights (asked only by loose pairing: a read of every weight)."""
+    def anchor() -> dict[str, float]:
+        if p.loaded.module is None:
+            return {}
+        small = {i.name: source_weights.to_array(i) for i in p.skeleton.graph.initializer
+                 if i.name not in p.weights and i.data_location != onnx.TensorProto.EXTERNAL and len(i.dims) >= 2
+                 and i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
+        return align.anchored_owners(modules.activations, p.index, weight_signatures(p.loaded.module),
+                                     {**small, **p.weights.arrays})
+    return anchor
 
 
 def measure_case(p: Prepared, runner: Runner, seen: Observation, aligned: Alignment, captured: Capture,

@@ -1,0 +1,70 @@
+"""Layers anchored by their weights: where in a graph a Linear or a convolution computes, told by the
+initializer holding its weight (see :mod:`..capture.weights`), not by names or by activation values.
+
+Loose pairs (a graph without scope information whose outputs diverge) pair by nearness of value, and downstream of
+a fault the nearest tensor may lie after a later layer — the next attention's softmax for this one's, when this
+one's holds log-probabilities.  A tensor computed from the node of a layer PyTorch ran later cannot hold an earlier
+activation's value: :func:`anchored_owners` gives those nodes' outputs, owned by their layer, for
+:func:`.structure.pair_loosely`'s order check."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from ..records import Activation
+from ..records.graph import GraphIndex
+
+#: nodes computing with a weight initializer (read directly or through a Transpose / Cast / DequantizeLinear)
+WEIGHTED = frozenset({"MatMul", "Gemm", "Conv", "FusedConv", "FusedGemm", "FusedMatMul", "ConvTranspose"})
+CARRIERS = frozenset({"Transpose", "Cast", "DequantizeLinear", "Identity"})
+#: float16 rounding of a weight moves its sums by about this much (relative); a float32 copy by far less
+SIGNATURE_RTOL = 2e-3
+
+
+def anchored_owners(acts: tuple[Activation, ...], graph: GraphIndex, signatures: Mapping[str, tuple],
+                    initializers: Mapping[str, np.ndarray]) -> dict[str, float]:
+    """``{output tensor of a layer's node: the layer's activation index − 0.5}`` for each leaf Linear / conv
+    called once whose weight signature matches exactly one float initializer read by exactly one weighted node
+    (the half: the layer's own tensor stays its own; an earlier activation's may not be computed from it)."""
+    calls: dict[str, list[Activation]] = {}
+    for a in acts:
+        if a.is_leaf and a.module in signatures and not a.op:
+            calls.setdefault(a.module, []).append(a)
+    by_size: dict[int, list[str]] = {}
+    for name, value in initializers.items():
+        if value.dtype.kind == "f" and value.ndim >= 2:
+            by_size.setdefault(int(value.size), []).append(name)
+    owners: dict[str, float] = {}
+    for module, called in calls.items():
+        if len(called) != 1:
+            continue
+        found = [t for t in by_size.get(signatures[module][0], ()) if _same(signatures[module], initializers[t])]
+        node = _reader(graph, found[0]) if len(found) == 1 else None
+        if node is not None:
+            for t in node.outputs:
+                owners[t] = called[0].index - 0.5
+    return owners
+
+
+def _same(signature: tuple, value: np.ndarray) -> bool:
+    v = np.asarray(value, dtype=np.float64)
+    _, total, squares = signature
+    return abs(float(v.sum()) - total) <= SIGNATURE_RTOL * (float(np.abs(v).sum()) + 1e-12) and abs(
+        float((v * v).sum()) - squares) <= SIGNATURE_RTOL * squares
+
+
+def _reader(graph: GraphIndex, tensor: str):
+    """The one weighted node reading ``tensor`` (through carriers), or None."""
+    readers, frontier = [], [tensor]
+    for _ in range(3):
+        nxt = []
+        for t in frontier:
+            for c in graph.consumers.get(t, ()):
+                node = graph.nodes[c]
+                if node.op_type in WEIGHTED:
+                    readers.append(node)
+                elif node.op_type in CARRIERS:
+                    nxt.extend(node.outputs)
+        frontier = nxt
+    return readers[0] if len(readers) == 1 else None
