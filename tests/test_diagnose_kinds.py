@@ -276,3 +276,23 @@ def test_a_divisor_that_computes_the_divergent_tensor_wins_over_a_search_on_the_
         fd = onnx_bisect.bisect(model, (x,), onnx=proto, atol=1e-2, rtol=1e-2).first_divergence
     _found(fd, div.name)
     assert "implies 5.0" in fd.explanation and div.name in fd.explanation.split("=")[0], fd.explanation
+
+
+
+def test_a_view_before_a_conv_with_its_batchnorm_folded_is_named():
+    """CvT (the fault sweep's) simplified by onnx-simplifier: a key projection's Reshape of tokens to an image
+    made (1, 24, 2, 8) instead of (1, 24, 4, 4).  The divergent tensor, the Conv after it, is aligned with the
+    convolution but carries the BatchNorm after it folded: the fix reproduces the BatchNorm's output."""
+    import onnxsim
+    import sweep_models
+
+    model, inputs = sweep_models.build("cvt")
+    proto, _ = onnxsim.simplify(dc.export(model, inputs, "torchscript"))
+    reshape = next(n for n in proto.graph.node if n.name == "/model/encoder/stages.1/layers.1/attention/attention/"
+                   "Reshape")
+    proto.graph.initializer.append(numpy_helper.from_array(np.array([1, 24, 2, 8], np.int64), "shape_planted"))
+    reshape.input[1] = "shape_planted"
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
+    _found(fd, reshape.name)
+    assert "[1, 24, 4, 4]" in fd.explanation and "BatchNorm" in fd.explanation, fd.explanation

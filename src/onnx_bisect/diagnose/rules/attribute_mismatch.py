@@ -4,6 +4,7 @@ a Where's branches …) contradicts the PyTorch module's or op's, or another val
 from __future__ import annotations
 
 import itertools
+from typing import Callable
 
 import numpy as np
 
@@ -30,11 +31,11 @@ class AttributeMismatch(Rule):
             return None
         wrong = [attribute_change(node, attr, have, want, source) for p in ctx.segment_protos
                  for node, attr, have, want, rank, source in _expected(ctx, p) if _norm(want, rank) != _norm(have, rank)]
-        confirmed_by_search, factor = False, None
+        confirmed_by_search, factor, reference = False, None, None
         if not wrong or not _reproduces(ctx, wrong):
             # an exporter may fold a functional op into the node (F.pad into a Conv's pads): what the module's
             # configuration implies is then no fix, and the alternatives are searched instead
-            found, factor = _search(ctx)
+            found, factor, reference = _search(ctx)
             found = [a for a in found if not _baked(ctx, a)]
             wrong, confirmed_by_search = (found, True) if found else (wrong, False)
         if not wrong:
@@ -47,7 +48,8 @@ class AttributeMismatch(Rule):
         if confirmed_by_search:
             summary += " With that value the segment reproduces PyTorch's output" + (
                 f" times {factor:.6g}, a factor the weights of the layer reading it undo (folded by a simplifier)."
-                if factor is not None else ".")
+                if factor is not None else " with the BatchNorm after it folded in." if reference is not None
+                else ".")
         if any(a.what in ("transA", "transB") for a in wrong):
             summary += (" Equivalently, the operand is stored transposed (an exporter, a converter or code copying "
                         "the weights in wrote it in the other layout): the file cannot tell the two apart.")
@@ -56,7 +58,7 @@ class AttributeMismatch(Rule):
         return Finding(self.cause, 0.9 if confirmed_by_search else 0.85, summary, fix, {"attributes": rows},
                        changes=tuple(dict.fromkeys(n for a in wrong for n in (a.node, *a.shows_in))),
                        counterfactual=lambda c: _apply(c, wrong),
-                       reference=None if factor is None else lambda c: c.reference * np.float32(factor))
+                       reference=reference)
 
 
 def _expected(ctx: DiagnosisContext, proto):
@@ -109,15 +111,18 @@ def _baked(ctx: DiagnosisContext, alt: Alternative) -> bool:
         and int(np.prod(r.diff.actual_shape)) != int(np.prod(r.diff.shape)) for r in ctx.layers)
 
 
-def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None]:
+def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None, Callable | None]:
     """Try each plausible alternative of each segment node; keep one with which the segment reproduces PyTorch
-    (times a factor the layer reading it undoes, when :func:`_folded_factor` finds one)."""
+    (times a factor the layer reading it undoes, when :func:`_folded_factor` finds one; or the output of the
+    BatchNorm folded into the Conv computing the divergent tensor, aligned with the convolution alone):
+    ``(alternatives, factor, reference)``."""
     trials, folded, seen = 0, _FoldedFactor(ctx), set()
     protos = ctx.protos_by_focus()
     backed = (alt for proto in protos for alt in backed_perms(ctx, proto, ctx.shape_of))
     tried = (alt for proto in protos for alt in alternatives(ctx, proto, ctx.shape_of))
     swapped = boundary_swaps(ctx, lambda *a: Alternative(*a[:6], feeds=a[6]))
     last = (alt for proto in protos for alt in searched(ctx, proto))
+    with_bn = _folded_batchnorm(ctx)
     for alt in itertools.chain(backed, tried, boundary_shapes(ctx), swapped, last):
         key = (alt.node, alt.what, repr(alt.want))
         if key in seen:
@@ -125,18 +130,35 @@ def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None]:
         seen.add(key)
         trials += 1
         if trials > MAX_TRIALS:
-            return [], None
+            break
         model, weights = alt.apply(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
         try:
             values = ctx.run_segment(model, weights, feeds=alt.feeds)
         except Exception:  # noqa: BLE001 - an alternative the runtime rejects is simply not the answer
             continue
         if ctx.compare(values[ctx.tensor], ctx.reference).ok:
-            return [alt], None
+            return [alt], None, None
+        if with_bn is not None and ctx.compare(values[ctx.tensor], with_bn(ctx)).ok:
+            return [alt], None, with_bn
         factor = folded(values[ctx.tensor])
         if factor is not None:
-            return [alt], factor
-    return [], None
+            return [alt], factor, (lambda c, f=factor: c.reference * np.float32(f))
+    return [], None, None
+
+
+def _folded_batchnorm(ctx: DiagnosisContext) -> Callable | None:
+    """The BatchNorm's output where the divergent tensor, aligned with a convolution, is a Conv node that may
+    carry the BatchNorm after it folded (a simplified file: the pair was made by nearness downstream of a fault)."""
+    producer = ctx.onnx.graph.node_of(ctx.tensor)
+    if producer is None or producer.op_type not in ("Conv", "Gemm", "MatMul"):
+        return None
+    pair = layout.conv_bn_pair(ctx)
+    if pair is None or pair[0] != ctx.layer.pair.activation.module:
+        return None
+    bn = ctx.activation_of(pair[2])
+    if bn is None or np.size(bn.value) != ctx.reference.size:
+        return None
+    return lambda c: np.asarray(bn.value).reshape(c.reference.shape)
 
 
 class _FoldedFactor:
