@@ -40,7 +40,8 @@ def select(cases: list[dict], args: argparse.Namespace) -> list[dict]:
     status = "clean" if args.clean else "counted"
     kept = [c for c in cases if c["status"] == status and wanted(c["kind"], args.kinds)
             and wanted(c["arch"], args.archs) and wanted(c["provenance"], args.provs)
-            and c["arch"] not in (args.skip_archs or "").split(",")]
+            and c["arch"] not in (args.skip_archs or "").split(",")
+            and (not args.missed or not (c.get("pinpointed") and c.get("right_cause")))]
     if not args.per:
         return kept
     random.Random(args.seed).shuffle(kept)
@@ -115,6 +116,7 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=600.0)
     p.add_argument("--out", default="sweep-rerun.json")
     p.add_argument("--misses", action="store_true")
+    p.add_argument("--missed", action="store_true", help="only the cases the results file judged misses")
     p.add_argument("--clean", action="store_true", help="re-judge the clean files instead (false alarms, warnings)")
     args = p.parse_args()
     cases = select(json.loads(Path(args.results).read_text())["cases"], args)
