@@ -54,6 +54,8 @@ def _sites(ctx: DiagnosisContext):
     infos = {n.name: n for n in ctx.segment_nodes}
     for proto in ctx.segment_protos:
         torch_eps, module = _torch_eps(ctx, infos[proto.name], NORM_ATEN.get(proto.op_type, ANY_NORM_ATEN))
+        if torch_eps is None and proto.op_type == "Add" and _feeds_root(ctx, proto):
+            torch_eps, module = _added_eps(ctx) or (None, "")
         if torch_eps is None:
             continue
         if proto.op_type in NORM_OPS:
@@ -89,6 +91,24 @@ def _torch_eps(ctx: DiagnosisContext, info, aten_ops: tuple[str, ...]) -> tuple[
         if value is not None:
             return value, qualname or "<model>"
     return None, ""
+
+
+#: a float PyTorch adds before a square root is an epsilon when it is this small
+SMALL_EPS = 1e-2
+
+
+def _added_eps(ctx: DiagnosisContext) -> tuple[float, str] | None:
+    """``(eps, where)``: the small float an ``aten.add`` PyTorch ran nearest the divergence adds, when a square
+    root reads its result (statistics written by hand: ``(x.var(...) + 1e-5).sqrt()`` in no norm module)."""
+    at = ctx.layer.pair.activation.index
+    roots = ("aten.sqrt", "aten.rsqrt", "aten.pow")
+    ops = sorted(ctx.ops, key=lambda o: o.index)
+    for i, op in sorted(enumerate(ops), key=lambda p: abs(p[1].index - at)):
+        floats = [v for _, v in op.args if isinstance(v, float) and 0 < v <= SMALL_EPS]
+        if op.module_type.startswith("aten.add") and floats and any(
+                o.module_type.startswith(roots) and (op.index in o.inputs or not o.inputs) for o in ops[i + 1:i + 4]):
+            return floats[-1], op.module or "<model>"
+    return None
 
 
 def _module_eps(module) -> float | None:
