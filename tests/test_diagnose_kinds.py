@@ -296,3 +296,36 @@ def test_a_view_before_a_conv_with_its_batchnorm_folded_is_named():
         fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
     _found(fd, reshape.name)
     assert "[1, 24, 4, 4]" in fd.explanation and "BatchNorm" in fd.explanation, fd.explanation
+
+
+class _AdaIN(torch.nn.Module):
+    """Instance statistics written by hand (no norm module): ``(var + 1e-5).sqrt()``, content normalised and
+    given the style's statistics."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(17)
+        self.enc, self.dec = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 3, 3, padding=1)
+
+    def forward(self, content, style):
+        fc, fs = self.enc(content), self.enc(style)
+        mc, sc = fc.mean((2, 3), keepdim=True), (fc.var((2, 3), keepdim=True) + 1e-5).sqrt()
+        ms, ss = fs.mean((2, 3), keepdim=True), (fs.var((2, 3), keepdim=True) + 1e-5).sqrt()
+        return self.dec((fc - mc) / sc * ss + ms)
+
+
+def test_an_epsilon_added_by_hand_before_a_square_root_is_an_epsilon_mismatch():
+    """No module has an ``eps``: the epsilon is the small float PyTorch's ``aten.add`` added before the root."""
+    g = torch.Generator().manual_seed(18)
+    model, inputs = _AdaIN().eval(), (torch.randn(1, 3, 8, 8, generator=g) * 0.1, torch.randn(1, 3, 8, 8, generator=g))
+    proto = dc.export(model, inputs, "torchscript")
+    add = next(n for n in proto.graph.node if n.op_type == "Add" and any(
+        c.op_type == "Sqrt" for c in proto.graph.node if n.output[0] in c.input))
+    k = next(i for i, t in enumerate(add.input) if any(c.output[0] == t and c.op_type == "Constant"
+                                                         for c in proto.graph.node))
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(0.5, np.float32), "eps_planted"))
+    add.input[k] = "eps_planted"
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
+    _found(fd, add.name, cause="epsilon-mismatch")
+    assert "1e-05" in fd.explanation, fd.explanation
