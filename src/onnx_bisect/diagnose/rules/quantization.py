@@ -290,8 +290,9 @@ def explained_by_quantization(ctx: DiagnosisContext) -> bool:
 def clips(ctx: DiagnosisContext) -> bool:
     """Whether one of the segment's quantizers clips its activation as a scale calibrated too small does: a
     share of :data:`CLIPPING_SHARE` or more cut, by :data:`OVERSHOOT` of the range or more (rounding alone clips
-    nothing; another input than the calibration's may graze the range)."""
-    quantizers = [p for p in ctx.segment_protos if p.op_type == "QuantizeLinear"]
+    nothing; another input than the calibration's may graze the range).  A constant's quantizer is left out: it
+    rounds one fixed value (an epsilon of 1e-5 to zero), calibrated on no input."""
+    quantizers = [p for p in ctx.segment_protos if p.op_type == "QuantizeLinear" and ctx.constant(p.input[0]) is None]
     if not quantizers:
         return False
     try:
