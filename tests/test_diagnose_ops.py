@@ -454,3 +454,42 @@ def test_a_clipping_quantization_scale_is_the_fault_not_rounding_noise():
 
 def _is_weight(proto, q) -> bool:
     return any(i.name == q.input[0] for i in proto.graph.initializer)
+
+
+def test_a_folded_kernel_with_its_channels_exchanged_is_a_weight_mismatch(tmp_path):
+    """A 1×1 Conv with a BatchNorm folded into it (TorchScript folds it), every name replaced: its kernel holds no
+    parameter's numbers, so no weight differs from one; with output and input channels exchanged back the
+    segment reproduces PyTorch — the swap is the evidence."""
+    from fault_sweep import rename
+
+    torch.manual_seed(19)
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 8, 1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 4, 3)).eval()
+    with torch.no_grad():
+        model[1].running_mean.normal_(0, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
+    x = torch.randn(1, 8, 6, 6, generator=torch.Generator().manual_seed(20))
+    proto = dc.export(model, (x,), "torchscript")
+    onnx.save(proto, tmp_path / "clean.onnx")
+    rename(tmp_path / "clean.onnx", tmp_path / "renamed.onnx")
+    proto = onnx.load(tmp_path / "renamed.onnx")
+    conv = _node(proto, "Conv")
+    _set_input(proto, conv, 1, np.swapaxes(_constant(proto, conv.input[1]), 0, 1).copy())
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    evidence = _found(fd, conv.name, "weight-mismatch")
+    assert evidence["parameters"][0]["layout"] == "first two axes swapped"
+
+
+def test_an_initializer_no_node_reads_is_not_asked_of_onnx_runtime(tmp_path):
+    """A file without names holding an initializer nothing reads (an edit left it behind) of a module's shape:
+    ONNX Runtime drops it, so exposing it as an output failed the run; the tool leaves it out and runs."""
+    from fault_sweep import rename
+
+    model, x = _OpsNet().eval(), torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(4))
+    onnx.save(dc.export(model, (x,), "torchscript"), tmp_path / "clean.onnx")
+    rename(tmp_path / "clean.onnx", tmp_path / "renamed.onnx")
+    proto = onnx.load(tmp_path / "renamed.onnx")
+    proto.graph.initializer.append(numpy_helper.from_array(np.ones((2, 3), np.float32), "left_behind"))
+    with dc.quiet():
+        assert onnx_bisect.bisect(model, (x,), onnx=proto).ok

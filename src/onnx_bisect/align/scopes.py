@@ -152,9 +152,10 @@ def candidate_tensors(capture: Capture, graph: GraphIndex, scopes: ScopeMap) -> 
                and len(node.inputs) > BIAS_INPUT[node.op_type] and node.inputs[BIAS_INPUT[node.op_type]]}
     names.update(dict.fromkeys(sorted(summed)))
     found = [n for n in names if n not in graph.initializers and n not in graph.graph_inputs]
-    # an activation that does not depend on the inputs (position embeddings) may be folded into a constant
+    # an activation that does not depend on the inputs (position embeddings) may be folded into a constant (one no
+    # node reads is left out: ONNX Runtime drops unused initializers, and cannot hand them out)
     return found + sorted(t for t in graph.initializers if graph.elem_types.get(t) in FLOAT_TYPES and (
-        t in summed or t in graph.shapes and _may_have_shape(graph.shapes[t], sizes)))
+        t in summed or t in graph.shapes and _may_have_shape(graph.shapes[t], sizes)) and graph.consumers.get(t))
 
 
 #: ONNX Runtime's fused nodes that add inputs 0, 1 (and the bias, input 4) before normalizing

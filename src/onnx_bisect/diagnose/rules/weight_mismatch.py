@@ -27,7 +27,7 @@ class WeightMismatch(Rule):
         candidates = layout.torch_candidates(ctx)
         differing = _differing(ctx, candidates) + _quantized(ctx, candidates)
         if not differing:
-            return _bias_after(ctx) or _swapped(ctx, candidates)
+            return _bias_after(ctx) or _swapped(ctx)
         rows = [{"initializer": n, "parameter": p, "layout": r.layout.value, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
                  "fraction_differing": r.fraction_differing, "correlation": r.correlation}
                 for n, p, r, _ in differing]
@@ -335,19 +335,18 @@ SYMMETRIC = 0.05
 MAX_SWAPS = 4
 
 
-def _swapped(ctx: DiagnosisContext, candidates) -> Finding | None:
-    """A square weight holding the model's numbers with its first two axes swapped (a matrix transposed, a
-    Conv kernel's input and output channels exchanged — a layout bug of an exporter, a converter or a loader):
-    the values pair with a PyTorch tensor (in some layout), so nothing above differs, yet with the axes swapped
-    back the segment reproduces PyTorch.  Only a weight whose swap is confirmed that way is named."""
+def _swapped(ctx: DiagnosisContext) -> Finding | None:
+    """A square weight with its first two axes swapped (a matrix transposed, a Conv kernel's input and output
+    channels exchanged — a layout bug of an exporter, a converter or a loader): its values pair with a PyTorch
+    tensor (in some layout) or with none (a folded BatchNorm), so nothing above differs, yet with the axes
+    swapped back the segment reproduces PyTorch.  Only a weight whose swap is confirmed that way is named."""
     tried = 0
     for name, value in _square_weights(ctx):
         if tried >= MAX_SWAPS:
             break
         swapped = np.swapaxes(value, 0, 1)
-        if not (_models_numbers(value, swapped, candidates)
-                or _models_numbers(value, swapped, _everything(ctx, value.size))):
-            continue
+        # a weight holding no PyTorch tensor's numbers (a BatchNorm folded into a Conv's kernel) is still tried:
+        # its swap reproducing PyTorch is the evidence (no weight but a transposed one does that)
         tried += 1
         model, weights = edits.replace_array(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights, name, swapped)
         try:
@@ -357,7 +356,7 @@ def _swapped(ctx: DiagnosisContext, candidates) -> Finding | None:
         if not ctx.compare(values[ctx.tensor], ctx.reference).ok:
             continue
         what = "matrix is transposed" if value.ndim == 2 else "kernel has its output and input channels exchanged"
-        summary = (f"The weight '{name}' {tuple(value.shape)} holds the model's numbers, but its {what}: with its "
+        summary = (f"The weight '{name}' {tuple(value.shape)} holds the right numbers, but its {what}: with its "
                    "first two axes swapped back the segment reproduces PyTorch's output.")
         fix = ("Write the weight in the layout the node expects (ONNX MatMul takes x @ B, so a Linear's weight goes "
                "in transposed; Gemm says so with transB; a Conv kernel is [out, in/groups, ...]) — check the "
@@ -402,19 +401,6 @@ def _stored_weight(ctx: DiagnosisContext, tensor: str) -> str | None:
     scale = ctx.constant(info.inputs[1])
     return info.inputs[0] if scale is not None and scale.size == 1 and ctx.initializer(info.inputs[0]) is not None \
         else None
-
-
-def _models_numbers(value: np.ndarray, swapped: np.ndarray, candidates) -> bool:
-    """Whether the weight (or the weight swapped) pairs exactly with one of the PyTorch tensors; an integer
-    weight (quantized) is tried on its dequantization's evidence alone."""
-    if value.dtype.kind != "f":
-        return True
-    for tensor in candidates.values():
-        for v in (value, swapped):
-            rel = layout.relate(v, tensor)
-            if rel is not None and (rel.equal or rel.rel_l2 < 1e-3):
-                return True
-    return False
 
 
 #: ops that add a bias to a product after it
