@@ -165,7 +165,8 @@ def _slice(ctx, proto, shape_of, make) -> Iterator:
 
 def _reduce(ctx, proto, shape_of, make) -> Iterator:
     """Each reduced axis in turn replaced by another axis: one of the same size first (the output's shape kept),
-    then any other of size > 1 (a reduction whose result broadcasts over another axis downstream)."""
+    then any other of size > 1 (a reduction whose result broadcasts over another axis downstream), then one of
+    size 1."""
     shape = shape_of(proto.input[0]) if proto.input else None
     if not shape:
         return
@@ -178,11 +179,33 @@ def _reduce(ctx, proto, shape_of, make) -> Iterator:
     pairs = [(i, a, b) for i, a in enumerate(have) for b in range(rank) if b not in have and shape[b] == shape[a]]
     pairs += [(i, a, b) for i, a in enumerate(have) for b in range(rank)
               if b not in have and shape[b] != shape[a] and shape[b] != 1]
-    for i, _, b in pairs:
-        want = sorted(have[:i] + [b] + have[i + 1:])
+    # last, an axis of size 1 (PyTorch summed over a singleton axis — a no-op the file made a real reduction)
+    pairs += [(i, a, b) for i, a in enumerate(have) for b in range(rank)
+              if b not in have and shape[b] == 1 and shape[a] != 1]
+    wants = [(_torch_dims(ctx, rank), "the dims of PyTorch's reduction")]
+    wants += [(sorted(have[:i] + [b] + have[i + 1:]), "the PyTorch output") for i, _, b in pairs]
+    for want, source in wants:
+        if want is None or want == have:
+            continue
         edit = (with_inputs(proto.name, {1: np.array(want, dtype=np.int64)}) if as_input
                 else with_attributes(proto.name, {"axes": want}))
-        yield make(proto.name, "axes", have, want, "the PyTorch output", edit)
+        yield make(proto.name, "axes", have, want, source, edit)
+
+
+#: PyTorch's reductions, whose ``dim`` argument says the axes
+TORCH_REDUCTIONS = ("aten.sum", "aten.mean", "aten.amax", "aten.amin", "aten.prod", "aten.var", "aten.std",
+                    "aten.logsumexp", "aten.norm", "aten.linalg_vector_norm")
+
+
+def _torch_dims(ctx, rank: int) -> list[int] | None:
+    """The dims of the reduction PyTorch ran nearest the divergence (its ``dim`` list, normalised to ``rank``)."""
+    at = ctx.layer.pair.activation.index
+    for op in sorted((o for o in ctx.ops if o.module_type.startswith(TORCH_REDUCTIONS)), key=lambda o: abs(o.index - at)):
+        for _, arg in op.args:
+            dims = [arg] if isinstance(arg, int) and not isinstance(arg, bool) else arg
+            if isinstance(dims, (list, tuple)) and dims and all(isinstance(d, int) and -rank <= d < rank for d in dims):
+                return sorted(d % rank for d in dims)
+    return None
 
 
 # --------------------------------------------------------------------------- padding
