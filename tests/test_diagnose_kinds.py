@@ -329,3 +329,30 @@ def test_an_epsilon_added_by_hand_before_a_square_root_is_an_epsilon_mismatch():
         fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
     _found(fd, add.name, cause="epsilon-mismatch")
     assert "1e-05" in fd.explanation, fd.explanation
+
+
+class _SingletonSum(torch.nn.Module):
+    """MobileViT-V2's context vector: a sum over a trailing axis of size 1, times the values."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(21)
+        self.key, self.value, self.out = torch.nn.Conv2d(8, 8, 1), torch.nn.Conv2d(8, 8, 1), torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):  # (1, 8, 5, 1)
+        context = (self.key(x) * torch.softmax(x[:, :1], dim=2)).sum(-1, keepdim=True)
+        return self.out(torch.relu(self.value(x)) * context)
+
+
+def test_a_sum_over_a_singleton_axis_made_over_channels_is_named_with_pytorchs_dims():
+    """ReduceSum over axis 3 (size 1: a no-op) made over axis 1 (the channels, broadcast back): the axes
+    PyTorch's sum ran over are tried first, and a singleton axis at all."""
+    model, x = _SingletonSum().eval(), torch.randn(1, 8, 5, 1, generator=torch.Generator().manual_seed(22))
+    proto = dc.export(model, (x,), "dynamo")
+    node = next(n for n in proto.graph.node if n.op_type == "ReduceSum")
+    proto.graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), "axes_planted"))
+    node.input[1] = "axes_planted"
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    [row] = _found(fd, node.name)["attributes"]
+    assert (row["attribute"], row["expected"]) == ("axes", [3]), row
