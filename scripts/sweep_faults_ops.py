@@ -165,15 +165,23 @@ def operand_sites(ctx: FileContext) -> list[Site]:
     return sites
 
 
+def _exchanged(ctx: FileContext, name: str, i: int, j: int) -> onnx.ModelProto:
+    """Copy of the file whose node ``name`` reads its inputs ``i`` and ``j`` the other way round (raises
+    NoVariant when that does not run or change the node's output)."""
+    node = node_by_name(ctx.proto, name)
+    out = copy(ctx.proto)
+    target = node_by_name(out, name)
+    target.input[i], target.input[j] = node.input[j], node.input[i]
+    out = _usable(ctx, out, node.output[0])
+    if out is None:
+        raise NoVariant(f"exchanging inputs {i} and {j} does not run or change the output")
+    return out
+
+
 def plant_operand_order(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
     """The Sub's or Div's two operands exchanged (``x - mean`` → ``mean - x``), output shape kept."""
     node = node_by_name(ctx.proto, site.node)
-    out = copy(ctx.proto)
-    target = node_by_name(out, site.node)
-    target.input[0], target.input[1] = node.input[1], node.input[0]
-    out = _usable(ctx, out, node.output[0])
-    if out is None:
-        raise NoVariant("exchanging the operands does not run or change the output")
+    out = _exchanged(ctx, site.node, 0, 1)
     flat = ctx.values[node.output[0]]
     if node.op_type == "Div" and not np.isfinite(ctx.tensor(out, node.output[0])).all() and np.isfinite(flat).all():
         raise NoVariant("the exchanged Div divides by zero")
@@ -350,12 +358,7 @@ def affine_sites(ctx: FileContext) -> list[Site]:
 def plant_norm_affine(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
     """The normalization's scale and bias exchanged (a converter that mapped gamma and beta the wrong way)."""
     node = node_by_name(ctx.proto, site.node)
-    out = copy(ctx.proto)
-    target = node_by_name(out, site.node)
-    target.input[1], target.input[2] = node.input[2], node.input[1]
-    out = _usable(ctx, out, node.output[0])
-    if out is None:
-        raise NoVariant("exchanging scale and bias does not change the output")
+    out = _exchanged(ctx, site.node, 1, 2)
     return Planted(out, [site.node], "attribute-mismatch", f"{node.op_type} scale and bias exchanged")
 
 
