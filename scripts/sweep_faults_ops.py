@@ -140,14 +140,20 @@ def compare_sites(ctx: FileContext) -> list[Site]:
     return [Site(n.name) for n in top_nodes(ctx, tuple(COMPARE_SWAPS))]
 
 
+def _other_kind(ctx: FileContext, site: Site, table: dict[str, str], finite: bool) -> Planted:
+    """The node computing the op ``table`` maps its op to (raises NoVariant when that does not run, change its
+    output or — ``finite`` — keep it finite)."""
+    node = node_by_name(ctx.proto, site.node)
+    new = table[node.op_type]
+    out = _usable(ctx, _retyped(ctx, site.node, new), node.output[0])
+    if out is None or finite and not np.isfinite(ctx.tensor(out, node.output[0])).all():
+        raise NoVariant(f"{new} does not run, change the output (no ties) or stay finite")
+    return Planted(out, [site.node], "attribute-mismatch", f"{node.op_type} → {new}")
+
+
 def plant_compare_op(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
     """A comparison made strict or not (a causal mask that hides or shows its diagonal)."""
-    node = node_by_name(ctx.proto, site.node)
-    new = COMPARE_SWAPS[node.op_type]
-    out = _usable(ctx, _retyped(ctx, site.node, new), node.output[0])
-    if out is None:
-        raise NoVariant("the comparison has no ties on this input (no change)")
-    return Planted(out, [site.node], "attribute-mismatch", f"{node.op_type} → {new}")
+    return _other_kind(ctx, site, COMPARE_SWAPS, finite=False)
 
 
 # --------------------------------------------------------------------------- operand order
@@ -370,12 +376,7 @@ def softmax_kind_sites(ctx: FileContext) -> list[Site]:
 
 
 def plant_softmax_kind(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
-    node = node_by_name(ctx.proto, site.node)
-    new = SOFTMAX_SWAPS[node.op_type]
-    out = _usable(ctx, _retyped(ctx, site.node, new), node.output[0])
-    if out is None or not np.isfinite(ctx.tensor(out, node.output[0])).all():
-        raise NoVariant(f"{new} does not run, change the output or stay finite")
-    return Planted(out, [site.node], "attribute-mismatch", f"{node.op_type} → {new}")
+    return _other_kind(ctx, site, SOFTMAX_SWAPS, finite=True)
 
 
 KINDS = (
