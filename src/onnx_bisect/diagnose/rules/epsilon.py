@@ -107,7 +107,7 @@ def _added_eps(ctx: DiagnosisContext) -> tuple[float, str] | None:
         floats = [v for _, v in op.args if isinstance(v, float) and 0 < v <= SMALL_EPS]
         if op.module_type.startswith("aten.add") and floats and any(
                 o.module_type.startswith(roots) and (op.index in o.inputs or not o.inputs) for o in ops[i + 1:i + 4]):
-            return floats[-1], op.module or "<model>"
+            return floats[-1], f"PyTorch's {op.module_type} in {op.module or 'the model'}"
     return None
 
 
