@@ -24,7 +24,9 @@ from .alternative_edits import rewired, with_attributes, with_inputs
 #: families of ops with the same inputs, attributes and output shape, each member tried for the others
 FAMILIES = (
     ("Softmax", "LogSoftmax"),
-    ("Less", "LessOrEqual", "Greater", "GreaterOrEqual"),
+    # strictness only: a comparison turned round (Greater for Less) is a Where's branches swapped, read as such
+    ("Less", "LessOrEqual"),
+    ("Greater", "GreaterOrEqual"),
     ("Min", "Max"),
     ("Floor", "Ceil", "Round"),
     ("GlobalAveragePool", "GlobalMaxPool"),
