@@ -11,6 +11,7 @@ import numpy as np
 from ..support import edits, layout
 from ..support.alternatives import (Alternative, alternatives, attribute_change, backed_perms, boundary_shapes,
                                     searched)
+from ..support.kind_alternatives import kind_alternatives
 from ..support.op_alternatives import boundary_swaps
 from ...records import Cause, ModuleKind, module_kind
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
@@ -121,9 +122,12 @@ def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None, Cal
     backed = (alt for proto in protos for alt in backed_perms(ctx, proto, ctx.shape_of))
     tried = (alt for proto in protos for alt in alternatives(ctx, proto, ctx.shape_of))
     swapped = boundary_swaps(ctx, lambda *a: Alternative(*a[:6], feeds=a[6]))
+    # another op of the family, operands the other way round: after every node's own alternatives (a Transpose
+    # of the coordinates a Sub differences is that Sub's operands exchanged: the Transpose is the reading)
+    kinds = (alt for proto in protos for alt in kind_alternatives(ctx, proto, ctx.shape_of, Alternative))
     last = (alt for proto in protos for alt in searched(ctx, proto))
     with_bn = _folded_batchnorm(ctx)
-    for alt in itertools.chain(backed, tried, boundary_shapes(ctx), swapped, last):
+    for alt in itertools.chain(backed, tried, boundary_shapes(ctx), swapped, kinds, last):
         key = (alt.node, alt.what, repr(alt.want))
         if key in seen:
             continue

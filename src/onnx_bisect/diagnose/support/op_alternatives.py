@@ -18,7 +18,6 @@ import onnx
 
 from ..context import attribute
 from .alternative_edits import node_value, outputs_swapped, rewired, with_attributes, with_inputs
-from .kind_alternatives import kind_alternatives
 from .value_alternatives import DEFAULTS, activation, gemm_scalars, mask_values, norm_axis
 
 #: reductions whose axes are tried at others
@@ -59,7 +58,6 @@ def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         yield from _split_sizes(ctx, proto, shape_of, make)
     if op in PADDED_OPS and attribute(proto, "auto_pad", "NOTSET") == "NOTSET":
         yield from _pads_attribute(proto, make)
-    yield from kind_alternatives(ctx, proto, shape_of, make)
 
 
 # --------------------------------------------------------------------------- Gather
@@ -164,9 +162,9 @@ def _slice(ctx, proto, shape_of, make) -> Iterator:
 # --------------------------------------------------------------------------- Reduce
 
 def _reduce(ctx, proto, shape_of, make) -> Iterator:
-    """Each reduced axis in turn replaced by another axis: one of the same size first (the output's shape kept),
-    then any other of size > 1 (a reduction whose result broadcasts over another axis downstream), then one of
-    size 1."""
+    """The axes of PyTorch's reduction, then each reduced axis in turn replaced by another axis: one of the same
+    size first (the output's shape kept), then any other of size > 1 (a reduction whose result broadcasts over
+    another axis downstream)."""
     shape = shape_of(proto.input[0]) if proto.input else None
     if not shape:
         return
@@ -179,10 +177,11 @@ def _reduce(ctx, proto, shape_of, make) -> Iterator:
     pairs = [(i, a, b) for i, a in enumerate(have) for b in range(rank) if b not in have and shape[b] == shape[a]]
     pairs += [(i, a, b) for i, a in enumerate(have) for b in range(rank)
               if b not in have and shape[b] != shape[a] and shape[b] != 1]
-    # last, an axis of size 1 (PyTorch summed over a singleton axis — a no-op the file made a real reduction)
-    pairs += [(i, a, b) for i, a in enumerate(have) for b in range(rank)
-              if b not in have and shape[b] == 1 and shape[a] != 1]
-    wants = [(_torch_dims(ctx, rank), "the dims of PyTorch's reduction")]
+    # first the dims PyTorch's reduction ran over (as many as the file's: a singleton axis PyTorch summed over,
+    # a no-op the file made a real reduction; one fewer is the batch-mixing rule's)
+    torch_dims = _torch_dims(ctx, rank)
+    wants = [(torch_dims if torch_dims is not None and len(torch_dims) == len(have) else None,
+              "the dims of PyTorch's reduction")]
     wants += [(sorted(have[:i] + [b] + have[i + 1:]), "the PyTorch output") for i, _, b in pairs]
     for want, source in wants:
         if want is None or want == have:
