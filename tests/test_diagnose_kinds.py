@@ -356,3 +356,24 @@ def test_a_sum_over_a_singleton_axis_made_over_channels_is_named_with_pytorchs_d
         fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
     [row] = _found(fd, node.name)["attributes"]
     assert (row["attribute"], row["expected"]) == ("axes", [3]), row
+
+
+
+def test_a_mean_made_a_sum_is_named_though_a_scalar_after_it_absorbs_the_scale():
+    """Mamba (the fault sweep's, TorchScript): its last RMSNorm's ReduceMean made a ReduceSum multiplies the
+    variance by 32; the narrowing stops at the Div computing rsqrt (1 / Sqrt), whose numerator fitted to √32
+    undoes that.  A discrete alternative that reproduces PyTorch wins over a fitted scalar."""
+    import sweep_models
+
+    model, inputs = sweep_models.build("mamba")
+    proto = dc.export(model, inputs, "torchscript")
+    node = next(n for n in proto.graph.node if n.name == "/model/norm_f/ReduceMean")
+    node.op_type = "ReduceSum"
+    axes = next(a for a in node.attribute if a.name == "axes")
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(axes.ints, np.int64), "axes_planted"))
+    node.attribute.remove(axes)
+    node.input.append("axes_planted")
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
+    _found(fd, node.name)
+    assert "ReduceMean" in fd.explanation, fd.explanation

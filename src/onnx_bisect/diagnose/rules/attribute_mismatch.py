@@ -116,38 +116,60 @@ def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None, Cal
     """Try each plausible alternative of each segment node; keep one with which the segment reproduces PyTorch
     (times a factor the layer reading it undoes, when :func:`_folded_factor` finds one; or the output of the
     BatchNorm folded into the Conv computing the divergent tensor, aligned with the convolution alone):
-    ``(alternatives, factor, reference)``."""
-    trials, folded, seen = 0, _FoldedFactor(ctx), set()
-    protos = ctx.protos_by_focus()
-    backed = (alt for proto in protos for alt in backed_perms(ctx, proto, ctx.shape_of))
-    tried = (alt for proto in protos for alt in alternatives(ctx, proto, ctx.shape_of))
-    swapped = boundary_swaps(ctx, lambda *a: Alternative(*a[:6], feeds=a[6]))
-    # another op of the family, operands the other way round: after every node's own alternatives (a Transpose
-    # of the coordinates a Sub differences is that Sub's operands exchanged: the Transpose is the reading)
-    kinds = (alt for proto in protos for alt in kind_alternatives(ctx, proto, ctx.shape_of, Alternative))
-    last = (alt for proto in protos for alt in searched(ctx, proto))
+    ``(alternatives, factor, reference)``.  A scalar fitted to PyTorch's output absorbs any error of scale
+    before it (a mean made a sum): found first, it is kept only if no discrete alternative tried after it
+    reproduces PyTorch too."""
+    trials, folded, seen, scalar = 0, _FoldedFactor(ctx), set(), None
     with_bn = _folded_batchnorm(ctx)
-    for alt in itertools.chain(backed, tried, boundary_shapes(ctx), swapped, kinds, last):
+    for alt in _candidates(ctx):
         key = (alt.node, alt.what, repr(alt.want))
-        if key in seen:
+        if key in seen or scalar is not None and _is_scalar(alt):
             continue
         seen.add(key)
         trials += 1
         if trials > MAX_TRIALS:
             break
-        model, weights = alt.apply(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
-        try:
-            values = ctx.run_segment(model, weights, feeds=alt.feeds)
-        except Exception:  # noqa: BLE001 - an alternative the runtime rejects is simply not the answer
-            continue
-        if ctx.compare(values[ctx.tensor], ctx.reference).ok:
-            return [alt], None, None
-        if with_bn is not None and ctx.compare(values[ctx.tensor], with_bn(ctx)).ok:
-            return [alt], None, with_bn
-        factor = folded(values[ctx.tensor])
-        if factor is not None:
-            return [alt], factor, (lambda c, f=factor: c.reference * np.float32(f))
-    return [], None, None
+        found = _try(ctx, alt, folded, with_bn)
+        if found is not None and scalar is None and _is_scalar(alt):
+            scalar = found
+        elif found is not None:
+            return found
+    return scalar or ([], None, None)
+
+
+def _candidates(ctx: DiagnosisContext):
+    """The alternatives in the order they are tried: each node's own (layouts, attributes, fitted values), the
+    segment's boundary shapes and swaps, then another op of the family or operands the other way round (a
+    Transpose of the coordinates a Sub differences is that Sub's operands exchanged: the Transpose is the
+    reading), then values found by searching."""
+    protos = ctx.protos_by_focus()
+    return itertools.chain(
+        (alt for proto in protos for alt in backed_perms(ctx, proto, ctx.shape_of)),
+        (alt for proto in protos for alt in alternatives(ctx, proto, ctx.shape_of)),
+        boundary_shapes(ctx), boundary_swaps(ctx, lambda *a: Alternative(*a[:6], feeds=a[6])),
+        (alt for proto in protos for alt in kind_alternatives(ctx, proto, ctx.shape_of, Alternative)),
+        (alt for proto in protos for alt in searched(ctx, proto)))
+
+
+def _is_scalar(alt: Alternative) -> bool:
+    return alt.what.startswith("constant input")
+
+
+def _try(ctx: DiagnosisContext, alt: Alternative, folded, with_bn: Callable | None) -> tuple | None:
+    """``(alternatives, factor, reference)`` when the segment with ``alt`` reproduces PyTorch, else None."""
+    model, weights = alt.apply(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
+    try:
+        values = ctx.run_segment(model, weights, feeds=alt.feeds)
+    except Exception:  # noqa: BLE001 - an alternative the runtime rejects is simply not the answer
+        return None
+    if ctx.compare(values[ctx.tensor], ctx.reference).ok:
+        return [alt], None, None
+    if with_bn is not None and ctx.compare(values[ctx.tensor], with_bn(ctx)).ok:
+        return [alt], None, with_bn
+    factor = folded(values[ctx.tensor])
+    if factor is not None:
+        return [alt], factor, (lambda c, f=factor: c.reference * np.float32(f))
+    return None
 
 
 def _folded_batchnorm(ctx: DiagnosisContext) -> Callable | None:

@@ -196,6 +196,8 @@ def _scalars(ctx, proto, searching: bool = False) -> Iterator[Alternative]:
         if value is None or value.size != 1 or value.dtype.kind != "f":
             continue
         have = float(value.reshape(-1)[0])
+        if proto.op_type == "Div" and position == 0 and have == 1.0:
+            continue  # a reciprocal's numerator is its form, not a factor: fitted, it undoes any scale before it
         tried = set()
         candidates = (_searched_candidates(ctx, proto, position, have, tensor, value) if searching else
                       _scalar_candidates(ctx, proto, position, have, tensor, value))
