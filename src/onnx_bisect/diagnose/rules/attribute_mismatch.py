@@ -119,36 +119,37 @@ def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None, Cal
     ``(alternatives, factor, reference)``.  A scalar fitted to PyTorch's output absorbs any error of scale
     before it (a mean made a sum): found first, it is kept only if no discrete alternative tried after it
     reproduces PyTorch too."""
-    trials, folded, seen, scalar = 0, _FoldedFactor(ctx), set(), None
+    folded, seen, scalar = _FoldedFactor(ctx), set(), None
     with_bn = _folded_batchnorm(ctx)
-    for alt in _candidates(ctx):
-        key = (alt.node, alt.what, repr(alt.want))
-        if key in seen or scalar is not None and _is_scalar(alt):
-            continue
-        seen.add(key)
-        trials += 1
-        if trials > MAX_TRIALS:
-            break
-        found = _try(ctx, alt, folded, with_bn)
-        if found is not None and scalar is None and _is_scalar(alt):
-            scalar = found
-        elif found is not None:
-            return found
+    for phase in _candidates(ctx):  # each phase has a budget of its own: a large segment's own alternatives
+        trials = 0                  # must not use up the families' turn
+        for alt in phase:
+            key = (alt.node, alt.what, repr(alt.want))
+            if key in seen or scalar is not None and _is_scalar(alt):
+                continue
+            seen.add(key)
+            trials += 1
+            if trials > MAX_TRIALS:
+                break
+            found = _try(ctx, alt, folded, with_bn)
+            if found is not None and scalar is None and _is_scalar(alt):
+                scalar = found
+            elif found is not None:
+                return found
     return scalar or ([], None, None)
 
 
 def _candidates(ctx: DiagnosisContext):
-    """The alternatives in the order they are tried: each node's own (layouts, attributes, fitted values), the
-    segment's boundary shapes and swaps, then another op of the family or operands the other way round (a
-    Transpose of the coordinates a Sub differences is that Sub's operands exchanged: the Transpose is the
-    reading), then values found by searching."""
+    """The alternatives in the order they are tried, in three phases: each node's own (layouts, attributes,
+    fitted values) and the segment's boundary shapes and swaps; another op of the family or operands the other
+    way round (a Transpose of the coordinates a Sub differences is that Sub's operands exchanged: the Transpose
+    is the reading); values found by searching."""
     protos = ctx.protos_by_focus()
-    return itertools.chain(
-        (alt for proto in protos for alt in backed_perms(ctx, proto, ctx.shape_of)),
-        (alt for proto in protos for alt in alternatives(ctx, proto, ctx.shape_of)),
-        boundary_shapes(ctx), boundary_swaps(ctx, lambda *a: Alternative(*a[:6], feeds=a[6])),
-        (alt for proto in protos for alt in kind_alternatives(ctx, proto, ctx.shape_of, Alternative)),
-        (alt for proto in protos for alt in searched(ctx, proto)))
+    return (itertools.chain((alt for proto in protos for alt in backed_perms(ctx, proto, ctx.shape_of)),
+                            (alt for proto in protos for alt in alternatives(ctx, proto, ctx.shape_of)),
+                            boundary_shapes(ctx), boundary_swaps(ctx, lambda *a: Alternative(*a[:6], feeds=a[6]))),
+            (alt for proto in protos for alt in kind_alternatives(ctx, proto, ctx.shape_of, Alternative)),
+            (alt for proto in protos for alt in searched(ctx, proto)))
 
 
 def _is_scalar(alt: Alternative) -> bool:
