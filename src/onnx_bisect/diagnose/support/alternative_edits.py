@@ -39,13 +39,16 @@ def with_attributes(node: str, values: dict):
     return edit
 
 
-def retyped(node: str, op_type: str, attributes: dict):
-    """The node computing ``op_type`` with ``attributes`` instead, on the same input and output."""
+def retyped(node: str, op_type: str, attributes: dict, drop: tuple[str, ...] | None = None):
+    """The node computing ``op_type`` on the same inputs: the attributes ``drop`` removed (None: all of them),
+    then ``attributes`` set (floats stay floats, ints ints)."""
     def edit(model, weights):
         target = edits.node(model, node)
         target.op_type = op_type
+        kept = [] if drop is None else [a for a in target.attribute if a.name not in drop]
         del target.attribute[:]
-        target.attribute.extend(helper.make_attribute(k, float(v)) for k, v in attributes.items())
+        target.attribute.extend(kept)
+        target.attribute.extend(helper.make_attribute(k, v) for k, v in attributes.items())
         return model, weights
     return edit
 

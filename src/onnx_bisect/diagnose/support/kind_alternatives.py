@@ -19,7 +19,7 @@ from onnx import helper
 
 from ..context import attribute
 from . import edits
-from .alternative_edits import rewired, with_attributes, with_inputs
+from .alternative_edits import retyped, rewired, with_attributes, with_inputs
 
 #: families of ops with the same inputs, attributes and output shape, each member tried for the others
 FAMILIES = (
@@ -50,7 +50,7 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
     family = next((f for f in FAMILIES if op in f), ())
     for other in family:
         if other != op:
-            yield make(proto.name, "op", op, other, "the PyTorch output", _kind(proto.name, other, ()))
+            yield make(proto.name, "op", op, other, "the PyTorch output", retyped(proto.name, other, {}, drop=()))
     if op in REDUCTIONS:
         yield from _reductions(ctx, proto, make)
     elif op in POOL_ONLY:
@@ -72,20 +72,6 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
 def _scalar(ctx, tensor: str) -> bool:
     value = ctx.constant(tensor)
     return value is not None and value.size == 1
-
-
-def _kind(node: str, op_type: str, drop: tuple[str, ...], add: dict | None = None):
-    """The node computing ``op_type`` on the same inputs, attributes ``drop`` removed and ``add`` set."""
-    def edit(model, weights):
-        target = edits.node(model, node)
-        target.op_type = op_type
-        kept = [a for a in target.attribute if a.name not in drop]
-        del target.attribute[:]
-        target.attribute.extend(kept)
-        for name, value in (add or {}).items():
-            target.attribute.append(helper.make_attribute(name, value))
-        return model, weights
-    return edit
 
 
 # --------------------------------------------------------------------------- reductions, pools
@@ -130,7 +116,7 @@ def _pools(proto, make) -> Iterator:
         yield make(proto.name, "count_include_pad", have, 1 - have, "the PyTorch output",
                    with_attributes(proto.name, {"count_include_pad": 1 - have}))
     other = "AveragePool" if op == "MaxPool" else "MaxPool"
-    yield make(proto.name, "op", op, other, "the PyTorch output", _kind(proto.name, other, POOL_ONLY[op]))
+    yield make(proto.name, "op", op, other, "the PyTorch output", retyped(proto.name, other, {}, drop=POOL_ONLY[op]))
 
 
 # --------------------------------------------------------------------------- Conv dilation

@@ -30,7 +30,7 @@ def activation(ctx, proto, make) -> Iterator:
     if op == "Sigmoid":
         for alpha, beta in HARD_SIGMOIDS:
             yield make(proto.name, "op", "Sigmoid", f"HardSigmoid(alpha={alpha:.6g}, beta={beta:.6g})",
-                       "the PyTorch output", retyped(proto.name, "HardSigmoid", {"alpha": alpha, "beta": beta}))
+                       "the PyTorch output", retyped(proto.name, "HardSigmoid", {"alpha": float(alpha), "beta": float(beta)}))
         return
     if op == "HardSigmoid":
         have = (float(attribute(proto, "alpha", 0.2)), float(attribute(proto, "beta", 0.5)))
