@@ -1785,3 +1785,7 @@ FAULTS: dict[str, FaultKind] = {k.name: k for k in (
 import sweep_faults_ops  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_ops.KINDS})
+# the seventh set (scripts/sweep_faults_seven.py)
+import sweep_faults_seven  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_seven.KINDS})
