@@ -1,15 +1,20 @@
 """Weights: an initializer the segment reads differs from the PyTorch parameter it was exported from."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
-from ..support.param_layouts import model_rnn_weights, owner_of
+from ..support.param_layouts import gates_exchanged, is_rnn_parameter, model_rnn_weights, owner_of
 from ..support import edits, layout
+from ..support.alternative_edits import with_inputs
 from ...records import Cause, Layout
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 from . import quantization
 
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+#: an nn.LSTM/GRU/RNN parameter as PyTorch stores it (compared in the ONNX layout instead: param_layouts)
+RAW_RNN = re.compile(r"(^|\.)(weight|bias)_(ih|hh)_l\d+(_reverse)?$")
 
 
 class WeightMismatch(Rule):
@@ -26,8 +31,12 @@ class WeightMismatch(Rule):
             return None
         candidates = layout.torch_candidates(ctx)
         differing = _differing(ctx, candidates) + _quantized(ctx, candidates)
+        if differing and _norm_scales(ctx) & {n for n, _, _, _ in differing}:
+            offset = _scale_offset(ctx)  # a ``1 + weight`` scale off by one pairs with the weight, and differs
+            if offset is not None:
+                return offset
         if not differing:
-            return _bias_after(ctx) or _swapped(ctx)
+            return _bias_after(ctx) or _swapped(ctx) or _scale_offset(ctx)
         rows = [{"initializer": n, "parameter": p, "layout": r.layout.value, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
                  "fraction_differing": r.fraction_differing, "correlation": r.correlation}
                 for n, p, r, _ in differing]
@@ -76,9 +85,9 @@ def _differing(ctx: DiagnosisContext, candidates) -> list:
         if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
             continue
         best = _counterpart(ctx, name, value, candidates)
-        if best is None or not best[1].equal and (not _same_tensor(best, name) or name in folded_biases):
+        if best is None or not best[1].equal and (not _same_tensor(best, name, value) or name in folded_biases):
             best = _zeroed(ctx, name, value, candidates) or best
-        if best is None or best[1].equal or not (_same_tensor(best, name) or not np.any(value)):
+        if best is None or best[1].equal or not (_same_tensor(best, name, value) or not np.any(value)):
             continue
         if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
             continue
@@ -113,17 +122,18 @@ def _readers(ctx: DiagnosisContext, initializers: list[str]) -> tuple[str, ...]:
 def _counterpart(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
     """``(parameter, relation, torch value)`` for an initializer: the segment's parameters first, else any of the
     model's, else sibling projections concatenated, else a constant activation; None when nothing relates."""
-    best = _best(value, name, candidates)
-    if best is None or (not best[1].equal and not _same_tensor(best, name)):
+    rnn = any(ctx.onnx.graph.nodes[c].op_type in ("LSTM", "GRU", "RNN") for c in ctx.onnx.graph.consumers.get(name, ()))
+    best = _best(value, name, rnn_input=rnn, candidates=candidates)
+    if best is None or (not best[1].equal and not _same_tensor(best, name, value)):
         # the segment may hold another module's weight (its output fused away): search the whole model
-        best = _best(value, name, _everything(ctx, value.size)) or best
-    if best is None or (not best[1].equal and not _same_tensor(best, name)):
+        best = _best(value, name, rnn_input=rnn, candidates=_everything(ctx, value.size)) or best
+    if best is None or (not best[1].equal and not _same_tensor(best, name, value)):
         # a simplifier merges projections of one input into one MatMul (q, k and v): their weights concatenated
-        best = _best(value, name, _concatenated(ctx, value.size)) or best
-    if best is None or (not best[1].equal and not _same_tensor(best, name)):
+        best = _best(value, name, rnn_input=rnn, candidates=_concatenated(ctx, value.size)) or best
+    if best is None or (not best[1].equal and not _same_tensor(best, name, value)):
         # an exporter folds an activation that depends on no input into a constant (the position embeddings of
         # a fixed length): the constant then stands for that module's output
-        folded = _best(value, name, _constant_activations(ctx, value.size))
+        folded = _best(value, name, rnn_input=rnn, candidates=_constant_activations(ctx, value.size))
         best = folded if folded is not None and folded[1].correlation >= 0.9 else best
     return best
 
@@ -160,12 +170,12 @@ def _corrupt(relation) -> bool:
     return not np.isfinite(relation.max_abs) or relation.rel_l2 > 1e3
 
 
-def _same_tensor(best, name: str) -> bool:
+def _same_tensor(best, name: str, value: np.ndarray) -> bool:
     """Whether an initializer and its closest PyTorch tensor are one tensor with changed values: correlated or
     mostly equal (another checkpoint, a few corrupted values), or of the same name (whatever the values: inf,
     NaN or 1e38 written over the weights is still this weight)."""
-    parameter, relation, _ = best
-    return relation.related or parameter == name
+    parameter, relation, tensor = best
+    return relation.related or parameter == name or is_rnn_parameter(parameter) and gates_exchanged(value, tensor)
 
 
 def _other_owners(ctx: DiagnosisContext, parameters: list[str]) -> str:
@@ -241,16 +251,19 @@ def _constant_activations(ctx: DiagnosisContext, size: int) -> dict[str, np.ndar
             if a.is_leaf and a.module and a.value.size == size and a.value.dtype.kind == "f" and a.call == 0}
 
 
-def _best(value: np.ndarray, name: str, candidates: dict[str, np.ndarray]):
+def _best(value: np.ndarray, name: str, candidates: dict[str, np.ndarray], rnn_input: bool = False):
     """``(parameter, relation, torch value)`` of the closest candidate (an exact name match is preferred)."""
     scored = []
     for pname, tensor in candidates.items():
+        if rnn_input and RAW_RNN.search(pname):  # an ONNX RNN never reads PyTorch's gate order: that is the bug
+            continue
         rel = layout.relate(value, tensor)
-        if rel is not None:
-            scored.append((rel.equal, pname == name, -rel.rel_l2, pname, rel, tensor))
+        if rel is not None:  # an RNN's gates in another order: its own weight, though another correlates better
+            gates = not rel.equal and is_rnn_parameter(pname) and gates_exchanged(value, tensor)
+            scored.append((rel.equal, pname == name, gates, -rel.rel_l2, pname, rel, tensor))
     if not scored:
         return None
-    _, _, _, pname, rel, tensor = max(scored, key=lambda s: s[:3])
+    *_, pname, rel, tensor = max(scored, key=lambda s: s[:4])
     return pname, rel, tensor
 
 
@@ -401,6 +414,50 @@ def _stored_weight(ctx: DiagnosisContext, tensor: str) -> str | None:
     scale = ctx.constant(info.inputs[1])
     return info.inputs[0] if scale is not None and scale.size == 1 and ctx.initializer(info.inputs[0]) is not None \
         else None
+
+
+#: normalizations and the input position of their scale
+NORM_SCALES = {"LayerNormalization": 1, "SimplifiedLayerNormalization": 1, "GroupNormalization": 1,
+               "InstanceNormalization": 1, "BatchNormalization": 1, "SkipLayerNormalization": 2,
+               "SkipSimplifiedLayerNormalization": 2, "RMSNormalization": 1}
+
+
+def _norm_scales(ctx: DiagnosisContext) -> set[str]:
+    return {p.input[k] for p in ctx.segment_protos if (k := NORM_SCALES.get(p.op_type)) is not None and len(p.input) > k}
+
+
+def _scale_offset(ctx: DiagnosisContext) -> Finding | None:
+    """A normalization's constant scale off by one: models store ``weight`` and multiply by ``1 + weight``
+    (Gemma's RMSNorm, Nemotron's LayerNorm1P) or apply no scale at all (a non-parametric LayerNorm), and an
+    exporter or converter that loses or doubles the ``1 +`` writes a scale equal to a parameter — nothing above
+    differs.  Tried: the scale minus one, plus one, and ones; named only when the segment then reproduces
+    PyTorch."""
+    for p in ctx.segment_protos:
+        k = NORM_SCALES.get(p.op_type)
+        value = ctx.constant(p.input[k]) if k is not None and len(p.input) > k and p.input[k] else None
+        if value is None or value.dtype.kind != "f":
+            continue
+        tries = [("minus one", value - 1), ("plus one", value + 1)]
+        tries += [] if np.all(value == 1) else [("ones (no scale)", np.ones_like(value))]
+        for how, new in tries:
+            fix = with_inputs(p.name, {k: new.astype(value.dtype)})
+            try:
+                values = ctx.run_segment(*fix(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights))
+            except Exception:  # noqa: BLE001 - a value the runtime rejects is not the answer
+                continue
+            if not ctx.compare(values[ctx.tensor], ctx.reference).ok:
+                continue
+            summary = (f"The scale '{p.input[k]}' {tuple(value.shape)} of {p.op_type} {p.name} is off by one: with "
+                       f"the scale {how} the segment reproduces PyTorch's output. The model multiplies by "
+                       "`1 + weight` (or by no weight) and the file's constant lost or doubled the `1 +`.")
+            advice = ("Export the scale the norm applies (1 + weight where the module adds one, ones where it has "
+                      "no weight): check the converter's or the export code's handling of this norm's weight.")
+            return Finding(Cause.WEIGHT_MISMATCH, 0.85, summary, advice,
+                           {"parameters": [{"initializer": p.input[k], "layout": f"scale {how}"}]},
+                           changes=(p.name,),
+                           counterfactual=lambda c, f=fix: FixedSegment(
+                               *f(edits.copy_model(c.onnx.skeleton), c.onnx.weights)))
+    return None
 
 
 #: ops that add a bias to a product after it

@@ -31,6 +31,20 @@ FAMILIES = (
     ("Floor", "Ceil", "Round"),
     ("GlobalAveragePool", "GlobalMaxPool"),
 )
+#: arithmetic ops and their inverses, tried on two tensors that are not scalar constants
+INVERSES = {"Add": "Sub", "Sub": "Add", "Mul": "Div", "Div": "Mul"}
+#: activation families: each member with the attributes PyTorch's default module gives it
+ACTIVATIONS = (
+    {"Relu": {}, "LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}, "Selu": {}, "Celu": {"alpha": 1.0},
+     "Softplus": {}},
+    {"Sigmoid": {}, "HardSigmoid": {"alpha": 1.0 / 6.0, "beta": 0.5}},
+    {"Tanh": {}, "Softsign": {}},
+)
+#: attributes an activation may carry that another member lacks
+ACTIVATION_ATTRS = ("alpha", "beta", "gamma")
+#: LayerNorm and RMSNorm (ONNX Runtime's SimplifiedLayerNormalization: no mean, no bias)
+NORM_KINDS = {"LayerNormalization": "SimplifiedLayerNormalization",
+              "SimplifiedLayerNormalization": "LayerNormalization"}
 #: reductions over the same axes tried for each other
 REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin")
 #: pooling attributes one kind has and the other lacks
@@ -65,8 +79,22 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         inputs[1], inputs[2] = proto.input[2], proto.input[1]
         yield make(proto.name, "scale, bias", [proto.input[1], proto.input[2]], inputs[1:3], "the PyTorch output",
                    rewired(proto.name, inputs))
+    if op in INVERSES and len(proto.input) == 2 and not any(_scalar(ctx, t) for t in proto.input):
+        yield make(proto.name, "op", op, INVERSES[op], "the PyTorch output", retyped(proto.name, INVERSES[op], {}))
     if op in ("Add", "Sub", "Range"):
         yield from _integer_offsets(ctx, proto, make)
+    yield from _activations(ctx, proto, make)
+    if op in ("LSTM", "GRU", "RNN"):
+        have = attribute(proto, "direction", "forward")
+        have = have.decode() if isinstance(have, bytes) else have
+        if have in ("forward", "reverse"):
+            want = "reverse" if have == "forward" else "forward"
+            yield make(proto.name, "direction", have, want, "the PyTorch output",
+                       with_attributes(proto.name, {"direction": want}))
+    if op in NORM_KINDS and proto.domain in ("", "ai.onnx"):
+        bias = _layer_norm_bias(ctx, proto) if op == "SimplifiedLayerNormalization" else None
+        yield make(proto.name, "op", op, NORM_KINDS[op], "the PyTorch output",
+                   _norm_kind(proto.name, NORM_KINDS[op], bias))
 
 
 def _scalar(ctx, tensor: str) -> bool:
@@ -164,3 +192,91 @@ def _integer_offsets(ctx, proto, make) -> Iterator:
             want = (value.astype(np.int64) + step).astype(value.dtype)
             yield make(proto.name, f"integer input {k}", value.reshape(-1)[:4].tolist(),
                        want.reshape(-1)[:4].tolist(), "the PyTorch output", with_inputs(proto.name, {k: want}))
+
+
+# --------------------------------------------------------------------------- activations, norms
+
+def _activations(ctx, proto, make) -> Iterator:
+    """The other members of the activation's family; a rectifier where PyTorch ran a PReLU: the PReLU with the
+    module's slope."""
+    op = proto.op_type
+    family = next((f for f in ACTIVATIONS if op in f), None)
+    if family is None and op != "PRelu":
+        return
+    for other, attrs in (family or {"Relu": {}}).items():
+        if other != op:
+            yield make(proto.name, "op", op, other, "the PyTorch output",
+                       _activation(proto.name, other, attrs, drop_inputs=op == "PRelu"))
+    if family is ACTIVATIONS[0]:
+        slope = _prelu_slope(ctx, proto)
+        if slope is not None:
+            yield make(proto.name, "op", op, "PRelu", "the PyTorch PReLU's weight", _prelu(proto.name, slope))
+
+
+def _activation(node: str, op_type: str, attributes: dict, drop_inputs: bool):
+    retype = retyped(node, op_type, attributes, drop=ACTIVATION_ATTRS)
+
+    def edit(model, weights):
+        model, weights = retype(model, weights)
+        if drop_inputs:
+            del edits.node(model, node).input[1:]
+        return model, weights
+    return edit
+
+
+def _prelu_slope(ctx, proto) -> np.ndarray | None:
+    """The weight of the PReLU module nearest the divergence, shaped to broadcast over the node's input
+    (channels on axis 1), when there is one."""
+    slopes = [m.weight for _, m in ctx.modules_near() if type(m).__name__ == "PReLU"]
+    shape = ctx.shape_of(proto.input[0])
+    if not slopes or not shape:
+        return None
+    elem = ctx.onnx.graph.elem_types.get(proto.input[0])
+    dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else np.float32
+    slope = slopes[0].detach().cpu().numpy().astype(dtype).reshape(-1)
+    if slope.size > 1 and (len(shape) < 2 or shape[1] != slope.size):
+        return None
+    return slope.reshape((-1,) + (1,) * (len(shape) - 2)) if slope.size > 1 else slope
+
+
+def _prelu(node: str, slope: np.ndarray):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type = "PRelu"
+        kept = [a for a in target.attribute if a.name not in ACTIVATION_ATTRS]
+        del target.attribute[:]
+        target.attribute.extend(kept)
+        del target.input[1:]
+        target.input.append(edits.add_initializer(model, f"{node}_slope_alternative", slope))
+        return model, weights
+    return edit
+
+
+def _layer_norm_bias(ctx, proto) -> np.ndarray | None:
+    """The bias of the LayerNorm module nearest the divergence whose size is the node's scale's (an RMSNorm
+    node computing a LayerNorm lost it), in the node's dtype."""
+    scale = ctx.shape_of(proto.input[1]) if len(proto.input) > 1 else None
+    size = int(np.prod(scale)) if scale else None
+    for _, module in ctx.modules_near():
+        bias = getattr(module, "bias", None)
+        if type(module).__name__ == "LayerNorm" and bias is not None and bias.numel() == size:
+            elem = ctx.onnx.graph.elem_types.get(proto.input[0])
+            dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else np.float32
+            return bias.detach().cpu().numpy().astype(dtype).reshape(scale)
+    return None
+
+
+def _norm_kind(node: str, op_type: str, bias: np.ndarray | None):
+    """A LayerNormalization computed as an RMSNorm (its bias dropped) or back (with ``bias`` when given); one
+    output."""
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type = op_type
+        if op_type == "SimplifiedLayerNormalization":
+            del target.input[2:]
+        elif bias is not None:
+            del target.input[2:]
+            target.input.append(edits.add_initializer(model, f"{node}_bias_alternative", bias))
+        del target.output[1:]
+        return model, weights
+    return edit

@@ -366,5 +366,8 @@ def standardised(value: np.ndarray, ref: np.ndarray) -> bool:
 def reparameterised(value: np.ndarray, ref: np.ndarray, arrays: dict[str, np.ndarray]) -> bool:
     """Whether ``value``, unequal to the parameter ``ref`` it pairs with, is still the model's own numbers: the
     parameter times a layer scale of the model (:func:`scaling_parameter`) or standardised per output channel
-    (:func:`standardised`) — a transformed copy a simplifier or exporter folded, not another checkpoint's."""
-    return scaling_parameter(value, ref, arrays) is not None or standardised(value, ref)
+    (:func:`standardised`) or plus one (a norm that multiplies by ``1 + weight``: Gemma's RMSNorm, Nemotron's
+    LayerNorm1P, the sum folded at export) — a transformed copy a simplifier or exporter folded, not another
+    checkpoint's."""
+    return (scaling_parameter(value, ref, arrays) is not None or standardised(value, ref)
+            or value.shape == ref.shape and bool(np.allclose(value, ref + 1.0, rtol=1e-5, atol=1e-6)))

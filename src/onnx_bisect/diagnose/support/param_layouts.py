@@ -66,3 +66,25 @@ def owner_of(name: str) -> str:
     if name.startswith(_PREFIX):
         return name[len(_PREFIX):].split(",")[0]
     return name.rpartition(".")[0]
+
+
+def is_rnn_parameter(name: str) -> bool:
+    """Whether ``name`` is one of :func:`rnn_weights`' keys."""
+    return name.startswith(_PREFIX)
+
+
+def gates_exchanged(value: np.ndarray, tensor: np.ndarray) -> bool:
+    """Whether ``value`` holds ``tensor``'s gate blocks (axis 1: ``W``/``R`` [dirs, gates·H, ...], ``B``
+    [dirs, 2·gates·H]) in another order — a converter's gate order (its values then barely correlate)."""
+    if value.shape != tensor.shape or value.ndim < 2:
+        return False
+    for blocks in (4, 3, 8, 6):
+        if value.shape[1] % blocks:
+            continue
+        have = np.split(np.asarray(value, np.float64), blocks, axis=1)
+        want = np.split(np.asarray(tensor, np.float64), blocks, axis=1)
+        scale = max(float(np.max(np.abs(tensor))), 1e-12)
+        same = lambda a, b: bool(np.allclose(a, b, rtol=0, atol=1e-6 * scale))  # noqa: E731
+        if all(any(same(h, w) for w in want) for h in have) and not all(same(h, w) for h, w in zip(have, want)):
+            return True
+    return False

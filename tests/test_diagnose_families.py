@@ -1,0 +1,162 @@
+"""Faults the seventh sweep planted (scripts/sweep_faults_seven.py), each named at its node with a confirmed fix:
+an arithmetic op computing its inverse (a sign lost), another activation of the family (a hard sigmoid, a leaky
+rectifier, a PReLU's slope lost), a LayerNorm computed as an RMSNorm, a norm's scale off by one (``1 + weight``
+lost, a non-parametric norm given a scale), an RNN's gate blocks in another order or its direction reversed."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from onnx import numpy_helper
+from torch.nn import functional as F
+
+import onnx_bisect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+
+
+class _FamiliesNet(torch.nn.Module):
+    """A Conv with a PReLU, a sigmoid gate, a rotary-like sum of two products, a LayerNorm, a norm without
+    weights, a norm scaled by ``1 + weight`` (Nemotron's LayerNorm1P), a GRU and a tanh head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(7)
+        self.conv, self.act = torch.nn.Conv1d(4, 8, 3, padding=1), torch.nn.PReLU(8)
+        self.gate, self.norm = torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)
+        self.w1p = torch.nn.Parameter(torch.randn(8) * 0.3)
+        self.gru, self.fc = torch.nn.GRU(8, 8, batch_first=True), torch.nn.Linear(8, 3)
+        with torch.no_grad():
+            self.act.weight.uniform_(0.1, 0.4)
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.normal_(0.0, 0.5)
+
+    def forward(self, x):  # (2, 4, 6)
+        h = self.act(self.conv(x)).transpose(1, 2)
+        h = h * torch.sigmoid(self.gate(h))
+        cos, sin = torch.cos(h), torch.sin(h)
+        h = self.norm(h * cos + h.flip(-1) * sin)
+        h = F.layer_norm(h, (8,)) + 0.5 * F.layer_norm(h, (8,), 1 + self.w1p)
+        out, _ = self.gru(h)
+        return torch.tanh(self.fc(out))
+
+
+@pytest.fixture(scope="module")
+def exported():
+    model = _FamiliesNet().eval()
+    inputs = (torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(8)),)
+    return model, inputs, dc.export(model, inputs, "torchscript")
+
+
+def _planted(exported, op_type: str, change, pick=lambda nodes: nodes[0]):
+    model, inputs, proto = exported
+    faulty = type(proto)()
+    faulty.CopyFrom(proto)
+    node = pick([n for n in faulty.graph.node if n.op_type == op_type])
+    change(faulty, node)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=faulty)
+    return report.first_divergence, node.name
+
+
+def _found(fd, planted: str, cause: str = "attribute-mismatch", at_most: int = 3):
+    assert fd is not None and fd.cause == cause and fd.confirmed is True, fd and (fd.cause, fd.explanation)
+    assert planted in fd.layer.segment and len(fd.layer.segment) <= at_most, fd.layer.segment
+
+
+def _retype(op_type: str, **attrs):
+    def change(proto, node):
+        node.op_type = op_type
+        del node.attribute[:]
+        for k, v in attrs.items():
+            node.attribute.add().CopyFrom(__import__("onnx").helper.make_attribute(k, v))
+    return change
+
+
+def _computed(proto):
+    constants = {i.name for i in proto.graph.initializer} | {o for n in proto.graph.node if n.op_type == "Constant"
+                                                            for o in n.output}
+    return lambda nodes: next(n for n in nodes if not constants & set(n.input))
+
+
+def test_clean_file_agrees(exported):
+    model, inputs, proto = exported
+    assert onnx_bisect.bisect(model, inputs, onnx=proto).ok
+
+
+def test_an_add_computing_a_sub_is_named(exported):
+    """The rotary-like ``h·cos + flip(h)·sin`` with its sign lost."""
+    fd, name = _planted(exported, "Add", _retype("Sub"), pick=_computed(exported[2]))
+    _found(fd, name)
+    assert "Sub" in fd.explanation and "Add" in fd.explanation
+
+
+def test_a_hard_sigmoid_for_a_sigmoid_is_named(exported):
+    fd, name = _planted(exported, "Sigmoid", _retype("HardSigmoid", alpha=1 / 6, beta=0.5))
+    _found(fd, name)
+    assert "Sigmoid" in fd.explanation
+
+
+def test_a_prelu_that_lost_its_slope_is_named_with_the_modules_weight(exported):
+    def change(proto, node):
+        node.op_type = "Relu"
+        del node.input[1:]
+    fd, name = _planted(exported, "PRelu", change)
+    _found(fd, name)
+    assert "PRelu" in fd.explanation
+
+
+def test_a_layer_norm_computed_as_an_rms_norm_is_named_with_its_bias_back(exported):
+    def change(proto, node):
+        node.op_type = "SimplifiedLayerNormalization"
+        del node.input[2:]
+        del node.output[1:]
+    fd, name = _planted(exported, "LayerNormalization", change)
+    _found(fd, name)
+    assert "SimplifiedLayerNormalization" in fd.explanation
+
+
+def _constant(proto, name: str) -> np.ndarray:
+    init = next((i for i in proto.graph.initializer if i.name == name), None)
+    if init is not None:
+        return numpy_helper.to_array(init)
+    const = next(n for n in proto.graph.node if n.op_type == "Constant" and n.output[0] == name)
+    return numpy_helper.to_array(const.attribute[0].t)
+
+
+@pytest.mark.parametrize("which, step", [(1, 1.0), (2, -1.0), (2, 1.0)])
+def test_a_norm_scale_off_by_one_is_a_weight_mismatch(exported, which, step):
+    """Norm 1 has no weight in PyTorch (the file's scale is ones), norm 2 multiplies by ``1 + weight``: a scale
+    of ``weight`` alone holds a parameter's exact numbers, so nothing else differs.  (Norm 1's scale made zeros
+    is left out: its output is then zeros and the Add after it passes the other term on unchanged, so that
+    term's PyTorch value pairs with the sum — a value-pairing ambiguity, not this rule's.)"""
+    def change(proto, node):
+        value = _constant(proto, node.input[1])
+        proto.graph.initializer.append(numpy_helper.from_array((value + step).astype(value.dtype), "scale_planted"))
+        node.input[1] = "scale_planted"
+    fd, name = _planted(exported, "LayerNormalization", change, pick=lambda nodes: nodes[which])
+    _found(fd, name, "weight-mismatch")
+    assert "off by one" in fd.explanation
+
+
+def test_gru_gate_blocks_in_another_order_are_a_weight_mismatch(exported):
+    def change(proto, node):
+        for k in (1, 2):
+            init = next(i for i in proto.graph.initializer if i.name == node.input[k])
+            v = numpy_helper.to_array(init)
+            z, r, h = np.split(v, 3, axis=1)
+            init.CopyFrom(numpy_helper.from_array(np.concatenate([r, z, h], axis=1), init.name))
+    fd, name = _planted(exported, "GRU", change)
+    _found(fd, name, "weight-mismatch", at_most=12)
+
+
+def test_a_gru_run_the_other_way_is_named(exported):
+    def change(proto, node):
+        node.attribute.add().CopyFrom(__import__("onnx").helper.make_attribute("direction", "reverse"))
+    fd, name = _planted(exported, "GRU", change)
+    _found(fd, name, at_most=12)
+    assert "reverse" in fd.explanation
