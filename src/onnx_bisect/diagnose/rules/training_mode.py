@@ -58,7 +58,9 @@ class NondeterministicReference(Rule):
 
         module = ctx.torch_module()
         seen = []
-        handle = module.register_forward_hook(lambda m, args, out: seen.append(_first_tensor(out))) if module is not None else None
+        # a copy: the model may change the output in place after the hook (OLMo clamps q/k/v with clamp_)
+        handle = module.register_forward_hook(lambda m, args, out: seen.append(_copy(_first_tensor(out)))) \
+            if module is not None else None
         clone = (lambda v: v.clone() if isinstance(v, torch.Tensor) else v)
         try:
             with torch.no_grad():
@@ -122,6 +124,10 @@ def _eval_mode(ctx: DiagnosisContext, dropouts, norms) -> FixedSegment:
         edits.set_attribute(model, p.name, "training_mode", 0)
         del node.output[1:]
     return FixedSegment(model, ctx.onnx.weights)
+
+
+def _copy(tensor):
+    return None if tensor is None else tensor.detach().clone()
 
 
 def _first_tensor(out):
