@@ -1,7 +1,7 @@
 """Faults the seventh sweep planted (scripts/sweep_faults_seven.py), each named at its node with a confirmed fix:
 an arithmetic op computing its inverse (a sign lost), another activation of the family (a hard sigmoid, a leaky
 rectifier, a PReLU's slope lost), a LayerNorm computed as an RMSNorm, a norm's scale off by one (``1 + weight``
-lost, a non-parametric norm given a scale), an RNN's gate blocks in another order or its direction reversed."""
+lost, a non-parametric norm given a scale), an RNN's gate blocks in another order or its direction reversed, a convolution kernel flipped."""
 from __future__ import annotations
 
 import sys
@@ -20,23 +20,25 @@ import diagnosis_cases as dc  # noqa: E402
 
 
 class _FamiliesNet(torch.nn.Module):
-    """A Conv with a PReLU, a sigmoid gate, a rotary-like sum of two products, a LayerNorm, a norm without
+    """A Conv with a BatchNorm (folded into it at export) and a PReLU, a sigmoid gate, a rotary-like sum of two products, a LayerNorm, a norm without
     weights, a norm scaled by ``1 + weight`` (Nemotron's LayerNorm1P), a GRU and a tanh head."""
 
     def __init__(self):
         super().__init__()
         torch.manual_seed(7)
-        self.conv, self.act = torch.nn.Conv1d(4, 8, 3, padding=1), torch.nn.PReLU(8)
+        self.conv, self.bn, self.act = torch.nn.Conv1d(4, 8, 3, padding=1), torch.nn.BatchNorm1d(8), torch.nn.PReLU(8)
         self.gate, self.norm = torch.nn.Linear(8, 8), torch.nn.LayerNorm(8)
         self.w1p = torch.nn.Parameter(torch.randn(8) * 0.3)
         self.gru, self.fc = torch.nn.GRU(8, 8, batch_first=True), torch.nn.Linear(8, 3)
         with torch.no_grad():
             self.act.weight.uniform_(0.1, 0.4)
+            self.bn.running_mean.normal_(0.0, 0.3)
+            self.bn.running_var.uniform_(0.5, 2.0)
             self.norm.weight.uniform_(0.5, 1.5)
             self.norm.bias.normal_(0.0, 0.5)
 
     def forward(self, x):  # (2, 4, 6)
-        h = self.act(self.conv(x)).transpose(1, 2)
+        h = self.act(self.bn(self.conv(x))).transpose(1, 2)
         h = h * torch.sigmoid(self.gate(h))
         cos, sin = torch.cos(h), torch.sin(h)
         h = self.norm(h * cos + h.flip(-1) * sin)
@@ -160,3 +162,13 @@ def test_a_gru_run_the_other_way_is_named(exported):
     fd, name = _planted(exported, "GRU", change)
     _found(fd, name, at_most=12)
     assert "reverse" in fd.explanation
+
+
+def test_a_flipped_folded_kernel_is_a_weight_mismatch(exported):
+    """The Conv's kernel (its BatchNorm folded in: no PyTorch parameter holds its numbers) flipped in time."""
+    def change(proto, node):
+        init = next(i for i in proto.graph.initializer if i.name == node.input[1])
+        init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(numpy_helper.to_array(init)[..., ::-1]), init.name))
+    fd, name = _planted(exported, "Conv", change)
+    _found(fd, name, "weight-mismatch")
+    assert "flipped" in fd.explanation

@@ -349,41 +349,76 @@ MAX_SWAPS = 4
 
 
 def _swapped(ctx: DiagnosisContext) -> Finding | None:
-    """A square weight with its first two axes swapped (a matrix transposed, a Conv kernel's input and output
-    channels exchanged — a layout bug of an exporter, a converter or a loader): its values pair with a PyTorch
-    tensor (in some layout) or with none (a folded BatchNorm), so nothing above differs, yet with the axes
-    swapped back the segment reproduces PyTorch.  Only a weight whose swap is confirmed that way is named."""
+    """A weight in another layout than the node reads: a square weight with its first two axes swapped (a matrix
+    transposed, a Conv kernel's input and output channels exchanged — a layout bug of an exporter, a converter or
+    a loader), or a convolution kernel flipped along its spatial axes (a convolution taken for a correlation by
+    a converter).  Its values pair with a PyTorch tensor (in some layout) or with none (a folded BatchNorm), so
+    nothing above differs, yet laid out back the segment reproduces PyTorch.  Only a layout confirmed that way
+    is named."""
     tried = 0
-    for name, value in _square_weights(ctx):
+    for name, value, how in _relaid_weights(ctx):
         if tried >= MAX_SWAPS:
             break
-        swapped = np.swapaxes(value, 0, 1)
+        relaid = np.swapaxes(value, 0, 1) if how == "swapped" else np.flip(value, _spatial(value))
         # a weight holding no PyTorch tensor's numbers (a BatchNorm folded into a Conv's kernel) is still tried:
-        # its swap reproducing PyTorch is the evidence (no weight but a transposed one does that)
+        # its layout reproducing PyTorch is the evidence (no weight but a re-laid one does that)
         tried += 1
-        model, weights = edits.replace_array(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights, name, swapped)
+        model, weights = edits.replace_array(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights, name, relaid)
         try:
             values = ctx.run_segment(model, weights)
         except Exception:  # noqa: BLE001 - a layout the runtime rejects is not the answer
             continue
         if not ctx.compare(values[ctx.tensor], ctx.reference).ok:
             continue
+        return _relaid_finding(ctx, name, value, how, relaid)
+    return None
+
+
+def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: str, relaid: np.ndarray) -> Finding:
+    if how == "flipped":
+        summary = (f"The convolution kernel '{name}' {tuple(value.shape)} holds the right numbers, but flipped along "
+                   f"its spatial axes {list(_spatial(value))}: flipped back, the segment reproduces PyTorch's output.")
+        fix = ("Write the kernel unflipped: ONNX Conv (like PyTorch) computes a cross-correlation; a converter "
+               "from a framework that convolves (flips) must not flip it again — check the conversion step.")
+        layout_text, confidence = "spatial axes flipped", 0.9
+    else:
         what = "matrix is transposed" if value.ndim == 2 else "kernel has its output and input channels exchanged"
         summary = (f"The weight '{name}' {tuple(value.shape)} holds the right numbers, but its {what}: with its "
                    "first two axes swapped back the segment reproduces PyTorch's output.")
         fix = ("Write the weight in the layout the node expects (ONNX MatMul takes x @ B, so a Linear's weight goes "
                "in transposed; Gemm says so with transB; a Conv kernel is [out, in/groups, ...]) — check the "
                "converter or the code that copied the weights in.")
+        layout_text = "first two axes swapped"
         # a Gemm says how it reads its weight (transA/transB): the attribute rule's flip explains the same numbers
         # and is the likelier slip there, so this finding ranks below it
         confidence = 0.85 if any(p.op_type in ("Gemm", "FusedGemm") and name in p.input
                                  for p in ctx.segment_protos) else 0.9
-        return Finding(Cause.WEIGHT_MISMATCH, confidence, summary, fix,
-                       {"parameters": [{"initializer": name, "layout": "first two axes swapped"}]},
-                       changes=_readers(ctx, [name]),
-                       counterfactual=lambda c, n=name, v=swapped: FixedSegment(
-                           *edits.replace_array(edits.copy_model(c.onnx.skeleton), c.onnx.weights, n, v)))
-    return None
+    return Finding(Cause.WEIGHT_MISMATCH, confidence, summary, fix,
+                   {"parameters": [{"initializer": name, "layout": layout_text}]},
+                   changes=_readers(ctx, [name]),
+                   counterfactual=lambda c, n=name, v=relaid: FixedSegment(
+                       *edits.replace_array(edits.copy_model(c.onnx.skeleton), c.onnx.weights, n, v)))
+
+
+def _spatial(value: np.ndarray) -> tuple[int, ...]:
+    return tuple(a for a in range(2, value.ndim) if value.shape[a] > 1)
+
+
+def _relaid_weights(ctx: DiagnosisContext):
+    """``(initializer, value, "swapped" | "flipped")``: the square weights, then the convolution kernels with a
+    spatial extent (neither symmetric under the change)."""
+    yield from ((name, value, "swapped") for name, value in _square_weights(ctx))
+    for p in ctx.segment_protos:
+        if p.op_type not in ("Conv", "ConvTranspose", "FusedConv") or len(p.input) < 2:
+            continue
+        name = _stored_weight(ctx, p.input[1])
+        value = ctx.initializer(name) if name else None
+        if value is None or value.ndim < 3 or not _spatial(value) or value.dtype.kind not in "fiu":
+            continue
+        v = value.astype(np.float64)
+        norm = float(np.linalg.norm(v))
+        if norm > 0 and float(np.linalg.norm(v - np.flip(v, _spatial(value)))) > SYMMETRIC * norm:
+            yield name, value, "flipped"
 
 
 def _square_weights(ctx: DiagnosisContext):
