@@ -8,6 +8,7 @@ import math
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import torch
 
@@ -534,3 +535,38 @@ def test_a_value_of_one_number_repeated_takes_no_loose_pair(tmp_path):
     fd = report.first_divergence
     assert fd is not None and fd.layer.pair.activation.module == "head", fd.layer.pair.activation.name
     assert fd.cause == "weight-mismatch"
+
+
+class _SquaredReLU(torch.nn.Module):
+    """Nemotron's / Primer's activation: relu(x) ** 2 (a Relu then a Pow)."""
+
+    def forward(self, x):
+        return torch.relu(x) ** 2
+
+
+class _SquaredMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(9)
+        self.up, self.act, self.down = torch.nn.Linear(8, 16), _SquaredReLU(), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.down(self.act(self.up(x)))
+
+
+def test_a_pow_made_an_identity_is_in_the_segment_not_the_relu_before_it(tmp_path):
+    """The squared ReLU's exponent 2 made 1: the Pow's output equals the Relu's, the activation's value is
+    equally near both, and the loose pair took the first — the segment then held the Relu alone. The later of
+    two tensors with the same numbers is the module's output."""
+    model, x = _SquaredMLP().eval(), torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(2))
+    proto = dc.export(model, (x,), "dynamo")
+    pow_node = next(n for n in proto.graph.node if n.op_type == "Pow")
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(1.0, np.float32), "exponent_planted"))
+    pow_node.input[1] = "exponent_planted"
+    renamed = _renamed(tmp_path, proto)
+    planted = next(n.name for n in renamed.graph.node if n.op_type == "Pow")
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=renamed)
+    fd = report.first_divergence
+    assert fd is not None and planted in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
