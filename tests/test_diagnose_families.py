@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 import torch
 from onnx import numpy_helper
@@ -17,6 +18,7 @@ import onnx_bisect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
+from fault_sweep import rename  # noqa: E402
 
 
 class _FamiliesNet(torch.nn.Module):
@@ -172,3 +174,37 @@ def test_a_flipped_folded_kernel_is_a_weight_mismatch(exported):
     fd, name = _planted(exported, "Conv", change)
     _found(fd, name, "weight-mismatch")
     assert "flipped" in fd.explanation
+
+
+class _RMSNormNet(torch.nn.Module):
+    """A Linear, then a hand-written RMSNorm (x.pow(2).mean, rsqrt) with a weight, then a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(11)
+        self.up, self.w, self.down = torch.nn.Linear(8, 8), torch.nn.Parameter(torch.rand(8) + 0.5), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.up(x) + x
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+        return self.down(h)
+
+
+def test_a_pow_made_an_identity_inside_a_segment_is_where_the_narrowed_divergence_starts(tmp_path):
+    """Exponent 2 made 1: the Pow's output holds the residual sum's value exactly, which PyTorch has too, so
+    the op-level pairing took it as good and began the divergence at the mean after it.  No PyTorch op after
+    the sum holds that value: the Pow computed nothing where PyTorch's did."""
+    model = _RMSNormNet().eval()
+    x = torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(12))
+    proto = dc.export(model, (x,), "dynamo")
+    node = next(n for n in proto.graph.node if n.op_type == "Pow")
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(1.0, np.float32), "exponent_planted"))
+    node.input[1] = "exponent_planted"
+    onnx.save(proto, tmp_path / "bad.onnx")
+    rename(tmp_path / "bad.onnx", tmp_path / "renamed.onnx")  # no scopes: one segment, narrowed by values
+    renamed = onnx.load(tmp_path / "renamed.onnx")
+    planted = next(n.name for n in renamed.graph.node if n.op_type == "Pow")
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=renamed).first_divergence
+    _found(fd, planted)
+    assert "aten.pow" in fd.layer.pair.activation.name, fd.layer.pair.activation.name  # not the sum before it

@@ -116,6 +116,9 @@ def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activat
     vague = {t for t, m in matched.items() if not _informative(m.op.value)}
     upstream = {t: _matched_ancestors(t, matched, graph, within) - vague
                 for t in tensors if t in matched}  # fixed
+    for t in list(good):
+        if t not in vague and _did_nothing(t, upstream[t], good, graph, lineage):
+            del good[t]
     changed = True
     while changed:
         changed = False
@@ -135,6 +138,30 @@ def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activat
                     changed = True
                     break
     return good
+
+
+#: ops that hand their input's numbers on (laid out, selected, cast): their output holding them is no sign
+LAYOUT_OPS = frozenset({"Identity", "Reshape", "Transpose", "Cast", "Squeeze", "Unsqueeze", "Flatten", "Expand",
+                        "Dropout", "Slice", "Concat", "Split", "Gather", "Tile", "Pad", "DequantizeLinear",
+                        "QuantizeLinear", "CastLike", "Relu", "Clip", "Abs", "Max", "Min"})
+
+
+def _did_nothing(tensor: str, inputs: set[str], good: dict[str, Match], graph: GraphIndex,
+                 lineage: dict[int, set[int]]) -> bool:
+    """Whether ``tensor``, computed by an arithmetic node from a matched input, holds that input's very value
+    while no PyTorch op computed after the input's holds it: the node computed nothing where PyTorch's
+    counterpart did something (a Pow's exponent 2 made 1) — its match is PyTorch's value of the input, and
+    the tensor is where the divergence starts."""
+    node = graph.node_of(tensor)
+    if node is None or node.op_type in LAYOUT_OPS or len(inputs) != 1:
+        return False
+    (i,) = inputs
+    if i not in good or i not in (node.inputs or ()):
+        return False
+    mine, theirs = good[tensor], good[i]
+    later = [a for a in mine.equal or (mine.op,) if any(b.index in lineage[a.index] for b in theirs.equal or (theirs.op,))]
+    same = {a.index for a in mine.equal or (mine.op,)} <= {b.index for b in theirs.equal or (theirs.op,)}
+    return same and not later
 
 
 def _same_value_chain(tensor: str, good: dict[str, Match], graph: GraphIndex, within: set[str]) -> set[str]:

@@ -259,7 +259,8 @@ def _layer_norm_bias(ctx, proto) -> np.ndarray | None:
     size = int(np.prod(scale)) if scale else None
     for _, module in ctx.modules_near():
         bias = getattr(module, "bias", None)
-        if type(module).__name__ == "LayerNorm" and bias is not None and bias.numel() == size:
+        is_layer_norm = any(c.__name__ == "LayerNorm" for c in type(module).__mro__)  # subclasses: LayerNorm1P
+        if is_layer_norm and bias is not None and bias.numel() == size:
             elem = ctx.onnx.graph.elem_types.get(proto.input[0])
             dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else np.float32
             return bias.detach().cpu().numpy().astype(dtype).reshape(scale)
