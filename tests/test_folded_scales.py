@@ -121,3 +121,66 @@ def test_a_batchnorm_folded_after_a_fault_still_takes_the_convolutions_tensor():
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     rows = {r.pair.activation.module: r for r in report.layers}
     assert rows["fuse"].pair.tensor is None and rows["bn"].pair.tensor is not None
+
+
+class GlobalStage(torch.nn.Module):
+    """SwiftFormer's last stage on a 1×1 map: x + layer_scale · pw2(gelu(pw1(x))), layer scale per channel."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(4)
+        self.stem = torch.nn.Conv2d(3, 16, 4, stride=4)
+        self.pw1, self.act, self.pw2 = torch.nn.Conv2d(16, 32, 1), torch.nn.GELU(), torch.nn.Conv2d(32, 16, 1)
+        self.layer_scale = torch.nn.Parameter(torch.rand(16, 1, 1) + 0.2)
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):  # (1, 3, 4, 4): a 1×1 map after the stem
+        h = self.stem(x)
+        h = h + self.layer_scale * self.pw2(self.act(self.pw1(h)))
+        return self.head(h.flatten(1))
+
+
+def _fold_layer_scale(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """As onnx-simplifier does: the Mul by the layer scale removed, the scale multiplied into pw2's weight and
+    bias per output channel."""
+    proto = onnx.ModelProto.FromString(proto.SerializeToString())
+    nodes, inits = list(proto.graph.node), {i.name: i for i in proto.graph.initializer}
+    conv = [n for n in nodes if n.op_type == "Conv"][-1]
+    mul = next(n for n in nodes if n.op_type == "Mul" and conv.output[0] in n.input)
+    scale_name = next(i for i in mul.input if i in inits)
+    scale = numpy_helper.to_array(inits[scale_name]).reshape(-1)
+    for k, shape in ((1, (-1, 1, 1, 1)), (2, (-1,))):
+        init = inits[conv.input[k]]
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * scale.reshape(shape), init.name))
+    for n in nodes:
+        n.input[:] = [conv.output[0] if i == mul.output[0] else i for i in n.input]
+    proto.graph.node.remove(mul)
+    return proto
+
+
+def test_a_layer_scale_folded_into_a_convolution_on_a_one_by_one_map_is_no_divergence():
+    """One value per channel: any per-channel factors fit, so no fit tells the fold; the residual sum after it
+    agreeing within float noise does (a clean SwiftFormer simplified by onnxsim warned of four layers)."""
+    model = GlobalStage().eval()
+    x = torch.randn(1, 3, 4, 4, generator=torch.Generator().manual_seed(5))
+    proto = _fold_layer_scale(dc.export(model, (x,), "torchscript"))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    assert report.ok and not report.warnings, report.warnings
+    assert not [r for r in report.layers if r.status == "diverged"]
+
+
+def test_noise_in_that_convolution_is_still_its_divergence():
+    model = GlobalStage().eval()
+    x = torch.randn(1, 3, 4, 4, generator=torch.Generator().manual_seed(5))
+    proto = _fold_layer_scale(dc.export(model, (x,), "torchscript"))
+    conv = [n for n in proto.graph.node if n.op_type == "Conv"][-1]
+    init = next(i for i in proto.graph.initializer if i.name == conv.input[1])
+    w = numpy_helper.to_array(init)
+    noisy = w + 0.3 * w.std() * np.random.default_rng(0).standard_normal(w.shape).astype(w.dtype)
+    init.CopyFrom(numpy_helper.from_array(noisy, init.name))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert not report.ok and fd is not None and conv.name in fd.layer.segment and len(fd.layer.segment) <= 3, \
+        fd and fd.layer.segment

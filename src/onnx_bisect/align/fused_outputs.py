@@ -134,6 +134,12 @@ def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, dr
         fits = (fit_scale(v, ref, axis, screen=SCREEN_MAX_REL) for axis in (1, -1))
         scale = next((s for s in fits if s is not None and s.residual <= SCREEN_MAX_REL), None)
         host, where = producer, f"its own node's weights ({producer.name})"
+        if scale is None and _one_per_channel(v, ref):
+            # a 1×1 map (a global stage's Conv): every channel one value, so any factors fit; only the tensor
+            # after it agreeing within float noise tells a folded layer scale from a fault here
+            return (host, f"no ONNX tensor of its own: one value per channel, the tensor after it agrees — a "
+                          f"factor per channel folded into {where} (a simplifier)") \
+                if _agreeing_after(tensor, x, draft, STRUCTURE_MAX_REL) else None
     else:
         return None
     # fitted within the noise an error upstream may leave; factors near 1 fit any noisy value (weight noise)
@@ -143,6 +149,12 @@ def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, dr
         return None
     how = f"one factor {float(scale.factors[0]):.4g}" if scale.axis is None else f"a factor per channel (axis {scale.axis})"
     return host, f"no ONNX tensor of its own: the tensor holds it times {how}, folded into {where} (a simplifier)"
+
+
+def _one_per_channel(v: np.ndarray, ref: np.ndarray) -> bool:
+    """Whether ``ref`` (channels on axis 1) holds one value per channel and ``v`` is as large, nonzero."""
+    return (v.size == ref.size and ref.ndim >= 3 and ref.size == ref.shape[0] * ref.shape[1] and kind(v) == "f"
+            and bool(np.all(np.asarray(ref) != 0)) and bool(np.all(np.isfinite(v))))
 
 
 def _agreeing_after(tensor: str, x: AlignInputs, draft, within: float) -> bool:
