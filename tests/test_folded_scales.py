@@ -69,17 +69,35 @@ def test_a_scale_folded_into_the_next_convolution_is_no_divergence_and_no_warnin
 
 
 def test_a_wrong_factor_there_is_still_the_first_divergence():
-    """Folded as 0.6 instead of 0.5: the reader does not hold its value, so the GELU's doubled value is not
-    excused: the first divergence is where the two disagree (the GELU that lost its ×0.5, or the convolution
-    that took the wrong factor), not a later layer, and the reader is not called fused."""
+    """Folded as 0.6 instead of 0.5: the GELU's tensor holds exactly twice its value, as an Erf GELU's last ×0.5
+    folded out leaves it (nothing scales it by a constant: no wrong constant there), so it is the fold's; the
+    convolution that took the wrong factor is where the two disagree, and its weights are named."""
     model, x = Extractor().eval(), torch.randn(2, 64, generator=torch.Generator().manual_seed(3))
     folded = _fold_half(dc.export(model, (x,), "torchscript"), factor=0.6)
     report = _bisect(model, x, folded)
     fd = report.first_divergence
     assert not report.ok and fd is not None
-    assert fd.layer.pair.activation.module in ("act0", "conv1"), fd.layer.pair.activation.module
+    assert fd.layer.pair.activation.module == "conv1" and "/conv1/Conv" in fd.layer.segment, fd.layer.segment
+    assert fd.cause == "weight-mismatch" and "conv1.weight" in fd.explanation, fd.explanation
+
+
+def test_noise_in_the_convolution_a_gelu_was_folded_into_is_that_convolutions():
+    """The fold is right (×0.5 into conv1) but conv1's weight is noisy: everything after it diverges, so no tensor
+    downstream agrees to excuse the GELU's doubled value — its weights, holding a PyTorch weight's squares
+    divided by 4, do; the first divergence is conv1, not the GELU (a SwiftFormer simplified by onnxsim)."""
+    model, x = Extractor().eval(), torch.randn(2, 64, generator=torch.Generator().manual_seed(3))
+    folded = _fold_half(dc.export(model, (x,), "torchscript"))
+    conv = [n for n in folded.graph.node if n.op_type == "Conv"][1]
+    init = next(i for i in folded.graph.initializer if i.name == conv.input[1])
+    w = numpy_helper.to_array(init)
+    noisy = w + 0.3 * w.std() * np.random.default_rng(1).standard_normal(w.shape).astype(w.dtype)
+    init.CopyFrom(numpy_helper.from_array(noisy, init.name))
+    report = _bisect(model, x, folded)
+    fd = report.first_divergence
+    assert not report.ok and fd is not None and fd.layer.pair.activation.module == "conv1", \
+        fd and fd.layer.pair.activation.module
     act0 = next(r for r in report.layers if r.pair.activation.module == "act0")
-    assert act0.pair.tensor is not None and act0.status.value == "diverged"
+    assert act0.status.value == "fused", act0.status
 
 
 class Decoder(torch.nn.Module):

@@ -68,3 +68,24 @@ def _reader(graph: GraphIndex, tensor: str):
                     nxt.extend(node.outputs)
         frontier = nxt
     return readers[0] if len(readers) == 1 else None
+
+
+#: a reader's weight holding a PyTorch layer's weight divided by a folded factor: their sums of squares this near
+#: (relative) — loose enough for a faulty reader (weight noise of 0.3× the std moves it by about 10 %), far
+#: tighter than the factor's square (4 for GELU's ×0.5)
+FOLDED_SQUARES_RTOL = 0.3
+#: factors nearer 1 than this leave sums of squares too close to tell a fold from none
+MIN_FOLDED_FACTOR = 0.4
+
+
+def holds_divided(signatures: Mapping[str, tuple], value: np.ndarray, factor: float) -> bool:
+    """Whether ``value`` (the weight of a node reading a tensor that holds a layer's output times ``factor``)
+    is some PyTorch layer's weight of its size divided by that factor — the factor a simplifier moved out of
+    the tensor into these weights (onnx-simplifier folds an Erf GELU's ×0.5 into the next Conv): judged by
+    the sum of squares, which a fault in the weight moves far less than the factor's square does."""
+    if not np.isfinite(factor) or abs(abs(factor) - 1.0) < MIN_FOLDED_FACTOR:
+        return False
+    v = np.asarray(value, dtype=np.float64)
+    squares = float((v * v).sum()) * factor * factor
+    return any(size == v.size and abs(sq - squares) <= FOLDED_SQUARES_RTOL * sq
+               for size, _, sq in signatures.values())

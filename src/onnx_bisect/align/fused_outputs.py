@@ -130,6 +130,9 @@ def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, dr
     if readers:
         scale, host = fit_scale(v, ref, None, screen=SCREEN_MAX_REL), readers[0]
         where = f"the weights of {', '.join(n.name for n in readers)}"
+        if _folded_into_readers(tensor, scale, readers, x):  # the readers' weights hold the factor: a fold, though a
+            return host, (f"no ONNX tensor of its own: the tensor holds it times one factor "
+                          f"{float(scale.factors[0]):.4g}, folded into {where} (a simplifier: their weights hold it)")  # faulty reader diverges
     elif producer is not None and graph.has_constant_weights(producer):  # channels first (Conv) or last (MatMul)
         fits = (fit_scale(v, ref, axis, screen=SCREEN_MAX_REL) for axis in (1, -1))
         scale = next((s for s in fits if s is not None and s.residual <= SCREEN_MAX_REL), None)
@@ -149,6 +152,35 @@ def _scaled_host(tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs, dr
         return None
     how = f"one factor {float(scale.factors[0]):.4g}" if scale.axis is None else f"a factor per channel (axis {scale.axis})"
     return host, f"no ONNX tensor of its own: the tensor holds it times {how}, folded into {where} (a simplifier)"
+
+
+#: the factor a tensor holds when an Erf GELU's last ×0.5 was folded into the layers reading it
+GELU_FOLDS = (2.0,)
+
+
+def _scaled_by_constant(tensor: str, x: AlignInputs) -> bool:
+    """Whether ``tensor`` is computed by a Mul or Div with a constant scalar operand (the factor is then that
+    node's: a wrong constant, not a fold)."""
+    node = x.graph.node_of(tensor)
+    return node is not None and node.op_type in ("Mul", "Div") and any(
+        x.graph.is_constant(i) for i in node.inputs)
+
+
+def _folded_into_readers(tensor: str, scale, readers, x: AlignInputs) -> bool:
+    """Whether ``scale`` (one factor, fitted within float noise) is one the readers' weights hold divided out:
+    then the tensor is a fold whatever the readers compute (a fault in the reading Conv makes everything after
+    it diverge, so no agreeing tensor downstream could tell the fold)."""
+    if scale is None or scale.axis is not None or scale.residual > STRUCTURE_MAX_REL:
+        return False
+    factor = float(scale.factors[0])
+    weights = [n.inputs[1] for n in readers if len(n.inputs) > 1]
+    if not weights or len(weights) != len(readers):
+        return False
+    if x.divided is not None and all(x.divided(w, factor) for w in weights):
+        return True
+    # the readers' weights scaled per channel too (a layer scale folded with it) hide the factor from their sums:
+    # an Erf GELU's ×0.5 is what onnx-simplifier moves out, and only where no constant scales the tensor
+    return any(abs(factor - f) <= 1e-3 * f for f in GELU_FOLDS) and not _scaled_by_constant(tensor, x)
 
 
 def _one_per_channel(v: np.ndarray, ref: np.ndarray) -> bool:

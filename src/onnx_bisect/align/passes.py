@@ -68,11 +68,12 @@ PASSES: tuple[Pass, ...] = (
 
 
 def align_activations(capture: Capture, graph: GraphIndex, scope_map: scopes.ScopeMap,
-                      values: dict[str, np.ndarray], anchor: Callable[[], dict[str, float]] | None = None
-                      ) -> tuple[TensorPair, ...]:
+                      values: dict[str, np.ndarray], anchor: Callable[[], dict[str, float]] | None = None,
+                      divided: Callable[[str, float], bool] | None = None) -> tuple[TensorPair, ...]:
     """Pair every activation with an ONNX tensor (or say why none), in capture order; ``anchor()`` gives the
-    layers anchored by their weights (:func:`.anchors.anchored_owners`), asked only when pairs are loose."""
-    inputs = AlignInputs(capture, graph, scope_map, values, anchor)
+    layers anchored by their weights (:func:`.anchors.anchored_owners`), asked only when pairs are loose;
+    ``divided(weight, factor)`` whether a weight holds a layer's divided by a folded factor."""
+    inputs = AlignInputs(capture, graph, scope_map, values, anchor, divided)
     state = AlignmentState()
     for p in PASSES:
         if p.applies(inputs):

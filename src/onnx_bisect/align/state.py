@@ -41,6 +41,9 @@ class AlignInputs:
     #: makes the output tensors of layers anchored by their weights, owned by them (see :mod:`.anchors`); asked
     #: only by the loose pass
     anchor: Callable[[], Mapping[str, float]] | None = None
+    #: ``(weight initializer, factor) -> bool``: whether it holds a PyTorch layer's weight divided by the factor
+    #: (see :func:`.anchors.holds_divided`); asked only where a tensor holds its value times a factor
+    divided: Callable[[str, float], bool] | None = None
 
     @cached_property
     def owners(self) -> Mapping[str, float]:

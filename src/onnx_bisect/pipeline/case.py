@@ -173,7 +173,8 @@ def align_case(p: Prepared, seen: Observation, captured: Capture, inputs: ModelI
     with progress.step("align", "aligning PyTorch activations with ONNX tensors"):
         if policy.template is None:
             modules, op_acts = ops.split(captured)
-            pairs = (align.align_activations(modules, p.index, p.scopes, seen.probed, anchor=_anchor(p, modules))
+            pairs = (align.align_activations(modules, p.index, p.scopes, seen.probed, anchor=_anchor(p, modules),
+                                             divided=_divided(p))
                      + op_pairs.pair_ops(op_acts, p.index, seen.probed))
         else:
             pairs = align.reuse_alignment(policy.template, captured)
@@ -192,12 +193,35 @@ def _anchor(p: Prepared, modules: Capture) -> Callable[[], dict[str, float]]:
     def anchor() -> dict[str, float]:
         if p.loaded.module is None:
             return {}
-        small = {i.name: source_weights.to_array(i) for i in p.skeleton.graph.initializer
-                 if i.name not in p.weights and i.data_location != onnx.TensorProto.EXTERNAL and len(i.dims) >= 2
-                 and i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
         return align.anchored_owners(modules.activations, p.index, weight_signatures(p.loaded.module),
-                                     {**small, **p.weights.arrays})
+                                     {**_small_weights(p), **p.weights.arrays})
     return anchor
+
+
+def _small_weights(p: Prepared) -> dict[str, np.ndarray]:
+    """The float initializers of two or more dimensions the skeleton holds inline (not external data)."""
+    return {i.name: source_weights.to_array(i) for i in p.skeleton.graph.initializer
+            if i.name not in p.weights and i.data_location != onnx.TensorProto.EXTERNAL and len(i.dims) >= 2
+            and i.data_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16)}
+
+
+def _divided(p: Prepared) -> Callable[[str, float], bool]:
+    """``(weight, factor) -> bool`` for :func:`..align.anchors.holds_divided` (signatures read once, when first
+    asked)."""
+    cache: dict[str, dict] = {}
+
+    def divided(weight: str, factor: float) -> bool:
+        if p.loaded.module is None:
+            return False
+        if "signatures" not in cache:
+            cache["signatures"] = weight_signatures(p.loaded.module)
+        value = p.weights.arrays.get(weight)
+        if value is None:
+            init = next((i for i in p.skeleton.graph.initializer if i.name == weight), None)
+            value = None if init is None or init.data_location == onnx.TensorProto.EXTERNAL \
+                else source_weights.to_array(init)
+        return value is not None and align.holds_divided(cache["signatures"], value, factor)
+    return divided
 
 
 def measure_case(p: Prepared, runner: Runner, seen: Observation, aligned: Alignment, captured: Capture,
