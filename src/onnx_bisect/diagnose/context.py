@@ -118,13 +118,16 @@ class DiagnosisContext:
 
     def protos_by_focus(self) -> list[onnx.NodeProto]:
         """The segment's NodeProtos, those nearest the ``focus`` nodes first (hops through the graph, upstream
-        before downstream at equal distance), else in graph order."""
+        before downstream at equal distance); without a focus, nearest the node computing the divergent tensor
+        (of two edits that reproduce PyTorch — a Div of an inverse for a Mul — the one there, not an input's)."""
         protos = self.segment_protos
-        if not self.focus:
-            return protos
         graph, inside = self.onnx.graph, {p.name for p in protos}
+        producer = graph.node_of(self.tensor)
+        focus = self.focus or ((producer.name,) if producer is not None else ())
+        if not focus:
+            return protos
         by_name = {n.name: n for n in graph.nodes}
-        distance: dict[str, tuple[int, int]] = {n: (0, 0) for n in self.focus if n in inside}
+        distance: dict[str, tuple[int, int]] = {n: (0, 0) for n in focus if n in inside}
         frontier = list(distance)
         while frontier:
             nxt = []
