@@ -570,3 +570,22 @@ def test_a_pow_made_an_identity_is_in_the_segment_not_the_relu_before_it(tmp_pat
     fd = report.first_divergence
     assert fd is not None and planted in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
     assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
+
+
+def test_a_biased_linear_takes_its_bias_add_not_the_product_before_it(tmp_path):
+    """SwiftFormer's additive attention (renamed, a ReduceSum made a ReduceMean upstream of its projection):
+    downstream of the fault the projection's MatMul lay nearer its value than the bias Add after it, the pair
+    took the MatMul, and no alternative could reproduce a value with the bias in it — the cause was unknown."""
+    import sweep_models  # noqa: PLC0415
+
+    model, inputs = sweep_models.build("swiftformer")
+    proto = dc.export(model, inputs, "dynamo")
+    reduce = [n for n in proto.graph.node if n.op_type == "ReduceSum"][1]
+    reduce.op_type = "ReduceMean"
+    renamed = _renamed(tmp_path, proto)
+    planted = [n.name for n in renamed.graph.node if n.op_type == "ReduceMean"]
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=renamed)
+    fd = report.first_divergence
+    assert fd is not None and set(planted) & set(fd.layer.segment) and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
