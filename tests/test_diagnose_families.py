@@ -208,3 +208,32 @@ def test_a_pow_made_an_identity_inside_a_segment_is_where_the_narrowed_divergenc
         fd = onnx_bisect.bisect(model, (x,), onnx=renamed).first_divergence
     _found(fd, planted)
     assert "aten.pow" in fd.layer.pair.activation.name, fd.layer.pair.activation.name  # not the sum before it
+
+
+class _MHANet(torch.nn.Module):
+    """nn.MultiheadAttention (batch first, no weights returned: its eval-mode fast path, one fused ATen op)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(13)
+        self.attn, self.out = torch.nn.MultiheadAttention(16, 2, batch_first=True), torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return self.out(self.attn(x, x, x, need_weights=False)[0])
+
+
+def test_a_reshape_inside_multihead_attention_is_narrowed_to_its_node():
+    """In eval mode PyTorch computes nn.MultiheadAttention as one ``_native_multi_head_attention`` op, so no op
+    inside it could pair with the exported Reshapes and MatMuls: the segment was the whole attention (40-odd
+    nodes).  The op-level capture runs it off the fast path, on the ops an exporter traces."""
+    model = _MHANet().eval()
+    x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(14))
+    proto = dc.export(model, (x,), "torchscript")
+    consts = {n.output[0]: n for n in proto.graph.node if n.op_type == "Constant"}
+    node = next(n for n in proto.graph.node if n.op_type == "Reshape" and n.input[1] in consts
+                and list(numpy_helper.to_array(consts[n.input[1]].attribute[0].t)) == [6, 4, 8])
+    proto.graph.initializer.append(numpy_helper.from_array(np.array([6, 8, 4], np.int64), "shape_planted"))
+    node.input[1] = "shape_planted"
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    _found(fd, node.name)

@@ -11,6 +11,8 @@ Memory stays bounded: only the ops run inside one chosen module call are kept
 """
 from __future__ import annotations
 
+import contextlib
+
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -189,17 +191,25 @@ def capture_window(model: torch.nn.Module, inputs: ModelInputs, start: tuple[str
     return _activations(recorder.kept, first_index)
 
 
+@contextlib.contextmanager
 def _unfused_attention():
     """Scaled dot-product attention computed by its math definition (matmul, scale, softmax, matmul), which the
-    dispatch mode sees op by op, instead of one fused kernel; the values agree within float noise."""
-    try:
-        from torch.nn.attention import SDPBackend, sdpa_kernel
+    dispatch mode sees op by op, instead of one fused kernel; and nn.MultiheadAttention / nn.TransformerEncoderLayer
+    off their inference fast path (one ``_native_multi_head_attention`` op in eval mode) onto the ops an exporter
+    traces.  The values agree within float noise."""
+    with contextlib.ExitStack() as stack:
+        try:
+            from torch.nn.attention import SDPBackend, sdpa_kernel
 
-        return sdpa_kernel([SDPBackend.MATH])
-    except Exception:  # noqa: BLE001 - an older torch: attention stays one op
-        import contextlib
-
-        return contextlib.nullcontext()
+            stack.enter_context(sdpa_kernel([SDPBackend.MATH]))
+        except Exception:  # noqa: BLE001 - an older torch: attention stays one op
+            pass
+        mha = getattr(torch.backends, "mha", None)
+        fast = mha.get_fastpath_enabled() if mha is not None and hasattr(mha, "get_fastpath_enabled") else None
+        if fast:
+            mha.set_fastpath_enabled(False)
+            stack.callback(mha.set_fastpath_enabled, True)
+        yield
 
 
 def _activations(kept, first_index: int) -> tuple[Activation, ...]:
