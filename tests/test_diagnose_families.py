@@ -237,3 +237,21 @@ def test_a_reshape_inside_multihead_attention_is_narrowed_to_its_node():
     with dc.quiet():
         fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
     _found(fd, node.name)
+
+
+def test_a_prelu_that_lost_its_slope_in_a_renamed_file_is_named_with_a_prelu_of_the_model(exported, tmp_path):
+    """No node names a module: the PReLU is looked for among the model's (its size fits the channels)."""
+    model, inputs, proto = exported
+    faulty = type(proto)()
+    faulty.CopyFrom(proto)
+    node = next(n for n in faulty.graph.node if n.op_type == "PRelu")
+    node.op_type = "Relu"
+    del node.input[1:]
+    onnx.save(faulty, tmp_path / "bad.onnx")
+    rename(tmp_path / "bad.onnx", tmp_path / "renamed.onnx")
+    renamed = onnx.load(tmp_path / "renamed.onnx")
+    planted = next(n.name for n in renamed.graph.node if n.op_type == "Relu")
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=renamed).first_divergence
+    _found(fd, planted)
+    assert "act.weight" in fd.explanation, fd.explanation

@@ -208,9 +208,9 @@ def _activations(ctx, proto, make) -> Iterator:
             yield make(proto.name, "op", op, other, "the PyTorch output",
                        _activation(proto.name, other, attrs, drop_inputs=op == "PRelu"))
     if family is ACTIVATIONS[0]:
-        slope = _prelu_slope(ctx, proto)
-        if slope is not None:
-            yield make(proto.name, "op", op, "PRelu", "the PyTorch PReLU's weight", _prelu(proto.name, slope))
+        for qualname, slope in _prelu_slopes(ctx, proto):
+            yield make(proto.name, "op", op, f"PRelu (slope {qualname}.weight)", f"the PReLU {qualname}",
+                       _prelu(proto.name, slope))
 
 
 def _activation(node: str, op_type: str, attributes: dict, drop_inputs: bool):
@@ -224,19 +224,28 @@ def _activation(node: str, op_type: str, attributes: dict, drop_inputs: bool):
     return edit
 
 
-def _prelu_slope(ctx, proto) -> np.ndarray | None:
-    """The weight of the PReLU module nearest the divergence, shaped to broadcast over the node's input
-    (channels on axis 1), when there is one."""
-    slopes = [m.weight for _, m in ctx.modules_near() if type(m).__name__ == "PReLU"]
+#: PReLU modules of the whole model tried where none is near the divergence (a file without scopes)
+MAX_PRELUS = 4
+
+
+def _prelu_slopes(ctx, proto) -> list[tuple[str, np.ndarray]]:
+    """The weights of the PReLU modules nearest the divergence — else, in a file whose nodes name no module,
+    of the model's PReLUs whose size fits (at most ``MAX_PRELUS``) — shaped to broadcast over the node's input
+    (channels on axis 1), in its dtype."""
     shape = ctx.shape_of(proto.input[0])
-    if not slopes or not shape:
-        return None
+    if not shape:
+        return []
     elem = ctx.onnx.graph.elem_types.get(proto.input[0])
     dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else np.float32
-    slope = slopes[0].detach().cpu().numpy().astype(dtype).reshape(-1)
-    if slope.size > 1 and (len(shape) < 2 or shape[1] != slope.size):
-        return None
-    return slope.reshape((-1,) + (1,) * (len(shape) - 2)) if slope.size > 1 else slope
+    near = [(n, m) for n, m in ctx.modules_near() if type(m).__name__ == "PReLU"]
+    every = [(n, m) for n, m in ctx._modules.items() if type(m).__name__ == "PReLU"] if not near else []
+    found = []
+    for qualname, module in (near or every):
+        slope = module.weight.detach().cpu().numpy().astype(dtype).reshape(-1)
+        if slope.size > 1 and (len(shape) < 2 or shape[1] != slope.size):
+            continue
+        found.append((qualname, slope.reshape((-1,) + (1,) * (len(shape) - 2)) if slope.size > 1 else slope))
+    return found[:1] if near else found[:MAX_PRELUS]
 
 
 def _prelu(node: str, slope: np.ndarray):
