@@ -175,7 +175,15 @@ def _same_tensor(best, name: str, value: np.ndarray) -> bool:
     mostly equal (another checkpoint, a few corrupted values), or of the same name (whatever the values: inf,
     NaN or 1e38 written over the weights is still this weight)."""
     parameter, relation, tensor = best
-    return relation.related or parameter == name or is_rnn_parameter(parameter) and gates_exchanged(value, tensor)
+    return (relation.related or parameter == name or is_rnn_parameter(parameter) and gates_exchanged(value, tensor)
+            or _constant_parameter(tensor) and relation.rel_l2 < 1.0)
+
+
+def _constant_parameter(tensor: np.ndarray) -> bool:
+    """Whether a PyTorch tensor holds one nonzero number repeated (a bias initialised to a constant, as Hiera's
+    are): no changed copy of it can correlate with it, so nearness (relative L2 below 1) says it is the same."""
+    t = np.asarray(tensor)
+    return t.size > 1 and bool(np.all(t == t.reshape(-1)[0])) and bool(t.reshape(-1)[0] != 0)
 
 
 def _other_owners(ctx: DiagnosisContext, parameters: list[str]) -> str:
