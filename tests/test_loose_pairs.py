@@ -589,3 +589,49 @@ def test_a_biased_linear_takes_its_bias_add_not_the_product_before_it(tmp_path):
     fd = report.first_divergence
     assert fd is not None and set(planted) & set(fd.layer.segment) and len(fd.layer.segment) <= 3, fd.layer.segment
     assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
+
+
+def _ft_renamed(tmp_path, change):
+    """scripts/sweep_models.py's FT-Transformer, exported by dynamo, ``change(proto)`` planted, every name
+    replaced: ``(model, inputs, renamed file)``."""
+    import sweep_models  # noqa: PLC0415
+
+    model, inputs = sweep_models.build("fttransformer")
+    proto = dc.export(model, inputs, "dynamo")
+    change(proto)
+    return model, inputs, _renamed(tmp_path, proto)
+
+
+def test_a_norm_takes_no_tensor_a_normalization_op_reads(tmp_path):
+    """The head's LayerNorm with its scale and bias exchanged: the class token the norm reads lay nearest its
+    value (an earlier LayerNorm upstream made it look normalized), and the segment missed the norm."""
+    def change(proto):
+        norm = [n for n in proto.graph.node if n.op_type == "LayerNormalization"][-1]
+        norm.input[1], norm.input[2] = norm.input[2], norm.input[1]
+    model, inputs, renamed = _ft_renamed(tmp_path, change)
+    planted = [n.name for n in renamed.graph.node if n.op_type == "LayerNormalization"][-1]
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=renamed).first_divergence
+    assert fd is not None and planted in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed
+
+
+def test_an_add_of_a_zeroed_bias_is_where_the_narrowed_divergence_starts(tmp_path):
+    """The packed q/k/v bias of nn.MultiheadAttention zeroed: the Add's output equals the product before it,
+    which PyTorch holds (and views of it), so the op pairing took it as good and blamed the Reshape after it.
+    Only a PyTorch op that computes something (a zero bias PyTorch adds too) excuses an identity there."""
+    def change(proto):
+        inits = {i.name: i for i in proto.graph.initializer}
+        add = [n for n in proto.graph.node if n.op_type == "Add" and any(
+            i in inits and len(inits[i].dims) == 1 and inits[i].dims[0] == 48 for i in n.input)][1]  # attn.1
+        k = next(j for j, i in enumerate(add.input) if i in inits)
+        proto.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(48, np.float32), "bias_zeroed"))
+        add.input[k] = "bias_zeroed"
+    model, inputs, renamed = _ft_renamed(tmp_path, change)
+    planted = next(n.name for n in renamed.graph.node if n.op_type == "Add" and any(
+        i for i in n.input if i.startswith("t") and i in {t.name for t in renamed.graph.initializer}
+        and not onnx.numpy_helper.to_array(next(t for t in renamed.graph.initializer if t.name == i)).any()))
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=renamed).first_divergence
+    assert fd is not None and planted in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert fd.cause == "weight-mismatch"

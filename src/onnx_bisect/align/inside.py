@@ -146,6 +146,14 @@ LAYOUT_OPS = frozenset({"Identity", "Reshape", "Transpose", "Cast", "Squeeze", "
                         "QuantizeLinear", "CastLike", "Relu", "Clip", "Abs", "Max", "Min"})
 
 
+#: PyTorch ops that hand a value on unchanged (views, copies): holding it later computes nothing
+TORCH_VIEWS = frozenset({"aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.squeeze",
+                         "aten.unsqueeze", "aten.permute", "aten.transpose", "aten.t", "aten.clone", "aten.alias",
+                         "aten.contiguous", "aten.detach", "aten.flatten", "aten.unflatten", "aten.slice",
+                         "aten.select", "aten.split", "aten.chunk", "aten.split_with_sizes", "aten.unbind",
+                         "aten._to_copy", "aten.lift_fresh", "aten.dropout"})
+
+
 def _did_nothing(tensor: str, inputs: set[str], good: dict[str, Match], graph: GraphIndex,
                  lineage: dict[int, set[int]]) -> bool:
     """Whether ``tensor``, computed by an arithmetic node from a matched input, holds that input's very value
@@ -159,7 +167,9 @@ def _did_nothing(tensor: str, inputs: set[str], good: dict[str, Match], graph: G
     if i not in good or i not in (node.inputs or ()):
         return False
     mine, theirs = good[tensor], good[i]
-    later = [a for a in mine.equal or (mine.op,) if any(b.index in lineage[a.index] for b in theirs.equal or (theirs.op,))]
+    # a later op holding the value that computes something (a zero bias added in PyTorch too), not a view of it
+    later = [a for a in mine.equal or (mine.op,) if base_op(a.module_type) not in TORCH_VIEWS
+             and any(b.index in lineage[a.index] for b in theirs.equal or (theirs.op,))]
     same = {a.index for a in mine.equal or (mine.op,)} <= {b.index for b in theirs.equal or (theirs.op,)}
     return same and not later
 
