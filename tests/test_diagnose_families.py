@@ -18,6 +18,7 @@ import onnx_bisect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
+from planting import found as _found, planted as _planted  # noqa: E402
 from fault_sweep import rename  # noqa: E402
 
 
@@ -56,28 +57,12 @@ def exported():
     return model, inputs, dc.export(model, inputs, "torchscript")
 
 
-def _planted(exported, op_type: str, change, pick=lambda nodes: nodes[0]):
-    model, inputs, proto = exported
-    faulty = type(proto)()
-    faulty.CopyFrom(proto)
-    node = pick([n for n in faulty.graph.node if n.op_type == op_type])
-    change(faulty, node)
-    with dc.quiet():
-        report = onnx_bisect.bisect(model, inputs, onnx=faulty)
-    return report.first_divergence, node.name
-
-
-def _found(fd, planted: str, cause: str = "attribute-mismatch", at_most: int = 3):
-    assert fd is not None and fd.cause == cause and fd.confirmed is True, fd and (fd.cause, fd.explanation)
-    assert planted in fd.layer.segment and len(fd.layer.segment) <= at_most, fd.layer.segment
-
-
 def _retype(op_type: str, **attrs):
     def change(proto, node):
         node.op_type = op_type
         del node.attribute[:]
         for k, v in attrs.items():
-            node.attribute.add().CopyFrom(__import__("onnx").helper.make_attribute(k, v))
+            node.attribute.add().CopyFrom(onnx.helper.make_attribute(k, v))
     return change
 
 
@@ -160,7 +145,7 @@ def test_gru_gate_blocks_in_another_order_are_a_weight_mismatch(exported):
 
 def test_a_gru_run_the_other_way_is_named(exported):
     def change(proto, node):
-        node.attribute.add().CopyFrom(__import__("onnx").helper.make_attribute("direction", "reverse"))
+        node.attribute.add().CopyFrom(onnx.helper.make_attribute("direction", "reverse"))
     fd, name = _planted(exported, "GRU", change)
     _found(fd, name, at_most=12)
     assert "reverse" in fd.explanation

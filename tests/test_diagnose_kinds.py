@@ -18,6 +18,7 @@ import onnx_bisect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
+from planting import found as _found, planted as _planted  # noqa: E402
 
 
 class _KindsNet(torch.nn.Module):
@@ -53,24 +54,6 @@ def _inputs():
 def exported():
     model, inputs = _KindsNet().eval(), _inputs()
     return model, inputs, dc.export(model, inputs, "torchscript")
-
-
-def _planted(exported, op_type: str, change, pick=lambda nodes: nodes[0]):
-    """Copy the file, ``change(proto, node)`` one node of ``op_type``, run onnx-bisect: ``(fd, node name)``."""
-    model, inputs, proto = exported
-    faulty = type(proto)()
-    faulty.CopyFrom(proto)
-    node = pick([n for n in faulty.graph.node if n.op_type == op_type])
-    change(faulty, node)
-    with dc.quiet():
-        report = onnx_bisect.bisect(model, inputs, onnx=faulty)
-    return report.first_divergence, node.name
-
-
-def _found(fd, planted: str, cause: str = "attribute-mismatch", at_most: int = 3):
-    assert fd is not None and fd.cause == cause and fd.confirmed is True, fd and (fd.cause, fd.explanation)
-    assert planted in fd.layer.segment and len(fd.layer.segment) <= at_most, fd.layer.segment
-    return fd.evidence
 
 
 def _retype(op_type: str):
