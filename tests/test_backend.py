@@ -44,3 +44,33 @@ def test_a_model_that_fails_either_way_gets_the_general_advice(monkeypatch):
         OnnxRuntimeBackend(RuntimeSettings(opt_level="all")).load(_loadable())
     assert "It loads with graph optimizations off" not in str(err.value)
     assert "Check the model's opset" in str(err.value)
+
+
+_CRASHING = r'''
+import sys
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+from onnx_bisect.run.onnxruntime import OnnxRuntimeBackend, crashes_at_all
+
+x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 13, 16])
+y = helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)
+w = numpy_helper.from_array(np.ones((16, 48), np.float16), "w")
+nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[1, 0, 2]), helper.make_node("MatMul", ["t", "w"], ["y"])]
+model = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [w]), opset_imports=[helper.make_opsetid("", 18)])
+model.ir_version = 8
+assert crashes_at_all(model)
+out = OnnxRuntimeBackend().run(model, {"x": np.ones((2, 13, 16), np.float16)})
+print(out["y"].shape, float(out["y"][0, 0, 0]))
+'''
+
+
+def test_a_graph_onnx_runtime_crashes_on_at_level_all_runs_at_extended():
+    """ONNX Runtime 1.31's CPU provider kills the process (a segmentation fault) creating a session at
+    ORT_ENABLE_ALL for a float16 input → Transpose → MatMul — a graph onnx-bisect cuts out of a float16
+    transformer. Run in a child process: the workaround failing would kill the test runner."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", _CRASHING], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-500:])
+    assert proc.stdout.split() == ["(13,", "2,", "48)", "16.0"], proc.stdout

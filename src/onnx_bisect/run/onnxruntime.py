@@ -116,6 +116,19 @@ def from_files(model: onnx.ModelProto, weights: Weights | None
     return out, rest, folder
 
 
+def crashes_at_all(model: onnx.ModelProto) -> bool:
+    """Whether ``model`` holds a pattern on which ONNX Runtime's CPU provider crashes the process (a segmentation
+    fault, no exception) when it creates a session at ``ORT_ENABLE_ALL``: a float16 graph input read by a Transpose
+    that a MatMul reads (ONNX Runtime 1.31; found on a segment cut out of a float16 FT-Transformer — the graphs
+    onnx-bisect cuts start at arbitrary tensors).  Such a model is optimized at ``ORT_ENABLE_EXTENDED`` instead."""
+    graph = model.graph
+    half = {i.name for i in graph.input if i.type.tensor_type.elem_type == onnx.TensorProto.FLOAT16}
+    if not half:
+        return False
+    transposed = {n.output[0] for n in graph.node if n.op_type == "Transpose" and n.input and n.input[0] in half}
+    return any(n.op_type == "MatMul" and any(i in transposed for i in n.input) for n in graph.node)
+
+
 @functools.lru_cache(maxsize=1)
 def _own_ops() -> frozenset[tuple[str, str]]:
     try:
@@ -148,9 +161,12 @@ class OnnxRuntimeBackend:
         return _own_ops()
 
     def _options(self, weights: Weights | None, one_shot: bool, optimize: bool,
-                 folder: str | None = None) -> ort.SessionOptions:
+                 folder: str | None = None, capped: bool = False) -> ort.SessionOptions:
         so = ort.SessionOptions()
-        so.graph_optimization_level = OPT_LEVELS[OptLevel.DISABLE if not optimize else self.settings.opt_level]
+        level = OptLevel.DISABLE if not optimize else self.settings.opt_level
+        if capped and level is OptLevel.ALL:
+            level = OptLevel.EXTENDED  # see crashes_at_all
+        so.graph_optimization_level = OPT_LEVELS[level]
         for key, value in self.settings.session_config:
             try:
                 so.add_session_config_entry(key, value)
@@ -190,11 +206,12 @@ class OnnxRuntimeBackend:
         if not isinstance(model, str):
             model, weights, folder = from_files(model, weights)
             weights = _read_by(model, weights)
+        capped = not isinstance(model, str) and crashes_at_all(model)
         source = model if isinstance(model, str) else model.SerializeToString()
         provider = self.settings.provider
         providers = [(provider, dict(self.settings.provider_options))] if self.settings.provider_options else [provider]
         try:
-            session = ort.InferenceSession(source, self._options(weights, one_shot, optimize, folder),
+            session = ort.InferenceSession(source, self._options(weights, one_shot, optimize, folder, capped),
                                            providers=providers)
         except UsageError:
             raise
