@@ -32,6 +32,10 @@ Execute = Callable[..., Mapping[str, np.ndarray]]
 NOISE_ULPS = 64
 
 
+#: segments this small are searched from the node computing the divergent tensor outwards
+SMALL_SEGMENT = 12
+
+
 @dataclass(frozen=True)
 class OnnxModel:
     """The ONNX model the divergence is in."""
@@ -119,11 +123,14 @@ class DiagnosisContext:
     def protos_by_focus(self) -> list[onnx.NodeProto]:
         """The segment's NodeProtos, those nearest the ``focus`` nodes first (hops through the graph, upstream
         before downstream at equal distance); without a focus, nearest the node computing the divergent tensor
-        (of two edits that reproduce PyTorch — a Div of an inverse for a Mul — the one there, not an input's)."""
+        (of two edits that reproduce PyTorch — a Div of an inverse for a Mul — the one there, not an input's) when
+        the segment is small, else in graph order."""
         protos = self.segment_protos
         graph, inside = self.onnx.graph, {p.name for p in protos}
         producer = graph.node_of(self.tensor)
-        focus = self.focus or ((producer.name,) if producer is not None else ())
+        # the producer as focus only in a small segment (where the order only decides between equal fixes): in a
+        # long one an early node's fix must not wait behind the whole segment (a search has a budget)
+        focus = self.focus or ((producer.name,) if producer is not None and len(protos) <= SMALL_SEGMENT else ())
         if not focus:
             return protos
         by_name = {n.name: n for n in graph.nodes}
