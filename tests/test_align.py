@@ -458,3 +458,19 @@ def test_a_node_scope_comes_from_its_output_unless_that_is_an_ancestor_of_its_na
                                helper.make_tensor("w2", TensorProto.FLOAT, [1, 1, 1, 1], [1.0])])
     index = index_graph(helper.make_model(graph))
     assert [n.scope for n in index.nodes] == [("relu1",), ("enc1", "conv1"), ("enc2",)]  # FusedConv: its output
+
+
+def test_a_weight_holds_a_layer_weight_divided_by_a_folded_factor_judged_by_its_squares():
+    """``holds_divided``: a reader's weight is a PyTorch layer's weight over the factor a simplifier moved into it
+    (GELU's 2), or noisy such (a faulty reader), but not the weight as it is, nor over another factor."""
+    import numpy as np
+    from onnx_bisect.align import holds_divided
+
+    w = np.random.default_rng(0).standard_normal((16, 8))
+    signatures = {"conv1": (w.size, float(w.sum()), float((w * w).sum()))}
+    noisy = w / 2 + 0.3 * (w / 2).std() * np.random.default_rng(1).standard_normal(w.shape)
+    assert holds_divided(signatures, w / 2, 2.0) and holds_divided(signatures, noisy, 2.0)
+    assert not holds_divided(signatures, w, 2.0)
+    assert not holds_divided(signatures, w / 2, 3.0)
+    assert not holds_divided(signatures, w / 1.1, 1.1)  # too near 1 to tell
+    assert not holds_divided(signatures, np.ones(12), 2.0)  # no layer of its size

@@ -183,6 +183,10 @@ class DiagnosisContext:
         # No PyTorch model when the reference is another ONNX model: rules that read modules find none.
         return {} if self.baseline.loaded.module is None else dict(self.baseline.loaded.module.named_modules())
 
+    def torch_modules(self) -> list[tuple[str, Any]]:
+        """Every module of the PyTorch model, ``(qualname, module)`` (none with an ONNX reference)."""
+        return list(self._modules.items())
+
     def module_of(self, node: NodeInfo) -> tuple[str, Any] | tuple[None, None]:
         """``(qualname, module)`` of the PyTorch module that emitted ``node``, if its scope is known."""
         if node.scope is None:

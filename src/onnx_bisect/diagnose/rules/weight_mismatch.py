@@ -36,7 +36,7 @@ class WeightMismatch(Rule):
             if offset is not None:
                 return offset
         if not differing:
-            return _bias_after(ctx) or _swapped(ctx) or _scale_offset(ctx)
+            return _bias_after(ctx) or _relaid(ctx) or _scale_offset(ctx)
         rows = [{"initializer": n, "parameter": p, "layout": r.layout.value, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
                  "fraction_differing": r.fraction_differing, "correlation": r.correlation}
                 for n, p, r, _ in differing]
@@ -356,7 +356,7 @@ SYMMETRIC = 0.05
 MAX_SWAPS = 4
 
 
-def _swapped(ctx: DiagnosisContext) -> Finding | None:
+def _relaid(ctx: DiagnosisContext) -> Finding | None:
     """A weight in another layout than the node reads: a square weight with its first two axes swapped (a matrix
     transposed, a Conv kernel's input and output channels exchanged — a layout bug of an exporter, a converter or
     a loader), or a convolution kernel flipped along its spatial axes (a convolution taken for a correlation by

@@ -238,7 +238,7 @@ def _prelu_slopes(ctx, proto) -> list[tuple[str, np.ndarray]]:
     elem = ctx.onnx.graph.elem_types.get(proto.input[0])
     dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else np.float32
     near = [(n, m) for n, m in ctx.modules_near() if type(m).__name__ == "PReLU"]
-    every = [(n, m) for n, m in ctx._modules.items() if type(m).__name__ == "PReLU"] if not near else []
+    every = [(n, m) for n, m in ctx.torch_modules() if type(m).__name__ == "PReLU"] if not near else []
     found = []
     for qualname, module in (near or every):
         slope = module.weight.detach().cpu().numpy().astype(dtype).reshape(-1)
