@@ -206,20 +206,17 @@ def _small_weights(p: Prepared) -> dict[str, np.ndarray]:
 
 
 def _divided(p: Prepared) -> Callable[[str, float], bool]:
-    """``(weight, factor) -> bool`` for :func:`..align.anchors.holds_divided` (signatures read once, when first
-    asked)."""
+    """``(weight, factor) -> bool`` for :func:`..align.anchors.holds_divided` (the model's signatures and the
+    file's weights read once, when first asked)."""
     cache: dict[str, dict] = {}
 
     def divided(weight: str, factor: float) -> bool:
         if p.loaded.module is None:
             return False
-        if "signatures" not in cache:
+        if not cache:
             cache["signatures"] = weight_signatures(p.loaded.module)
-        value = p.weights.arrays.get(weight)
-        if value is None:
-            init = next((i for i in p.skeleton.graph.initializer if i.name == weight), None)
-            value = None if init is None or init.data_location == onnx.TensorProto.EXTERNAL \
-                else source_weights.to_array(init)
+            cache["arrays"] = {**_small_weights(p), **p.weights.arrays}
+        value = cache["arrays"].get(weight)
         return value is not None and align.holds_divided(cache["signatures"], value, factor)
     return divided
 
