@@ -633,7 +633,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--archs", help=f"comma-separated, from {','.join(sweep_models.ARCHS)}; 'core' the twelve "
-                                   "tuned on (the default), 'heldout' ... 'heldout7' the held-out sets")
+                                   "tuned on (the default), 'heldout' ... 'heldout8' the held-out sets")
     p.add_argument("--provenances", default=",".join(PROVENANCES), help="comma-separated")
     p.add_argument("--faults", default=",".join(sweep_faults.FAULTS), help="comma-separated fault kinds")
     p.add_argument("--sites", type=int, default=2, help="faults planted per kind and file (default 2)")
@@ -653,7 +653,8 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     groups = {"core": sweep_models.CORE, "heldout": sweep_models.HELDOUT, "heldout2": sweep_models.HELDOUT2,
               "heldout3": sweep_models.HELDOUT3, "heldout4": sweep_models.HELDOUT4, "heldout5": sweep_models.HELDOUT5,
-              "heldout6": sweep_models.HELDOUT6, "heldout7": sweep_models.HELDOUT7}
+              "heldout6": sweep_models.HELDOUT6, "heldout7": sweep_models.HELDOUT7,
+              "heldout8": sweep_models.HELDOUT8}
     a.archs = ([x for name in a.archs.split(",") for x in groups.get(name, (name,))] if a.archs
                else list(QUICK_ARCHS if a.quick else sweep_models.CORE))
     a.provenances, a.faults = a.provenances.split(","), a.faults.split(",")

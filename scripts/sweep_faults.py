@@ -1789,3 +1789,7 @@ FAULTS.update({k.name: k for k in sweep_faults_ops.KINDS})
 import sweep_faults_seven  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_seven.KINDS})
+# the eighth set (scripts/sweep_faults_eight.py)
+import sweep_faults_eight  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_eight.KINDS})
