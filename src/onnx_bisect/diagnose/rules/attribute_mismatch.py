@@ -40,7 +40,7 @@ class AttributeMismatch(Rule):
             found = [a for a in found if not _baked(ctx, a)]
             wrong, confirmed_by_search = (found, True) if found else (wrong, False)
         if not wrong:
-            return None
+            return _computes_nothing(ctx)
         rows = [{"onnx_node": a.node, "attribute": a.what, "onnx_value": _plain(a.have), "expected": _plain(a.want),
                  "source": a.source} for a in wrong]
         listed = "; ".join(f"{a.node}.{a.what} = {_plain(a.have)} where {a.source} implies {_plain(a.want)}"
@@ -60,6 +60,42 @@ class AttributeMismatch(Rule):
                        changes=tuple(dict.fromkeys(n for a in wrong for n in (a.node, *a.shows_in))),
                        counterfactual=lambda c: _apply(c, wrong),
                        reference=reference)
+
+
+def _computes_nothing(ctx: DiagnosisContext) -> Finding | None:
+    """The divergent tensor comes out of an Identity that hands on a tensor PyTorch agrees with, where PyTorch
+    computes something else: the file lacks a computation (a converter dropped an op, a residual Add lost the
+    branch it adds, which the file no longer has).  Unconfirmed: nothing in the file can redo what is missing."""
+    graph = ctx.onnx.graph
+    identities = [graph.node_of(p.output[0]) for p in ctx.segment_protos if p.op_type == "Identity"]
+    node = next((n for n in identities if n is not None and _agrees(ctx, n.inputs[0])), None)
+    if node is None or len(identities) > 1:
+        return None
+    summary = (f"Node {node.name} is an Identity: it hands on '{node.inputs[0]}', which agrees with PyTorch, while "
+               f"PyTorch computes other values here (max abs {ctx.layer.local.max_abs:.3g} apart). The file lacks a "
+               "computation PyTorch does at this point — an op a converter dropped, or the branch of an Add that "
+               "was removed with it; none of the ops tried in its place reproduces PyTorch.")
+    fix = ("Find the step that replaced this node by an Identity (a converter or optimizer that skips an op it does "
+           "not know, a graph edit) and re-export or convert without it.")
+    return Finding(Cause.ATTRIBUTE_MISMATCH, 0.6, summary, fix, {"attributes": [
+        {"onnx_node": node.name, "attribute": "op", "onnx_value": "Identity", "expected": "a computation",
+         "source": "the PyTorch output"}]}, changes=(node.name,))
+
+
+#: ops that only lay a tensor out: a tensor they make from one PyTorch agrees with agrees too
+LAYOUT_OPS = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+def _agrees(ctx: DiagnosisContext, tensor: str) -> bool:
+    """Whether ``tensor`` is a cut tensor (a PyTorch value), or laid out from one by layout ops alone."""
+    for _ in range(4):
+        if tensor in ctx.cut.references:
+            return True
+        node = ctx.onnx.graph.node_of(tensor)
+        if node is None or node.op_type not in LAYOUT_OPS:
+            return False
+        tensor = node.inputs[0]
+    return False
 
 
 def _expected(ctx: DiagnosisContext, proto):
@@ -94,10 +130,26 @@ def _expected(ctx: DiagnosisContext, proto):
         yield proto.name, "kernel_shape", list(attribute(proto, "kernel_shape", [])), as_list(module.kernel_size), 0, source
         yield proto.name, "strides", list(attribute(proto, "strides", [1] * n)), as_list(module.stride or module.kernel_size), 0, source
         yield proto.name, "ceil_mode", attribute(proto, "ceil_mode", 0), int(module.ceil_mode), 0, source
+    elif proto.op_type in RNN_OPS and kind == proto.op_type:
+        yield from _rnn_expected(proto, source)
     elif proto.op_type == "LeakyRelu" and kind == "LeakyReLU":
         yield proto.name, "alpha", round(attribute(proto, "alpha", 0.01), 6), round(module.negative_slope, 6), 0, source
     elif proto.op_type == "Elu" and kind == "ELU":
         yield proto.name, "alpha", round(attribute(proto, "alpha", 1.0), 6), round(module.alpha, 6), 0, source
+
+
+RNN_OPS = ("GRU", "LSTM", "RNN")
+
+
+def _rnn_expected(proto, source: str):
+    """What PyTorch's recurrent modules compute, as ONNX attributes: a GRU applies the hidden state's linear
+    transformation before the reset gate (``linear_before_reset=1``), an LSTM keeps its input and forget gates
+    apart (``input_forget=0``), and no cell clips its pre-activations (no ``clip``)."""
+    if proto.op_type == "GRU":
+        yield proto.name, "linear_before_reset", int(attribute(proto, "linear_before_reset", 0)), 1, 0, source
+    if proto.op_type == "LSTM":
+        yield proto.name, "input_forget", int(attribute(proto, "input_forget", 0)), 0, 0, source
+    yield proto.name, "clip", attribute(proto, "clip", None), None, 0, source
 
 
 #: segment runs one search may spend

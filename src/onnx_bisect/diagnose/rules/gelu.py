@@ -1,4 +1,6 @@
-"""GELU approximation: the ONNX segment computes tanh-GELU where PyTorch computes erf-GELU, or the reverse."""
+"""GELU approximation: the ONNX segment computes one GELU form where PyTorch computes another — erf (exact), tanh
+(``approximate="tanh"``, FastGelu) or the sigmoid "quick GELU" ``x·σ(1.702x)`` (CLIP's QuickGELU, a converter's
+approximation)."""
 from __future__ import annotations
 
 import math
@@ -12,7 +14,7 @@ from ...records import Cause
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 from ..support.segment import downstream
 
-ANCHORS = {"Gelu", "FastGelu", "BiasGelu", "Erf", "Tanh"}
+ANCHORS = {"Gelu", "FastGelu", "BiasGelu", "QuickGelu", "Erf", "Tanh", "Sigmoid"}
 _TANH_CLASSES = ("newgelu", "geluTanh".lower(), "pytorchgelutanh", "fastgelu", "gelupytorchtanh")
 
 
@@ -30,7 +32,17 @@ def gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-FORMULAS = {"erf": gelu_erf, "tanh": gelu_tanh}
+#: the quick GELU's factor: ``x·σ(1.702x)``
+QUICK = 1.702
+
+
+def gelu_sigmoid(x: np.ndarray) -> np.ndarray:
+    """Sigmoid-approximated ("quick") GELU, ``x·σ(1.702x)``, in float64."""
+    x = x.astype(np.float64)
+    return x / (1.0 + np.exp(-QUICK * x))
+
+
+FORMULAS = {"erf": gelu_erf, "tanh": gelu_tanh, "sigmoid": gelu_sigmoid}
 
 
 class GeluApproximation(Rule):
@@ -52,16 +64,17 @@ class GeluApproximation(Rule):
         yv = values[y].astype(np.float64)
         err = {name: float(np.max(np.abs(yv - f(xv)))) for name, f in FORMULAS.items()}
         follows = min(err, key=err.get)
-        gap = float(np.max(np.abs(gelu_erf(xv) - gelu_tanh(xv))))
         torch_formula, torch_err = _torch_formula(ctx, xv, y)
-        if torch_formula is None or gap <= ctx.noise_floor(yv) or follows == torch_formula:
+        if torch_formula is None or follows == torch_formula:
+            return None
+        gap = float(np.max(np.abs(FORMULAS[follows](xv) - FORMULAS[torch_formula](xv))))
+        if gap <= ctx.noise_floor(yv):
             return None
         if static is not None and static != follows:
             return None  # the graph says one formula, the runtime computes the other: runtime-optimization
         evidence = {
             "gelu_nodes": node_names, "onnx_formula": follows, "pytorch_formula": torch_formula,
-            "max_abs_onnx_vs_erf": err["erf"], "max_abs_onnx_vs_tanh": err["tanh"],
-            "max_abs_between_formulas": gap,
+            **{f"max_abs_onnx_vs_{k}": v for k, v in err.items()}, "max_abs_between_formulas": gap,
         }
         evidence.update({f"max_abs_pytorch_vs_{k}": v for k, v in torch_err.items()})
         module = ctx.layer.pair.activation
@@ -71,14 +84,20 @@ class GeluApproximation(Rule):
             f"ONNX output is {err[follows]:.2g} from the {follows} formula and {err[torch_formula]:.2g} from the "
             f"{torch_formula} formula (the two formulas differ by up to {gap:.2g} there)."
         )
-        fix = (
-            f"Make the ONNX GELU use the {torch_formula} form: export from nn.GELU(approximate="
-            f"'{'none' if torch_formula == 'erf' else 'tanh'}'), set the Gelu node's approximate attribute to "
-            f"'{'none' if torch_formula == 'erf' else 'tanh'}', or turn off the tool that rewrote it "
-            f"({'FastGelu fusion / gelu approximation' if torch_formula == 'erf' else 'the erf rewrite'})."
-        )
+        fix = _fix_text(torch_formula)
         return Finding(self.cause, 0.9, summary, fix, evidence, changes=_between(ctx, x, y),
                        counterfactual=lambda c: _switch(c, site, torch_formula, dtype))
+
+
+def _fix_text(formula: str) -> str:
+    if formula == "sigmoid":
+        return ("Make the ONNX GELU compute PyTorch's quick GELU x·sigmoid(1.702·x) (Mul, Sigmoid, Mul; com.microsoft "
+                "QuickGelu alpha=1.702) instead of a Gelu, or turn off the tool that rewrote it.")
+    approximate = "none" if formula == "erf" else "tanh"
+    rewriter = ("the FastGelu fusion / gelu approximation, or the converter that wrote a sigmoid (quick) GELU"
+                if formula == "erf" else "the erf rewrite")
+    return (f"Make the ONNX GELU use the {formula} form: export from nn.GELU(approximate='{approximate}'), set the "
+            f"Gelu node's approximate attribute to '{approximate}', or turn off the tool that rewrote it ({rewriter}).")
 
 
 def _locate(ctx: DiagnosisContext, protos: list[onnx.NodeProto]):
@@ -88,6 +107,9 @@ def _locate(ctx: DiagnosisContext, protos: list[onnx.NodeProto]):
         if p.op_type == "Gelu":
             return (p.input[0], p.output[0], "tanh" if attribute(p, "approximate", "none") == "tanh" else "erf",
                     [p.name], None, False)
+        if p.op_type == "QuickGelu":
+            quick = math.isclose(attribute(p, "alpha", QUICK), QUICK, rel_tol=1e-3)
+            return p.input[0], p.output[0], "sigmoid" if quick else None, [p.name], None, False
         if p.op_type in ("FastGelu", "BiasGelu"):
             bias = p.input[1] if len(p.input) > 1 and p.input[1] else None
             return p.input[0], p.output[0], "tanh" if p.op_type == "FastGelu" else "erf", [p.name], bias, False
@@ -139,7 +161,8 @@ def _by_value(ctx: DiagnosisContext, anchor: onnx.NodeProto, protos: list[onnx.N
         return None
     computing = _ancestors(protos, best[2])
     nodes = [n.name for n in protos if (n.name in after or n is anchor) and n.name in computing]
-    return best[1], best[2], "erf" if anchor.op_type == "Erf" else "tanh", nodes, None, whole
+    # the graph's own form, to tell a runtime rewrite: an Erf is the exact form; a Tanh or a Sigmoid may carry any
+    return best[1], best[2], "erf" if anchor.op_type == "Erf" else None, nodes, None, whole
 
 
 def _between(ctx: DiagnosisContext, x: str, y: str) -> tuple[str, ...]:
@@ -174,6 +197,8 @@ def _torch_formula(ctx: DiagnosisContext, x: np.ndarray, y: str):
         kind = type(module).__name__.lower()
         if "gelu" not in kind:
             continue
+        if "quick" in kind:
+            return "sigmoid", torch_err
         approximate = getattr(module, "approximate", None)
         if approximate is not None:
             return ("tanh" if approximate == "tanh" else "erf"), torch_err
@@ -197,7 +222,9 @@ def _switch(ctx: DiagnosisContext, site, formula: str, dtype) -> FixedSegment:
     # a segment narrowed to the GELU's core (its Erf or Tanh) is re-run at that core's tensor: the whole GELU is
     # replaced and the new core writes it
     core = next(n.output[0] for n in model.graph.node if n.name == node_names[0]) if whole else None
-    if opset >= 20 and core is None:
+    if formula == "sigmoid":
+        nodes += _sigmoid_form(model, x, y, prefix, dtype, core)
+    elif opset >= 20 and core is None:
         nodes.append(helper.make_node("Gelu", [x], [y], name=prefix,
                                       approximate="none" if formula == "erf" else "tanh"))
     else:
@@ -222,4 +249,18 @@ def _decomposed(model, x: str, y: str, formula: str, prefix: str, dtype, core: s
                  ("Add", [x, t[2]], t[3]), ("Mul", [t[3], const("k", math.sqrt(2.0 / math.pi))], t[4]),
                  ("Tanh", [t[4]], t[5]), ("Add", [t[5], const("one", 1.0)], f"{prefix}_6"),
                  ("Mul", [x, f"{prefix}_6"], f"{prefix}_7"), ("Mul", [f"{prefix}_7", const("half", 0.5)], y)]
+    return [helper.make_node(op, ins, [out], name=f"{prefix}_{k}_{op}") for k, (op, ins, out) in enumerate(steps)]
+
+
+def _sigmoid_form(model, x: str, y: str, prefix: str, dtype, core: str | None) -> list:
+    """``x·σ(1.702x)`` written as ``x/2·(1 + tanh(0.851x))`` (the same numbers): the Tanh writes ``core`` when the
+    segment ends at the replaced GELU's core."""
+    def const(name, value):
+        return edits.add_initializer(model, f"{prefix}_{name}", np.array(value, dtype=dtype))
+
+    t = [f"{prefix}_{k}" for k in range(4)]
+    if core is not None:
+        t[1] = core
+    steps = [("Mul", [x, const("k", QUICK / 2)], t[0]), ("Tanh", [t[0]], t[1]),
+             ("Add", [t[1], const("one", 1.0)], t[2]), ("Mul", [x, t[2]], t[3]), ("Mul", [t[3], const("half", 0.5)], y)]
     return [helper.make_node(op, ins, [out], name=f"{prefix}_{k}_{op}") for k, (op, ins, out) in enumerate(steps)]

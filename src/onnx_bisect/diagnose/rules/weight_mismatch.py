@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 
 import numpy as np
+from onnx import helper
 
 from ..support.param_layouts import gates_exchanged, is_rnn_parameter, model_rnn_weights, owner_of
 from ..support import edits, layout
@@ -36,7 +37,13 @@ class WeightMismatch(Rule):
             if offset is not None:
                 return offset
         if not differing:
-            return _bias_after(ctx) or _relaid(ctx) or _scale_offset(ctx)
+            return _bias_after(ctx) or _bias_missing(ctx) or _relaid(ctx) or _scale_offset(ctx)
+        if not all(r.related for _, _, r, _ in differing):
+            # numbers unlike the parameter they are named after may be a folded weight in another layout (a
+            # BatchNorm folded into a kernel whose channels were then reversed): a confirmed layout says more
+            relaid = _relaid(ctx)
+            if relaid is not None:
+                return relaid
         rows = [{"initializer": n, "parameter": p, "layout": r.layout.value, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
                  "fraction_differing": r.fraction_differing, "correlation": r.correlation}
                 for n, p, r, _ in differing]
@@ -59,6 +66,9 @@ class WeightMismatch(Rule):
                    all(r.related for _, _, r, _ in differing) else "The weights bear the parameters' names but "
                    "hardly their values (correlation " + ", ".join(f"{r.correlation:.2f}" for _, _, r, _ in differing)
                    + "): they were overwritten or come from another model.")
+            reordered = _reordered(ctx, differing)
+            if reordered:
+                how = reordered
             summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. "
                        + how + _other_owners(ctx, [p for _, p, _, _ in differing]))
             fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
@@ -69,6 +79,25 @@ class WeightMismatch(Rule):
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
                        changes=_readers(ctx, [n for n, _, _, _ in differing]),
                        counterfactual=lambda c: _restore(c, differing))
+
+
+def _reordered(ctx: DiagnosisContext, differing) -> str:
+    """A sentence naming the differing weights that hold their parameter's numbers in reversed order along an axis
+    (a Conv kernel's input channels: an RGB model given BGR weights; a bias or scale reversed), '' when none does."""
+    found = []
+    for name, param, relation, tensor in differing:
+        value = ctx.initializer(name)
+        if value is None or tensor is None:
+            continue
+        ref = relation.layout.apply(np.asarray(tensor), value.shape)
+        axis = next((a for a in range(value.ndim) if value.shape[a] > 1
+                     and (rel := layout.relate(value, np.flip(ref, a))) is not None and rel.equal), None)
+        if axis is not None:
+            found.append(f"'{name}' is {param} reversed along axis {axis}")
+    if not found:
+        return ""
+    return ("The numbers are the parameters' own in another order: " + "; ".join(found) + " (a channel order "
+            "changed by a converter or by hand: RGB and BGR input channels, a per-channel constant reversed).")
 
 
 def _differing(ctx: DiagnosisContext, candidates) -> list:
@@ -352,7 +381,7 @@ def _restore(ctx: DiagnosisContext, differing) -> FixedSegment:
 SWAPPABLE = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedConv", "FusedGemm", "FusedMatMul"})
 #: a weight this close to its own transpose (relative L2) is symmetric: swapping it changes nothing to speak of
 SYMMETRIC = 0.05
-#: weights tried swapped per diagnosis
+#: weights tried per diagnosis in each other layout (swapped, flipped, reversed)
 MAX_SWAPS = 4
 
 
@@ -363,14 +392,16 @@ def _relaid(ctx: DiagnosisContext) -> Finding | None:
     a converter).  Its values pair with a PyTorch tensor (in some layout) or with none (a folded BatchNorm), so
     nothing above differs, yet laid out back the segment reproduces PyTorch.  Only a layout confirmed that way
     is named."""
-    tried = 0
+    tried: dict[str, int] = {}
     for name, value, how in _relaid_weights(ctx):
-        if tried >= MAX_SWAPS:
-            break
-        relaid = np.swapaxes(value, 0, 1) if how == "swapped" else np.flip(value, _spatial(value))
+        kind = how.split(":")[0]
+        if tried.get(kind, 0) >= MAX_SWAPS:
+            continue
+        relaid = np.swapaxes(value, 0, 1) if how == "swapped" else np.flip(value, _spatial(value)) \
+            if how == "flipped" else np.flip(value, _reversed_axis(how, value))
         # a weight holding no PyTorch tensor's numbers (a BatchNorm folded into a Conv's kernel) is still tried:
         # its layout reproducing PyTorch is the evidence (no weight but a re-laid one does that)
-        tried += 1
+        tried[kind] = tried.get(kind, 0) + 1
         model, weights = edits.replace_array(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights, name, relaid)
         try:
             values = ctx.run_segment(model, weights)
@@ -383,7 +414,16 @@ def _relaid(ctx: DiagnosisContext) -> Finding | None:
 
 
 def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: str, relaid: np.ndarray) -> Finding:
-    if how == "flipped":
+    if how.startswith("reversed"):
+        axis = _reversed_axis(how, value)
+        what = ("channels along axis 1 (a Conv's input channels, a ConvTranspose's output channels)"
+                if axis == 1 and value.ndim >= 3 else "elements")
+        summary = (f"The constant '{name}' {tuple(value.shape)} holds the right numbers, but its {what} in reversed "
+                   f"order: reversed back, the segment reproduces PyTorch's output.")
+        fix = ("Write the constant in the model's channel order: a converter or preprocessing change reversed it (an "
+               "RGB model's first convolution given BGR weights, a per-channel bias or scale written backwards).")
+        layout_text, confidence = f"reversed along axis {axis}", 0.9
+    elif how == "flipped":
         summary = (f"The convolution kernel '{name}' {tuple(value.shape)} holds the right numbers, but flipped along "
                    f"its spatial axes {list(_spatial(value))}: flipped back, the segment reproduces PyTorch's output.")
         fix = ("Write the kernel unflipped: ONNX Conv (like PyTorch) computes a cross-correlation; a converter "
@@ -408,14 +448,50 @@ def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: st
                        *edits.replace_array(edits.copy_model(c.onnx.skeleton), c.onnx.weights, n, v)))
 
 
+def _reversed_axis(how: str, value: np.ndarray) -> int:
+    return int(how.split(":")[1])
+
+
 def _spatial(value: np.ndarray) -> tuple[int, ...]:
     return tuple(a for a in range(2, value.ndim) if value.shape[a] > 1)
 
 
 def _relaid_weights(ctx: DiagnosisContext):
-    """``(initializer, value, "swapped" | "flipped")``: the square weights, then the convolution kernels with a
-    spatial extent (neither symmetric under the change)."""
+    """``(initializer, value, "swapped" | "flipped" | "reversed")``: the square weights, the convolution kernels
+    with a spatial extent, then the kernels' input channels and the per-channel vectors in reversed order (none
+    symmetric under the change)."""
     yield from ((name, value, "swapped") for name, value in _square_weights(ctx))
+    yield from _flipped_kernels(ctx)
+    yield from _reversible(ctx)
+
+
+def _reversible(ctx: DiagnosisContext):
+    """Kernels whose input channels (axis 1), and 1-D constants of the segment's nodes (biases, scales), reversed
+    order would change: an RGB model given BGR weights, a per-channel constant written backwards."""
+    seen = set()
+    for p in ctx.segment_protos:
+        for k, t in enumerate(p.input):
+            name = _stored_weight(ctx, t) if t else None
+            value = ctx.initializer(name) if name and name not in seen else None
+            if value is None or value.dtype.kind != "f" or value.size < 3:
+                continue
+            if p.op_type in ("Conv", "ConvTranspose", "FusedConv") and k == 1 and value.ndim >= 3:
+                axis = 1
+            elif value.size == max(value.shape):  # a vector, perhaps shaped to broadcast ([C, 1, 1])
+                axis = int(np.argmax(value.shape))
+            else:
+                continue
+            if value.shape[axis] < 3:
+                continue
+            v = value.astype(np.float64)
+            norm = float(np.linalg.norm(v))
+            if norm > 0 and float(np.linalg.norm(v - np.flip(v, axis))) > SYMMETRIC * norm:
+                seen.add(name)
+                yield name, value, f"reversed:{axis}"
+
+
+def _flipped_kernels(ctx: DiagnosisContext):
+    """The convolution kernels with a spatial extent, not symmetric under a flip of it."""
     for p in ctx.segment_protos:
         if p.op_type not in ("Conv", "ConvTranspose", "FusedConv") or len(p.input) < 2:
             continue
@@ -545,6 +621,67 @@ def _bias_after(ctx: DiagnosisContext) -> Finding | None:
                                     "max_abs": rel.max_abs, "rel_l2": rel.rel_l2,
                                     "fraction_differing": rel.fraction_differing, "correlation": rel.correlation}]},
                    changes=nodes, counterfactual=lambda c: _with_bias_at(c, add.name, const_input, bias))
+
+
+def _module_bias(ctx: DiagnosisContext) -> np.ndarray | None:
+    activation = ctx.layer.pair.activation
+    bias = activation.bias if activation.bias is not None else _op_bias(ctx)
+    return None if bias is None else np.asarray(bias)
+
+
+def _bias_missing(ctx: DiagnosisContext) -> Finding | None:
+    """A Linear's or Conv's product that no bias is added to, where the module has one: the product plus the
+    module's bias reproduces PyTorch (a converter dropped the bias input, or the Add after a MatMul)."""
+    bias = _module_bias(ctx)
+    product = ctx.onnx.graph.node_of(ctx.tensor)
+    if bias is None or product is None or not np.any(bias) or _adding_node(ctx, ctx.tensor, bias.size) is not None:
+        return None
+    if product.op_type in ("Conv", "ConvTranspose", "Gemm") and len(product.inputs) > 2 and product.inputs[2]:
+        return None  # it has a bias: a wrong one is a differing initializer
+    try:
+        value = ctx.local_value.astype(np.float64)
+        shape = [1] * value.ndim
+        shape[_channel_axis(value, bias.size, product)] = bias.size
+        restored = value + bias.astype(np.float64).reshape(shape)
+    except (ValueError, IndexError):
+        return None
+    if not ctx.compare(restored.astype(ctx.local_value.dtype), ctx.reference).ok:
+        return None
+    module = ctx.layer.pair.activation.module
+    param = f"{module}.bias" if module else "the module's bias"
+    summary = (f"Node {product.name} ({product.op_type}) computes the product without a bias, while PyTorch adds "
+               f"{param} ({bias.size} values, max abs {float(np.max(np.abs(bias))):.2g}): the product plus that bias "
+               "reproduces PyTorch's output. The file dropped the bias.")
+    fix = ("Restore the bias (the node's bias input, or the Add after the MatMul), or re-export: check the "
+           "conversion step that dropped it (a converter that skips biases, a state dict loaded without them).")
+    return Finding(Cause.WEIGHT_MISMATCH, 0.85, summary, fix,
+                   {"parameters": [{"initializer": None, "parameter": param, "layout": "missing",
+                                    "max_abs": float(np.max(np.abs(bias))), "rel_l2": 1.0,
+                                    "fraction_differing": 1.0, "correlation": None}]},
+                   changes=(product.name,), counterfactual=lambda c: _with_bias(c, product, shape, bias))
+
+
+def _with_bias(ctx: DiagnosisContext, product, shape: list[int], bias: np.ndarray) -> FixedSegment:
+    """The segment with the module's bias added to the product: as the node's bias input (Conv, Gemm), else by
+    an Add after it that computes the divergent tensor."""
+    model = edits.copy_model(ctx.onnx.skeleton)
+    dtype = ctx.local_value.dtype
+    if product.op_type in ("Conv", "ConvTranspose", "Gemm"):
+        target = edits.node(model, product.name)
+        del target.input[2:]
+        while len(target.input) < 2:
+            target.input.append("")
+        target.input.append(edits.add_initializer(model, f"{product.name}_restored_bias",
+                                                  bias.astype(dtype).reshape(-1)))
+        return FixedSegment(model, ctx.onnx.weights)
+    inner = f"{ctx.tensor}_without_bias"
+    for n in model.graph.node:
+        if n.name == product.name:
+            n.output[list(n.output).index(ctx.tensor)] = inner
+    const = edits.add_initializer(model, f"{product.name}_restored_bias", bias.astype(dtype).reshape(shape))
+    model.graph.node.append(helper.make_node("Add", [inner, const], [ctx.tensor], name=f"{product.name}_bias_add"))
+    edits.drop_value_info(model, {ctx.tensor, inner})
+    return FixedSegment(model, ctx.onnx.weights)
 
 
 #: ATen ops that add their module's bias to the product they compute

@@ -39,12 +39,16 @@ def with_attributes(node: str, values: dict):
     return edit
 
 
-def retyped(node: str, op_type: str, attributes: dict, drop: tuple[str, ...] | None = None):
-    """The node computing ``op_type`` on the same inputs: the attributes ``drop`` removed (None: all of them),
-    then ``attributes`` set (floats stay floats, ints ints)."""
+def retyped(node: str, op_type: str, attributes: dict, drop: tuple[str, ...] | None = None,
+            inputs: int | None = None):
+    """The node computing ``op_type`` on the same inputs (the first ``inputs`` of them, when given): the
+    attributes ``drop`` removed (None: all of them), then ``attributes`` set (floats stay floats, ints ints)."""
     def edit(model, weights):
         target = edits.node(model, node)
         target.op_type = op_type
+        if inputs is not None:  # a node made into a one-input op keeps its first output alone
+            del target.input[inputs:]
+            del target.output[1:]
         kept = [] if drop is None else [a for a in target.attribute if a.name not in drop]
         del target.attribute[:]
         target.attribute.extend(kept)

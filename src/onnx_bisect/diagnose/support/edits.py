@@ -33,9 +33,15 @@ def node(model: onnx.ModelProto, name: str) -> onnx.NodeProto:
 def set_attribute(model: onnx.ModelProto, node_name: str, name: str, value: Any) -> onnx.ModelProto:
     """Set attribute ``name`` of ``node_name`` in ``model`` (in place on the copy; returned for chaining).
 
-    An existing attribute keeps its type, so ``epsilon=1`` stays a float.
+    An existing attribute keeps its type, so ``epsilon=1`` stays a float; ``None`` removes the attribute (its
+    default applies).
     """
     target = node(model, node_name)
+    if value is None:
+        kept = [a for a in target.attribute if a.name != name]
+        del target.attribute[:]
+        target.attribute.extend(kept)
+        return model
     for attr in target.attribute:
         if attr.name == name:
             coerce = {onnx.AttributeProto.FLOAT: float, onnx.AttributeProto.INT: int,

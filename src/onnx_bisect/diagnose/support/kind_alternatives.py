@@ -54,6 +54,30 @@ NON_COMMUTATIVE = frozenset({"Sub", "Div"})
 #: norms whose scale (input 1) and bias (input 2) are tried exchanged
 AFFINE_NORMS = frozenset({"LayerNormalization", "InstanceNormalization", "GroupNormalization",
                           "BatchNormalization"})
+#: ops that map a tensor to one of its shape: a node of these kinds that should not be there (an activation emitted
+#: twice, a normalization applied again) is tried removed
+REMOVABLE = frozenset({"Relu", "Sigmoid", "Tanh", "Sqrt", "Exp", "Neg", "Reciprocal", "Softplus", "Softsign",
+                       "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Celu", "Abs", "Erf", "Log", "Sin",
+                       "Cos", "Gelu", "Mish", "ThresholdedRelu", "Softmax", "LogSoftmax", "LayerNormalization",
+                       "SimplifiedLayerNormalization", "InstanceNormalization"})
+#: what an Identity may stand for where a converter dropped an op it did not know: one-input ops with PyTorch's
+#: default attributes (a module's own configuration is tried first, see :func:`_module_ops`)
+RESTORABLE = (("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("Neg", {}), ("Sqrt", {}), ("Exp", {}), ("Log", {}),
+              ("Abs", {}), ("Reciprocal", {}), ("Erf", {}), ("Softplus", {}), ("Elu", {"alpha": 1.0}),
+              ("LeakyRelu", {"alpha": 0.01}), ("HardSigmoid", {"alpha": 1.0 / 6.0, "beta": 0.5}), ("HardSwish", {}),
+              ("Softmax", {"axis": -1}))
+#: PyTorch activation modules and the ONNX op (with the module's attributes) computing them
+MODULE_OPS = {"ReLU": lambda m: ("Relu", {}), "Sigmoid": lambda m: ("Sigmoid", {}), "Tanh": lambda m: ("Tanh", {}),
+              "LeakyReLU": lambda m: ("LeakyRelu", {"alpha": float(m.negative_slope)}),
+              "ELU": lambda m: ("Elu", {"alpha": float(m.alpha)}), "CELU": lambda m: ("Celu", {"alpha": float(m.alpha)}),
+              "SELU": lambda m: ("Selu", {}), "Softplus": lambda m: ("Softplus", {}) if m.beta == 1 else None,
+              "Hardsigmoid": lambda m: ("HardSigmoid", {"alpha": 1.0 / 6.0, "beta": 0.5}),
+              "Hardswish": lambda m: ("HardSwish", {}), "Softsign": lambda m: ("Softsign", {}),
+              "Softmax": lambda m: ("Softmax", {"axis": -1 if m.dim is None else int(m.dim)}),
+              "LogSoftmax": lambda m: ("LogSoftmax", {"axis": -1 if m.dim is None else int(m.dim)}),
+              "Mish": lambda m: ("Mish", {})}
+#: same-shape tensors before an Identity tried as the operand a dropped Add read (the residual)
+MAX_OPERANDS = 6
 #: integer constants up to this many entries are tried one more and one less
 MAX_INT_CONSTANT = 64
 
@@ -85,6 +109,7 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         yield from _integer_offsets(ctx, proto, make)
     yield from _activations(ctx, proto, make)
     if op in ("LSTM", "GRU", "RNN"):
+        yield from _rnn_attributes(proto, make)
         have = attribute(proto, "direction", "forward")
         have = have.decode() if isinstance(have, bytes) else have
         if have in ("forward", "reverse"):
@@ -95,6 +120,11 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         bias = _layer_norm_bias(ctx, proto) if op == "SimplifiedLayerNormalization" else None
         yield make(proto.name, "op", op, NORM_KINDS[op], "the PyTorch output",
                    _norm_kind(proto.name, NORM_KINDS[op], bias))
+    if op == "Identity":
+        yield from _restored(ctx, proto, make)
+    elif op in REMOVABLE and proto.domain in ("", "ai.onnx"):
+        yield make(proto.name, "op", op, "Identity (the node removed)", "the PyTorch output",
+                   retyped(proto.name, "Identity", {}, drop=None, inputs=1))
 
 
 def _scalar(ctx, tensor: str) -> bool:
@@ -192,6 +222,83 @@ def _integer_offsets(ctx, proto, make) -> Iterator:
             want = (value.astype(np.int64) + step).astype(value.dtype)
             yield make(proto.name, f"integer input {k}", value.reshape(-1)[:4].tolist(),
                        want.reshape(-1)[:4].tolist(), "the PyTorch output", with_inputs(proto.name, {k: want}))
+
+
+# --------------------------------------------------------------------------- dropped ops
+
+def _restored(ctx, proto, make) -> Iterator:
+    """What an Identity may stand for: the op of the activation module next to it (with its configuration), the
+    one-input ops PyTorch models use most (default attributes), or an Add of its input and an earlier tensor of
+    its shape (a residual or a branch a converter dropped) — each kept only when it reproduces PyTorch."""
+    tried = set()
+    for op_type, attrs in [*_module_ops(ctx), *RESTORABLE]:
+        key = (op_type, tuple(sorted(attrs.items())))
+        if key in tried:
+            continue
+        tried.add(key)
+        yield make(proto.name, "op", "Identity", op_type if not attrs else f"{op_type} {attrs}", "the PyTorch output",
+                   retyped(proto.name, op_type, attrs, drop=None))
+    for other in _earlier_operands(ctx, proto):
+        yield make(proto.name, "op", "Identity", f"Add with {other}", "the PyTorch output",
+                   _as_add(proto.name, other))
+
+
+def _module_ops(ctx) -> list[tuple[str, dict]]:
+    found = []
+    for _, module in ctx.modules_near():
+        make_op = MODULE_OPS.get(type(module).__name__)
+        op = make_op(module) if make_op is not None else None
+        if op is not None:
+            found.append(op)
+    return found
+
+
+def _earlier_operands(ctx, proto) -> list[str]:
+    """Float tensors of the Identity input's shape computed before it, nearest first (the tensors paired with
+    PyTorch values — module outputs, where a residual stream runs — before the others)."""
+    graph = ctx.onnx.graph
+    shape = ctx.shape_of(proto.input[0])
+    at = graph.producer.get(proto.output[0])
+    if not shape or at is None:
+        return []
+    paired, others = [], []
+    for node in reversed(graph.nodes[:at]):
+        for t in node.outputs:
+            if t and t != proto.input[0] and graph.shapes.get(t) == shape and graph.elem_types.get(t) in FLOATS:
+                (paired if t in ctx.cut.references else others).append(t)
+    return (paired + others)[:MAX_OPERANDS]
+
+
+#: ONNX float element types (FLOAT, FLOAT16, DOUBLE, BFLOAT16)
+FLOATS = frozenset({1, 10, 11, 16})
+
+
+def _as_add(node: str, other: str):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type = "Add"
+        del target.attribute[:]
+        del target.input[1:]
+        target.input.append(other)
+        return model, weights
+    return edit
+
+
+# --------------------------------------------------------------------------- RNN attributes
+
+def _rnn_attributes(proto, make) -> Iterator:
+    """A GRU with the other ``linear_before_reset`` (PyTorch's is 1, the ONNX default 0), an LSTM with its input and
+    forget gates apart, a cell without a ``clip`` — where the file names no module to read them from."""
+    if proto.op_type == "GRU":
+        have = int(attribute(proto, "linear_before_reset", 0))
+        yield make(proto.name, "linear_before_reset", have, 1 - have, "the PyTorch output",
+                   with_attributes(proto.name, {"linear_before_reset": 1 - have}))
+    if proto.op_type == "LSTM" and attribute(proto, "input_forget", 0):
+        yield make(proto.name, "input_forget", 1, 0, "the PyTorch output",
+                   with_attributes(proto.name, {"input_forget": 0}))
+    if attribute(proto, "clip", None) is not None:
+        yield make(proto.name, "clip", attribute(proto, "clip"), None, "the PyTorch output",
+                   with_attributes(proto.name, {"clip": None}))
 
 
 # --------------------------------------------------------------------------- activations, norms

@@ -1,0 +1,211 @@
+"""Faults the eighth sweep planted (scripts/sweep_faults_eight.py), each named at its node: an op a converter
+dropped (an Identity in its place) or applied twice, a residual Add that lost a branch, a bias dropped, a
+constant's channels reversed, a GELU computed as the sigmoid "quick GELU", a GRU's ``linear_before_reset`` and an
+LSTM's ``input_forget`` / ``clip`` — and, for a file whose nodes name no module, the same found by re-running."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import helper, numpy_helper
+
+import onnx_bisect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+from planting import found as _found, planted as _planted  # noqa: E402
+from fault_sweep import rename  # noqa: E402
+
+
+class _DroppedNet(torch.nn.Module):
+    """A Conv (with a bias) on an RGB-like input, a LeakyReLU, a GELU MLP with a residual, a LayerNorm, a GRU and
+    an LSTM, a tanh head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(11)
+        self.conv, self.act = torch.nn.Conv1d(3, 8, 3, padding=1), torch.nn.LeakyReLU(0.2)
+        self.up, self.down, self.norm = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8), torch.nn.LayerNorm(8)
+        self.gru, self.lstm = torch.nn.GRU(8, 8, batch_first=True), torch.nn.LSTM(8, 8, batch_first=True)
+        self.fc = torch.nn.Linear(8, 3)
+        with torch.no_grad():
+            self.conv.bias.uniform_(0.2, 0.6)
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.normal_(0.0, 0.5)
+
+    def forward(self, x):  # (2, 3, 6)
+        h = self.act(self.conv(x)).transpose(1, 2)
+        h = self.norm(h + self.down(torch.nn.functional.gelu(self.up(h))))
+        h, _ = self.gru(h)
+        h, _ = self.lstm(h)
+        return torch.tanh(self.fc(h))
+
+
+@pytest.fixture(scope="module")
+def exported():
+    model = _DroppedNet().eval()
+    inputs = (torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(12)),)
+    return model, inputs, dc.export(model, inputs, "torchscript")
+
+
+def _renamed(exported, tmp_path):
+    """The fixture's file with every node and tensor renamed (no scopes, no names to pair by)."""
+    model, inputs, proto = exported
+    onnx.save(proto, tmp_path / "clean.onnx")
+    rename(tmp_path / "clean.onnx", tmp_path / "renamed.onnx")
+    return model, inputs, onnx.load(tmp_path / "renamed.onnx")
+
+
+def _identity(proto, node):
+    node.op_type = "Identity"
+    del node.input[1:]
+    del node.attribute[:]
+
+
+def test_clean_file_agrees(exported):
+    model, inputs, proto = exported
+    assert onnx_bisect.bisect(model, inputs, onnx=proto).ok
+
+
+def test_a_dropped_activation_is_restored_with_the_modules_slope(exported):
+    fd, name = _planted(exported, "LeakyRelu", _identity)
+    _found(fd, name)
+    assert "LeakyRelu" in fd.explanation and "0.2" in fd.explanation
+
+
+def test_a_dropped_erf_is_named(exported):
+    """The GELU's Erf left out: an Identity where PyTorch computes erf (one of the usual one-input ops)."""
+    fd, name = _planted(exported, "Erf", _identity)
+    assert fd.cause in ("attribute-mismatch", "gelu-approximation") and fd.confirmed is True, fd.explanation
+    assert name in fd.layer.segment
+
+
+def _doubled(proto, node):
+    once = node.output[0] + "_once"
+    again = helper.make_node(node.op_type, [once, *node.input[1:]], [node.output[0]], name=node.name + "_again")
+    again.attribute.extend(node.attribute)
+    node.output[0] = once
+    at = list(proto.graph.node).index(node)
+    proto.graph.node.insert(at + 1, again)
+
+
+@pytest.mark.parametrize("op_type", ["Tanh", "LayerNormalization"])
+def test_an_op_applied_twice_is_named_at_its_second_application(exported, op_type):
+    fd, name = _planted(exported, op_type, _doubled)
+    _found(fd, name + "_again")
+    assert "Identity (the node removed)" in fd.explanation
+
+
+def test_a_residual_add_that_lost_its_skip_is_restored(exported):
+    """``h + down(...)`` left as ``down(...)``: the skip ``h`` is still in the file (the Transpose feeding the
+    MLP), and an Add with it reproduces PyTorch."""
+    model, inputs, proto = exported
+    def change(proto, node):
+        branch = next(t for t in node.input if any(n.op_type == "Add" and t in n.output for n in proto.graph.node))
+        node.op_type = "Identity"
+        del node.input[:]
+        node.input.append(branch)
+    norm_input = next(n for n in proto.graph.node if n.op_type == "LayerNormalization").input[0]
+    fd, name = _planted(exported, "Add", change, pick=lambda nodes: next(n for n in nodes if norm_input in n.output))
+    _found(fd, name)
+    assert "Add with" in fd.explanation
+
+
+def test_a_dropped_bias_is_a_weight_mismatch_restored_by_adding_it(exported):
+    def change(proto, node):
+        del node.input[2:]
+    fd, name = _planted(exported, "Conv", change)
+    _found(fd, name, "weight-mismatch", at_most=2)
+    assert "without a bias" in fd.explanation and "conv.bias" in fd.explanation
+
+
+def _reversed(axis):
+    def change(proto, node):
+        init = next(i for i in proto.graph.initializer if i.name == node.input[1])
+        init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(np.flip(numpy_helper.to_array(init), axis)),
+                                              init.name))
+    return change
+
+
+def test_reversed_input_channels_are_named_as_reversed(exported):
+    """An RGB model given BGR weights: the kernel's input channels reversed."""
+    fd, name = _planted(exported, "Conv", _reversed(1))
+    _found(fd, name, "weight-mismatch", at_most=2)
+    assert "reversed" in fd.explanation and "axis 1" in fd.explanation
+
+
+def test_reversed_channels_in_a_renamed_file_are_confirmed_by_re_running(exported, tmp_path):
+    fd, name = _planted(_renamed(exported, tmp_path), "Conv", _reversed(1))
+    _found(fd, name, "weight-mismatch", at_most=2)
+    assert "reversed order" in fd.explanation
+
+
+def test_a_quick_gelu_where_pytorch_runs_erf_is_a_gelu_approximation(exported):
+    """The exact GELU's ``Erf(u)`` replaced by ``Tanh(1.702/√2·u)``: the arithmetic around it then computes
+    ``x·σ(1.702x)``, the sigmoid approximation."""
+    def change(proto, node):
+        k = node.output[0] + "_k"
+        proto.graph.initializer.append(numpy_helper.from_array(np.array(1.702 / np.sqrt(2), np.float32), k))
+        scaled = node.output[0] + "_in"
+        mul = helper.make_node("Mul", [node.input[0], k], [scaled], name=node.name + "_quick")
+        node.op_type = "Tanh"
+        node.input[0] = scaled
+        proto.graph.node.insert(list(proto.graph.node).index(node), mul)
+    fd, name = _planted(exported, "Erf", change)
+    assert fd.cause == "gelu-approximation" and fd.confirmed is True, fd.explanation
+    assert name in fd.layer.segment
+    assert "sigmoid form" in fd.explanation and fd.evidence["pytorch_formula"] == "erf"
+
+
+def _set(**attrs):
+    def change(proto, node):
+        for key, value in attrs.items():
+            kept = [a for a in node.attribute if a.name != key]
+            del node.attribute[:]
+            node.attribute.extend(kept)
+            node.attribute.append(helper.make_attribute(key, value))
+    return change
+
+
+@pytest.mark.parametrize("op_type, attrs", [("GRU", {"linear_before_reset": 0}), ("LSTM", {"input_forget": 1}),
+                                            ("LSTM", {"clip": 0.5})])
+def test_an_rnn_attribute_pytorch_does_not_have_is_named(exported, op_type, attrs):
+    fd, name = _planted(exported, op_type, _set(**attrs))
+    _found(fd, name)
+    (attr,) = attrs
+    assert attr in fd.explanation
+
+
+def test_a_gru_attribute_in_a_renamed_file_is_found_by_re_running(exported, tmp_path):
+    fd, name = _planted(_renamed(exported, tmp_path), "GRU", _set(linear_before_reset=0))
+    _found(fd, name)
+    assert "linear_before_reset" in fd.explanation
+
+
+def test_an_identity_with_nothing_to_restore_is_named_unconfirmed(exported):
+    """A residual Add whose branch was removed with it: the Identity hands on the skip alone, and nothing left in
+    the file computes the branch — the node is named, the cause given, nothing confirmed."""
+    model, inputs, proto = exported
+    faulty = onnx.ModelProto()
+    faulty.CopyFrom(proto)
+    norm_input = next(n for n in faulty.graph.node if n.op_type == "LayerNormalization").input[0]
+    add = next(n for n in faulty.graph.node if n.op_type == "Add" and norm_input in n.output)
+    skip = next(t for t in add.input if not any(n.op_type == "Add" and t in n.output for n in faulty.graph.node))
+    add.op_type = "Identity"
+    del add.input[:]
+    add.input.append(skip)
+    while True:  # the branch's nodes, now read by nothing, go with it
+        read = {t for n in faulty.graph.node for t in n.input} | {o.name for o in faulty.graph.output}
+        dead = [n for n in faulty.graph.node if not read & set(n.output)]
+        if not dead:
+            break
+        for n in dead:
+            faulty.graph.node.remove(n)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
+    assert fd is not None and add.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd
+    assert fd.cause == "attribute-mismatch" and not fd.confirmed and "Identity" in fd.explanation
