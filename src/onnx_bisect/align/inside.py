@@ -110,6 +110,9 @@ def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activat
     """
     lineage = {a.index: ancestors(a, ops) for a in ops}
     within = set(tensors)
+    # an Identity's output holding its input's match is a second name for one value: the input stands for it, so
+    # the node stays inside the segment after it (where it should have computed something, a dropped op shows)
+    matched = {t: m for t, m in matched.items() if not _alias(t, matched, graph)}
     good = dict(matched)
     # a value that is one number repeated (zeros for an initial state, a mask of ones) matches every op holding
     # it: which one it stands for is a guess, and a guess must not drop the matches computed from it
@@ -152,6 +155,32 @@ TORCH_VIEWS = frozenset({"aten.view", "aten._unsafe_view", "aten.reshape", "aten
                          "aten.contiguous", "aten.detach", "aten.flatten", "aten.unflatten", "aten.slice",
                          "aten.select", "aten.split", "aten.chunk", "aten.split_with_sizes", "aten.unbind",
                          "aten._to_copy", "aten.lift_fresh", "aten.dropout"})
+
+
+#: ops that hand a tensor on as it is (a cast to the type it has): an output of theirs holding what their input holds
+#: is an alias
+ALIASING = frozenset({"Identity", "Cast", "CastLike"})
+
+
+def _alias(tensor: str, matched: dict[str, Match], graph: GraphIndex) -> bool:
+    """Whether ``tensor`` comes out of Identity / Cast nodes holding the same PyTorch values as the matched tensor
+    they hand on (the nearest one up their chain)."""
+    node, source = graph.node_of(tensor), tensor
+    for _ in range(4):
+        if node is None or node.op_type not in ALIASING or not node.inputs:
+            return False
+        if node.op_type != "Identity" and graph.elem_types.get(node.inputs[0]) != graph.elem_types.get(node.outputs[0]):
+            return False  # a cast that changes the precision computes something (float16 files)
+        source = node.inputs[0]
+        if source in matched:
+            break
+        node = graph.node_of(source)
+    else:
+        return False
+    if source not in matched:
+        return False
+    mine, theirs = matched[tensor], matched[source]
+    return {a.index for a in mine.equal or (mine.op,)} <= {a.index for a in theirs.equal or (theirs.op,)}
 
 
 def _did_nothing(tensor: str, inputs: set[str], good: dict[str, Match], graph: GraphIndex,

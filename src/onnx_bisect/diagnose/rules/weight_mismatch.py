@@ -37,7 +37,8 @@ class WeightMismatch(Rule):
             if offset is not None:
                 return offset
         if not differing:
-            return _bias_after(ctx) or _bias_missing(ctx) or _relaid(ctx) or _scale_offset(ctx)
+            return (_bias_after(ctx) or _bias_missing(ctx) or _exchanged(ctx, candidates) or _relaid(ctx)
+                    or _scale_offset(ctx))
         if not all(r.related for _, _, r, _ in differing):
             # numbers unlike the parameter they are named after may be a folded weight in another layout (a
             # BatchNorm folded into a kernel whose channels were then reversed): a confirmed layout says more
@@ -621,6 +622,64 @@ def _bias_after(ctx: DiagnosisContext) -> Finding | None:
                                     "max_abs": rel.max_abs, "rel_l2": rel.rel_l2,
                                     "fraction_differing": rel.fraction_differing, "correlation": rel.correlation}]},
                    changes=nodes, counterfactual=lambda c: _with_bias_at(c, add.name, const_input, bias))
+
+
+def _own_tensors(ctx: DiagnosisContext, candidates, size: int) -> dict[str, np.ndarray]:
+    """The segment's modules' own tensors of ``size`` elements: their parameters and folds, and their sibling
+    Linear layers' weights concatenated (a merged q/k/v projection) under a module near the divergence."""
+    own = {k: v for k, v in candidates.items() if v.size == size}
+    near = {name for name, _ in ctx.modules_near() if name}
+    for key, value in _concatenated(ctx, size).items():
+        parents = {part.strip().rsplit(".", 2)[0] for part in key[len("concat("):-1].split(",")}
+        if parents <= near:
+            own[key] = value
+    return own
+
+
+def _exchanged(ctx: DiagnosisContext, candidates) -> Finding | None:
+    """An initializer holding exactly another module's parameter where the segment's module has one of its size
+    with other numbers: with the module's own put back (in the same layout) the segment reproduces PyTorch — two
+    layers' weights exchanged, a loader or converter matching parameters by shape."""
+    tried = 0
+    for name in _segment_initializers(ctx):
+        value = ctx.initializer(name)
+        if value is None or value.dtype.kind != "f" or value.size < 4:
+            continue
+        own = _own_tensors(ctx, candidates, value.size)
+        if not own or any((r := layout.relate(value, v)) is not None and r.equal for v in own.values()):
+            continue
+        elsewhere = _best(value, name, {**_everything(ctx, value.size), **_concatenated(ctx, value.size)})
+        if elsewhere is None or not elsewhere[1].equal or elsewhere[0] in own:
+            continue
+        for pname, tensor in own.items():
+            if tried >= MAX_SWAPS:
+                return None
+            tried += 1
+            try:
+                restored = elsewhere[1].layout.apply(tensor, value.shape).astype(value.dtype)
+                model, weights = edits.replace_array(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights, name,
+                                                     restored)
+                values = ctx.run_segment(model, weights)
+            except Exception:  # noqa: BLE001 - a layout that does not fit or runs is not the answer
+                continue
+            if ctx.compare(values[ctx.tensor], ctx.reference).ok:
+                return _exchanged_finding(ctx, name, value, elsewhere[0], pname, restored)
+    return None
+
+
+def _exchanged_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, other: str, own: str,
+                       restored: np.ndarray) -> Finding:
+    summary = (f"The weight '{name}' {tuple(value.shape)} holds exactly the numbers of {other}, another layer's, "
+               f"where this segment computes with {own}: with {own} in its place the segment reproduces PyTorch's "
+               "output. The file's weights were put in the wrong layers (a loader or converter matching parameters "
+               "by shape or by position, two layers' weights exchanged).")
+    fix = ("Re-export, or map each parameter to its layer by name: check the step that wrote the weights into the "
+           "file (a converter's parameter mapping, a state dict loaded with renamed keys).")
+    return Finding(Cause.WEIGHT_MISMATCH, 0.9, summary, fix,
+                   {"parameters": [{"initializer": name, "parameter": own, "layout": f"holds {other}"}]},
+                   changes=_readers(ctx, [name]),
+                   counterfactual=lambda c: FixedSegment(*edits.replace_array(
+                       edits.copy_model(c.onnx.skeleton), c.onnx.weights, name, restored)))
 
 
 def _module_bias(ctx: DiagnosisContext) -> np.ndarray | None:
