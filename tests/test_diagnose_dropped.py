@@ -209,3 +209,28 @@ def test_an_identity_with_nothing_to_restore_is_named_unconfirmed(exported):
         fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
     assert fd is not None and add.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd
     assert fd.cause == "attribute-mismatch" and not fd.confirmed and "Identity" in fd.explanation
+
+
+def _gemm_file():
+    """Two Linear layers exported by TorchScript as Gemms with transB=1 (the file's convention), square weights."""
+    torch.manual_seed(3)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Tanh(), torch.nn.Linear(6, 6)).eval()
+    inputs = (torch.randn(4, 6, generator=torch.Generator().manual_seed(4)),)
+    return model, inputs, dc.export(model, inputs, "torchscript")
+
+
+def test_a_gemm_weight_stored_transposed_is_the_weight_where_the_gemm_reads_as_the_others():
+    """The first Gemm's weight transposed (transB kept at 1, like the other Gemm's): the same numbers as a transB
+    flip, but the attribute agrees with the file's convention, so the weight is named."""
+    def change(proto, node):
+        init = next(i for i in proto.graph.initializer if i.name == node.input[1])
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).T.copy(), init.name))
+    fd, name = _planted(_gemm_file(), "Gemm", change)
+    _found(fd, name, "weight-mismatch", at_most=1)
+    assert "transposed" in fd.explanation and "other Gemms" in fd.explanation
+
+
+def test_a_gemm_transb_unlike_the_others_is_the_attribute():
+    fd, name = _planted(_gemm_file(), "Gemm", _set(transB=0))
+    _found(fd, name, at_most=1)
+    assert "transB" in fd.explanation

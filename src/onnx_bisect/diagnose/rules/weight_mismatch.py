@@ -11,7 +11,7 @@ from ..support import edits, layout
 from ..support.alternative_edits import with_inputs
 from ...records import Cause, Layout
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule
-from . import quantization
+from . import attribute_mismatch, quantization
 
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 #: an nn.LSTM/GRU/RNN parameter as PyTorch stores it (compared in the ONNX layout instead: param_layouts)
@@ -438,10 +438,16 @@ def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: st
                "in transposed; Gemm says so with transB; a Conv kernel is [out, in/groups, ...]) — check the "
                "converter or the code that copied the weights in.")
         layout_text = "first two axes swapped"
-        # a Gemm says how it reads its weight (transA/transB): the attribute rule's flip explains the same numbers
-        # and is the likelier slip there, so this finding ranks below it
-        confidence = 0.85 if any(p.op_type in ("Gemm", "FusedGemm") and name in p.input
-                                 for p in ctx.segment_protos) else 0.9
+        # a Gemm says how it reads its weight (transA/transB): the attribute rule's flip explains the same numbers.
+        # Between the two, the file's other Gemms tell (attribute_mismatch._trans_confidence): a Gemm reading its
+        # weight as they do has the odd weight, one that does not has the odd attribute — this ranks between
+        confidence = 0.9
+        gemm = next((p for p in ctx.segment_protos if p.op_type in ("Gemm", "FusedGemm") and name in p.input), None)
+        if gemm is not None:
+            confidence = 0.85
+            summary += (" Equivalently, the Gemm reading it could flip its transB: the same numbers" + (
+                "; the file's other Gemms read their weights as this one does, so the weight is the odd one."
+                if attribute_mismatch.gemm_conforms(ctx, gemm.name) else "; the file cannot tell the two apart."))
     return Finding(Cause.WEIGHT_MISMATCH, confidence, summary, fix,
                    {"parameters": [{"initializer": name, "layout": layout_text}]},
                    changes=_readers(ctx, [name]),
