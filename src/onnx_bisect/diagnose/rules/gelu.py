@@ -193,6 +193,9 @@ def _torch_formula(ctx: DiagnosisContext, x: np.ndarray, y: str):
     if y == ctx.tensor:
         ref = ctx.reference.astype(np.float64).reshape(x.shape)
         torch_err = {name: float(np.max(np.abs(ref - f(x)))) for name, f in FORMULAS.items()}
+    op = _op_formula(ctx.layer.pair.activation)
+    if op is not None:
+        return op, torch_err
     for _, module in ctx.modules_near():
         kind = type(module).__name__.lower()
         if "gelu" not in kind:
@@ -206,6 +209,18 @@ def _torch_formula(ctx: DiagnosisContext, x: np.ndarray, y: str):
     if torch_err and min(torch_err.values()) < 0.1 * max(torch_err.values()):
         return min(torch_err, key=torch_err.get), torch_err
     return None, torch_err
+
+
+def _op_formula(activation) -> str | None:
+    """PyTorch's GELU form from the ATen op the divergent value is (op-level capture): an ``erf`` is the exact
+    form's core (a GELU written out: ESM's, BERT's ``gelu``), ``aten.gelu`` says its ``approximate``."""
+    name = activation.module_type if activation.op else ""
+    if name.startswith("aten.erf"):
+        return "erf"
+    if name.startswith("aten.gelu"):
+        approximate = dict((str(k), v) for k, v in activation.args).get("approximate", "none")
+        return "tanh" if approximate == "tanh" else "erf"
+    return None
 
 
 def _switch(ctx: DiagnosisContext, site, formula: str, dtype) -> FixedSegment:
