@@ -122,7 +122,7 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
                    _norm_kind(proto.name, NORM_KINDS[op], bias))
     if op == "Identity":
         yield from _restored(ctx, proto, make)
-    elif op in REMOVABLE and proto.domain in ("", "ai.onnx"):
+    elif op in REMOVABLE and proto.domain in ("", "ai.onnx") and not _doubled_by_reader(ctx, proto):
         yield make(proto.name, "op", op, "Identity (the node removed)", "the PyTorch output",
                    retyped(proto.name, "Identity", {}, drop=None, inputs=1))
 
@@ -225,6 +225,13 @@ def _integer_offsets(ctx, proto, make) -> Iterator:
 
 
 # --------------------------------------------------------------------------- dropped ops
+
+def _doubled_by_reader(ctx, proto) -> bool:
+    """Whether a node of the same op reads this one's output: of an op applied twice, the second application is
+    the one to remove (removing either gives the same numbers)."""
+    graph = ctx.onnx.graph
+    return any(graph.nodes[c].op_type == proto.op_type for c in graph.consumers.get(proto.output[0], ()))
+
 
 def _restored(ctx, proto, make) -> Iterator:
     """What an Identity may stand for: the op of the activation module next to it (with its configuration), the
