@@ -480,7 +480,7 @@ def _reversible(ctx: DiagnosisContext):
         for k, t in enumerate(p.input):
             name = _stored_weight(ctx, t) if t else None
             value = ctx.initializer(name) if name and name not in seen else None
-            if value is None or value.dtype.kind != "f" or value.size < 3:
+            if value is None or value.dtype.kind != "f" or value.size < 2:
                 continue
             if p.op_type in ("Conv", "ConvTranspose", "FusedConv") and k == 1 and value.ndim >= 3:
                 axis = 1
@@ -488,7 +488,7 @@ def _reversible(ctx: DiagnosisContext):
                 axis = int(np.argmax(value.shape))
             else:
                 continue
-            if value.shape[axis] < 3:
+            if value.shape[axis] < 2:
                 continue
             v = value.astype(np.float64)
             norm = float(np.linalg.norm(v))
