@@ -234,3 +234,35 @@ def test_a_gemm_transb_unlike_the_others_is_the_attribute():
     fd, name = _planted(_gemm_file(), "Gemm", _set(transB=0))
     _found(fd, name, at_most=1)
     assert "transB" in fd.explanation
+
+
+class _PatchNet(torch.nn.Module):
+    """Overlapping patches gathered with constant indices (an unfold), then transposed, then a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.register_buffer("idx", torch.tensor([[0, 1, 2, 3], [2, 3, 4, 5], [4, 5, 6, 7], [6, 7, 8, 9]]))
+        self.fc = torch.nn.Linear(3, 5)
+
+    def forward(self, x):  # (2, 10, 3)
+        return self.fc(x[:, self.idx].transpose(1, 2))
+
+
+def test_gather_indices_behind_a_transpose_are_fitted_to_pytorch():
+    model = _PatchNet().eval()
+    inputs = (torch.randn(2, 10, 3, generator=torch.Generator().manual_seed(6)),)
+    exported = (model, inputs, dc.export(model, inputs, "torchscript"))
+
+    def change(proto, node):
+        name = node.input[1]
+        init = next((i for i in proto.graph.initializer if i.name == name), None)
+        const = None if init is not None else next(n for n in proto.graph.node if n.output[0] == name)
+        tensor = init if init is not None else const.attribute[0].t
+        value = numpy_helper.to_array(tensor).copy()
+        value[1, 2] = 9
+        tensor.CopyFrom(numpy_helper.from_array(value, tensor.name))
+    fd, name = _planted(exported, "Gather", change, pick=lambda nodes: next(
+        n for n in nodes if any(m.op_type == "Transpose" and n.output[0] in m.input for m in exported[2].graph.node)))
+    _found(fd, name)
+    assert "indices" in fd.explanation

@@ -675,7 +675,7 @@ def _exchanged(ctx: DiagnosisContext, candidates) -> Finding | None:
 
 def _exchanged_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, other: str, own: str,
                        restored: np.ndarray) -> Finding:
-    summary = (f"The weight '{name}' {tuple(value.shape)} holds exactly the numbers of {other}, another layer's, "
+    summary = (f"The weight '{name}' {tuple(value.shape)} holds exactly the numbers of {other}, another module's, "
                f"where this segment computes with {own}: with {own} in its place the segment reproduces PyTorch's "
                "output. The file's weights were put in the wrong layers (a loader or converter matching parameters "
                "by shape or by position, two layers' weights exchanged).")

@@ -75,8 +75,9 @@ def _gather(ctx, proto, make) -> Iterator:
         return
     axis = attribute(proto, "axis", 0) % data.ndim
     size = data.shape[axis]
-    if _carried_to(ctx, proto.output[0]) == ctx.tensor:
-        fitted = _fit_indices(data, axis, indices, ctx.reference)
+    reference = _reference_at(ctx, proto.output[0])
+    if reference is not None:
+        fitted = _fit_indices(data, axis, indices, reference)
         if fitted is not None and not np.array_equal(fitted, np.where(indices < 0, indices + size, indices)):
             yield make(proto.name, "indices", indices.tolist(), fitted.tolist(), "the PyTorch output",
                        with_inputs(proto.name, {1: fitted.astype(indices.dtype)}))
@@ -115,6 +116,32 @@ def _carried_to(ctx, tensor: str) -> str:
             break
         tensor = graph.nodes[readers[0]].outputs[0]
     return tensor
+
+
+def _reference_at(ctx, tensor: str) -> np.ndarray | None:
+    """PyTorch's value of the divergent tensor laid out as ``tensor`` holds it, when ``tensor`` reaches it through
+    single readers that only round, re-type (see :func:`_carried_to`) or transpose it (an unfold's Gather before
+    the Transpose that orders the patches); None otherwise."""
+    graph = ctx.onnx.graph
+    perms = []
+    for _ in range(6):
+        tensor = _carried_to(ctx, tensor)
+        if tensor == ctx.tensor:
+            break
+        readers = graph.consumers.get(tensor, ())
+        if len(readers) != 1 or graph.nodes[readers[0]].op_type != "Transpose":
+            return None
+        node = graph.nodes[readers[0]]
+        perms.append(dict(node.attributes).get("perm"))
+        tensor = node.outputs[0]
+    else:
+        return None
+    value = ctx.reference
+    for perm in reversed(perms):
+        if perm is None or len(perm) != value.ndim:
+            return None
+        value = np.transpose(value, np.argsort(perm))
+    return value
 
 
 def _fit_indices(data: np.ndarray, axis: int, indices: np.ndarray, reference: np.ndarray) -> np.ndarray | None:
