@@ -238,7 +238,9 @@ def _restored(ctx, proto, make) -> Iterator:
     one-input ops PyTorch models use most (default attributes), or an Add of its input and an earlier tensor of
     its shape (a residual or a branch a converter dropped) — each kept only when it reproduces PyTorch."""
     tried = set()
-    for op_type, attrs in [*_module_ops(ctx), *RESTORABLE]:
+    opset = next((o.version for o in ctx.onnx.skeleton.opset_import if o.domain in ("", "ai.onnx")), 0)
+    gelus = [("Gelu", {}), ("Gelu", {"approximate": "tanh"})] if opset >= 20 else []
+    for op_type, attrs in [*_module_ops(ctx, opset), *RESTORABLE, *gelus]:
         key = (op_type, tuple(sorted(attrs.items())))
         if key in tried:
             continue
@@ -250,10 +252,15 @@ def _restored(ctx, proto, make) -> Iterator:
                    _as_add(proto.name, other))
 
 
-def _module_ops(ctx) -> list[tuple[str, dict]]:
+def _module_ops(ctx, opset: int) -> list[tuple[str, dict]]:
     found = []
     for _, module in ctx.modules_near():
-        make_op = MODULE_OPS.get(type(module).__name__)
+        name = type(module).__name__
+        if opset >= 20 and name in ("GELU", "GELUActivation", "GELUTanh", "NewGELUActivation", "PytorchGELUTanh"):
+            tanh = getattr(module, "approximate", "none") == "tanh" or "Tanh" in name or name.startswith("New")
+            found.append(("Gelu", {"approximate": "tanh"} if tanh else {}))
+            continue
+        make_op = MODULE_OPS.get(name)
         op = make_op(module) if make_op is not None else None
         if op is not None:
             found.append(op)
