@@ -266,3 +266,23 @@ def test_gather_indices_behind_a_transpose_are_fitted_to_pytorch():
         n for n in nodes if any(m.op_type == "Transpose" and n.output[0] in m.input for m in exported[2].graph.node)))
     _found(fd, name)
     assert "indices" in fd.explanation
+
+
+def test_a_folded_batchnorms_dropped_bias_is_restored_as_the_fold():
+    """A Conv + BatchNorm folded at export, its bias input then removed: the BatchNorm's shift is gone, and the
+    fold's bias added back reproduces PyTorch."""
+    torch.manual_seed(9)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3, padding=1, bias=False), torch.nn.BatchNorm2d(6),
+                                torch.nn.ReLU(), torch.nn.Conv2d(6, 4, 1)).eval()
+    with torch.no_grad():
+        model[1].running_mean.normal_(0.0, 0.5)
+        model[1].running_var.uniform_(0.5, 2.0)
+        model[1].bias.normal_(0.0, 0.5)
+    inputs = (torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(10)),)
+    exported = (model, inputs, dc.export(model, inputs, "torchscript"))
+
+    def change(proto, node):
+        del node.input[2:]
+    fd, name = _planted(exported, "Conv", change)
+    _found(fd, name, "weight-mismatch", at_most=2)
+    assert "without a bias" in fd.explanation and "fold(" in fd.explanation

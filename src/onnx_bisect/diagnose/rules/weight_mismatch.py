@@ -37,7 +37,7 @@ class WeightMismatch(Rule):
             if offset is not None:
                 return offset
         if not differing:
-            return (_bias_after(ctx) or _bias_missing(ctx) or _exchanged(ctx, candidates) or _relaid(ctx)
+            return (_bias_after(ctx) or _bias_missing(ctx, candidates) or _exchanged(ctx, candidates) or _relaid(ctx)
                     or _scale_offset(ctx))
         if not all(r.related for _, _, r, _ in differing):
             # numbers unlike the parameter they are named after may be a folded weight in another layout (a
@@ -694,10 +694,14 @@ def _module_bias(ctx: DiagnosisContext) -> np.ndarray | None:
     return None if bias is None else np.asarray(bias)
 
 
-def _bias_missing(ctx: DiagnosisContext) -> Finding | None:
-    """A Linear's or Conv's product that no bias is added to, where the module has one: the product plus the
-    module's bias reproduces PyTorch (a converter dropped the bias input, or the Add after a MatMul)."""
-    bias = _module_bias(ctx)
+def _bias_missing(ctx: DiagnosisContext, candidates) -> Finding | None:
+    """A Linear's or Conv's product that no bias is added to, where the module has one — or where a BatchNorm
+    folded into it gives it one: the product plus that bias reproduces PyTorch (a converter dropped the bias
+    input, or the Add after a MatMul)."""
+    bias, param = _module_bias(ctx), None
+    if bias is None:
+        folded = [(k, v) for k, v in candidates.items() if k.startswith("fold(") and ".bias, " in k]
+        bias, param = (np.asarray(folded[0][1]), folded[0][0]) if len(folded) == 1 else (None, None)
     product = ctx.onnx.graph.node_of(ctx.tensor)
     if bias is None or product is None or not np.any(bias) or _adding_node(ctx, ctx.tensor, bias.size) is not None:
         return None
@@ -713,7 +717,7 @@ def _bias_missing(ctx: DiagnosisContext) -> Finding | None:
     if not ctx.compare(restored.astype(ctx.local_value.dtype), ctx.reference).ok:
         return None
     module = ctx.layer.pair.activation.module
-    param = f"{module}.bias" if module else "the module's bias"
+    param = param or (f"{module}.bias" if module else "the module's bias")
     summary = (f"Node {product.name} ({product.op_type}) computes the product without a bias, while PyTorch adds "
                f"{param} ({bias.size} values, max abs {float(np.max(np.abs(bias))):.2g}): the product plus that bias "
                "reproduces PyTorch's output. The file dropped the bias.")
