@@ -689,35 +689,64 @@ def _exchanged_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, othe
 
 
 def _module_bias(ctx: DiagnosisContext) -> np.ndarray | None:
+    """The divergent module's bias: a Linear's or Conv's (captured), an op's module's, else a one-dimensional
+    ``bias`` parameter of the module itself (GPT-2's Conv1D, a custom projection)."""
     activation = ctx.layer.pair.activation
     bias = activation.bias if activation.bias is not None else _op_bias(ctx)
+    if bias is None and not activation.op:
+        module = ctx.torch_module()
+        own = getattr(module, "bias", None) if module is not None else None
+        bias = own.detach().cpu().numpy() if hasattr(own, "detach") and own.dim() == 1 else None
     return None if bias is None else np.asarray(bias)
 
 
 def _bias_missing(ctx: DiagnosisContext, candidates) -> Finding | None:
     """A Linear's or Conv's product that no bias is added to, where the module has one — or where a BatchNorm
     folded into it gives it one: the product plus that bias reproduces PyTorch (a converter dropped the bias
-    input, or the Add after a MatMul)."""
-    bias, param = _module_bias(ctx), None
-    if bias is None:
-        folded = [(k, v) for k, v in candidates.items() if k.startswith("fold(") and ".bias, " in k]
-        bias, param = (np.asarray(folded[0][1]), folded[0][0]) if len(folded) == 1 else (None, None)
-    product = ctx.onnx.graph.node_of(ctx.tensor)
-    if bias is None or product is None or not np.any(bias) or _adding_node(ctx, ctx.tensor, bias.size) is not None:
+    input, or the Add after a MatMul).  The product node is the one computing the divergent tensor, or the one a
+    Reshape / Transpose after it lays out."""
+    product = _product_of(ctx, ctx.tensor)
+    if product is None:
         return None
     if product.op_type in ("Conv", "ConvTranspose", "Gemm") and len(product.inputs) > 2 and product.inputs[2]:
         return None  # it has a bias: a wrong one is a differing initializer
-    try:
-        value = ctx.local_value.astype(np.float64)
-        shape = [1] * value.ndim
-        shape[_channel_axis(value, bias.size, product)] = bias.size
-        restored = value + bias.astype(np.float64).reshape(shape)
-    except (ValueError, IndexError):
-        return None
-    if not ctx.compare(restored.astype(ctx.local_value.dtype), ctx.reference).ok:
-        return None
     module = ctx.layer.pair.activation.module
-    param = param or (f"{module}.bias" if module else "the module's bias")
+    own = _module_bias(ctx)
+    biases = ([(own, f"{module}.bias" if module else "the module's bias")] if own is not None else []) + [
+        (np.asarray(v), k) for k, v in candidates.items() if k.startswith("fold(") and ".bias, " in k]
+    value = ctx.local_value.astype(np.float64)
+    for bias, param in biases[:3]:
+        try:
+            shape = [1] * value.ndim
+            shape[_channel_axis(value, bias.size, product if ctx.onnx.graph.node_of(ctx.tensor) is product
+                                else None)] = bias.size
+            restored = value + bias.astype(np.float64).reshape(shape)
+        except (ValueError, IndexError):
+            continue
+        if _adding_node(ctx, ctx.tensor, bias.size) is not None:
+            return None  # a bias is added after it: the stale-bias reading (_bias_after)
+        if np.any(bias) and ctx.compare(restored.astype(ctx.local_value.dtype), ctx.reference).ok:
+            return _bias_missing_finding(ctx, product, bias, param, shape)
+    return None
+
+
+#: ops that lay a product out after the node computing it
+_PRODUCT_LAYOUT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Cast"})
+
+
+def _product_of(ctx: DiagnosisContext, tensor: str):
+    """The Conv / Gemm / MatMul computing ``tensor``, through the layout ops after it (at most two)."""
+    node = ctx.onnx.graph.node_of(tensor)
+    for _ in range(3):
+        if node is None or node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul", "FusedMatMul"):
+            return node
+        if node.op_type not in _PRODUCT_LAYOUT:
+            return None
+        node = ctx.onnx.graph.node_of(node.inputs[0])
+    return None
+
+
+def _bias_missing_finding(ctx: DiagnosisContext, product, bias: np.ndarray, param: str, shape: list[int]) -> Finding:
     summary = (f"Node {product.name} ({product.op_type}) computes the product without a bias, while PyTorch adds "
                f"{param} ({bias.size} values, max abs {float(np.max(np.abs(bias))):.2g}): the product plus that bias "
                "reproduces PyTorch's output. The file dropped the bias.")
@@ -744,8 +773,8 @@ def _with_bias(ctx: DiagnosisContext, product, shape: list[int], bias: np.ndarra
                                                   bias.astype(dtype).reshape(-1)))
         return FixedSegment(model, ctx.onnx.weights)
     inner = f"{ctx.tensor}_without_bias"
-    for n in model.graph.node:
-        if n.name == product.name:
+    for n in model.graph.node:  # the node computing the divergent tensor: the product, or a layout op after it
+        if ctx.tensor in n.output:
             n.output[list(n.output).index(ctx.tensor)] = inner
     const = edits.add_initializer(model, f"{product.name}_restored_bias", bias.astype(dtype).reshape(shape))
     model.graph.node.append(helper.make_node("Add", [inner, const], [ctx.tensor], name=f"{product.name}_bias_add"))
