@@ -631,13 +631,18 @@ def _bias_after(ctx: DiagnosisContext) -> Finding | None:
 
 
 def _own_tensors(ctx: DiagnosisContext, candidates, size: int) -> dict[str, np.ndarray]:
-    """The segment's modules' own tensors of ``size`` elements: their parameters and folds, and their sibling
-    Linear layers' weights concatenated (a merged q/k/v projection) under a module near the divergence."""
-    own = {k: v for k, v in candidates.items() if v.size == size}
-    near = {name for name, _ in ctx.modules_near() if name}
+    """The divergent module's own tensors of ``size`` elements: its parameters and folds, and its sibling Linear
+    layers' weights concatenated with its own (a merged q/k/v projection) — not its neighbours' (a key's weight
+    and a value's, exchanged, are both near)."""
+    module = ctx.layer.pair.activation.module
+    if not module:
+        return {}
+    parent = module.rpartition(".")[0]
+    own = {k: v for k, v in candidates.items() if v.size == size and (k.startswith(module + ".") or k.startswith(
+        "fold(") and f"{module}." in k)}
     for key, value in _concatenated(ctx, size).items():
         parents = {part.strip().rsplit(".", 2)[0] for part in key[len("concat("):-1].split(",")}
-        if parents <= near:
+        if parents == {parent} and f"{module}." in key:
             own[key] = value
     return own
 
