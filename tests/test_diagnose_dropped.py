@@ -286,3 +286,21 @@ def test_a_folded_batchnorms_dropped_bias_is_restored_as_the_fold():
     fd, name = _planted(exported, "Conv", change)
     _found(fd, name, "weight-mismatch", at_most=2)
     assert "without a bias" in fd.explanation and "fold(" in fd.explanation
+
+
+def test_two_layers_weights_exchanged_are_named_with_the_other_layers_parameter():
+    """The two Linear layers' weights exchanged (a loader matching parameters by shape): the first Gemm holds
+    exactly the second layer's weight; with its own back the segment reproduces PyTorch."""
+    model, inputs, proto = _gemm_file()
+    faulty = onnx.ModelProto()
+    faulty.CopyFrom(proto)
+    gemms = [n for n in faulty.graph.node if n.op_type == "Gemm"]
+    inits = {i.name: i for i in faulty.graph.initializer}
+    a, b = inits[gemms[0].input[1]], inits[gemms[1].input[1]]
+    va, vb = numpy_helper.to_array(a).copy(), numpy_helper.to_array(b).copy()
+    a.CopyFrom(numpy_helper.from_array(vb, a.name))
+    b.CopyFrom(numpy_helper.from_array(va, b.name))
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
+    _found(fd, gemms[0].name, "weight-mismatch", at_most=1)
+    assert "another module's" in fd.explanation and "2.weight" in fd.explanation

@@ -40,11 +40,12 @@ class WeightMismatch(Rule):
             return (_bias_after(ctx) or _bias_missing(ctx, candidates) or _exchanged(ctx, candidates) or _relaid(ctx)
                     or _scale_offset(ctx))
         if not all(r.related for _, _, r, _ in differing):
-            # numbers unlike the parameter they are named after may be a folded weight in another layout (a
-            # BatchNorm folded into a kernel whose channels were then reversed): a confirmed layout says more
-            relaid = _relaid(ctx)
-            if relaid is not None:
-                return relaid
+            # numbers unlike the parameter they are named after may be another module's (two layers' weights
+            # exchanged) or a folded weight in another layout (a BatchNorm folded into a kernel whose channels
+            # were then reversed): a confirmed reading says more
+            found = _exchanged(ctx, candidates) or _relaid(ctx)
+            if found is not None:
+                return found
         rows = [{"initializer": n, "parameter": p, "layout": r.layout.value, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
                  "fraction_differing": r.fraction_differing, "correlation": r.correlation}
                 for n, p, r, _ in differing]
