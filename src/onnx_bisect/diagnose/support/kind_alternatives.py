@@ -226,6 +226,20 @@ def _integer_offsets(ctx, proto, make) -> Iterator:
 
 # --------------------------------------------------------------------------- dropped ops
 
+def doubled_removals(ctx, protos, make) -> Iterator:
+    """The second application of an op applied twice (a node reading the output of a node of its own op type and
+    domain), removed: tried before the segment's other kinds — removing it is what the doubling asks, where
+    other edits may only compensate (``1/(1/r)`` undone by a Mul made a Div)."""
+    graph = ctx.onnx.graph
+    for proto in protos:
+        if proto.op_type not in REMOVABLE or proto.domain not in ("", "ai.onnx") or not proto.input:
+            continue
+        before = graph.node_of(proto.input[0])
+        if before is not None and before.op_type == proto.op_type:
+            yield make(proto.name, "op", proto.op_type, "Identity (the node removed)", "the PyTorch output",
+                       retyped(proto.name, "Identity", {}, drop=None, inputs=1))
+
+
 def _doubled_by_reader(ctx, proto) -> bool:
     """Whether a node of the same op reads this one's output: of an op applied twice, the second application is
     the one to remove (removing either gives the same numbers)."""
