@@ -304,3 +304,33 @@ def test_two_layers_weights_exchanged_are_named_with_the_other_layers_parameter(
         fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
     _found(fd, gemms[0].name, "weight-mismatch", at_most=1)
     assert "another module's" in fd.explanation and "2.weight" in fd.explanation
+
+
+def test_a_quantized_batchnorm_with_a_node_of_its_own_is_not_folded_into_the_conv_before_it(tmp_path):
+    """A ConvTranspose + BatchNorm + ReLU quantized by onnxruntime (QDQ): TorchScript keeps the BatchNormalization
+    node, and the quantizer removes the ReLU (the quantizer after the BatchNorm, given the range [0, max], does
+    its work).  The BatchNorm is not folded into the ConvTranspose (its node reads that tensor): the clean file's
+    layers agree, and a planted Tanh → Softsign is pinpointed, not the BatchNorm.  (Its cause reads
+    `quantization` here, the Softsign's segment starting at a DequantizeLinear: left as found.)"""
+    import alignment_corpus
+
+    torch.manual_seed(13)
+    model = torch.nn.Sequential(torch.nn.ConvTranspose2d(4, 8, 4, 2, 1, bias=False), torch.nn.BatchNorm2d(8),
+                                torch.nn.ReLU(), torch.nn.ConvTranspose2d(8, 3, 4, 2, 1, bias=False),
+                                torch.nn.Tanh()).eval()
+    with torch.no_grad():
+        model[1].running_mean.normal_(0.0, 0.3)
+        model[1].running_var.uniform_(0.5, 2.0)
+    g = torch.Generator().manual_seed(14)
+    inputs = (torch.randn(2, 4, 4, 4, generator=g),)
+    onnx.save(dc.export(model, inputs, "torchscript"), tmp_path / "float.onnx")
+    alignment_corpus.int8([(torch.randn(2, 4, 4, 4, generator=g),) for _ in range(4)])(
+        tmp_path / "float.onnx", tmp_path / "qdq.onnx")
+    proto = onnx.load(tmp_path / "qdq.onnx")
+    assert not any(n.op_type == "Relu" for n in proto.graph.node)  # the quantizer took the ReLU's place
+    with dc.quiet():
+        clean = onnx_bisect.bisect(model, inputs, onnx=proto, atol=0.05, rtol=0.05)
+    assert clean.ok and not clean.warnings, clean.warnings
+    fd, name = _planted((model, inputs, proto), "Tanh", lambda p, n: setattr(n, "op_type", "Softsign"))
+    assert fd is not None and name in fd.layer.segment and len(fd.layer.segment) <= 2, fd
+    assert fd.layer.pair.activation.module == "4"  # the Tanh's module, not the BatchNorm (1) before it

@@ -127,12 +127,33 @@ def pair_into_producer(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         if v is None or not fits(v, b.value):
             continue
         if distance(v, b.value) < distance(v, a.value) and distance(v, b.value) <= FUSED_MAX_REL \
-                or _folded_norm(a, b, x):
+                or _folded_norm(a, b, x) and not _normalized_after(pa.tensor, x.graph):
             note = f"{a.name} and {b.name} are computed by one ONNX node"
             draft.claim(pair_to(b, x.graph, pa.tensor, MatchMethod.FUSED, pa.confidence, note))
             draft.claim(TensorPair(a, None, pa.node, pa.op_type, MatchMethod.FUSED, pa.confidence,
                                    f"folded into {pa.node} with {b.name}"), replaces=True)
     return draft.claims
+
+
+#: nodes that hand a tensor on unchanged in meaning (a quantizer's pair, a cast)
+_CARRYING = frozenset({"QuantizeLinear", "DequantizeLinear", "Cast", "Identity"})
+
+
+def _normalized_after(tensor: str, graph) -> bool:
+    """Whether a BatchNormalization node reads ``tensor`` (through Q/DQ pairs and casts): the BatchNorm after the
+    convolution has a node of its own, so it was not folded into the convolution's."""
+    frontier = [tensor]
+    for _ in range(4):
+        nxt = []
+        for t in frontier:
+            for c in graph.consumers.get(t, ()):
+                node = graph.nodes[c]
+                if node.op_type == "BatchNormalization":
+                    return True
+                if node.op_type in _CARRYING:
+                    nxt.extend(node.outputs)
+        frontier = nxt
+    return False
 
 
 def _folded_norm(a: Activation, b: Activation, x: AlignInputs) -> bool:
