@@ -474,3 +474,20 @@ def test_a_weight_holds_a_layer_weight_divided_by_a_folded_factor_judged_by_its_
     assert not holds_divided(signatures, w / 2, 3.0)
     assert not holds_divided(signatures, w / 1.1, 1.1)  # too near 1 to tell
     assert not holds_divided(signatures, np.ones(12), 2.0)  # no layer of its size
+
+
+def test_readers_through_look_past_the_given_ops_only_as_far_as_asked():
+    """A BatchNormalization behind a Q/DQ pair is a reader of the Conv's tensor through the carriers (two hops),
+    not through one; a Relu reading the tensor directly is found at once."""
+    from onnx import helper as h
+
+    from onnx_bisect.records.graph import CARRIER_OPS
+
+    nodes = [h.make_node("QuantizeLinear", ["c", "s", "z"], ["q"], name="q"),
+             h.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], name="d"),
+             h.make_node("BatchNormalization", ["d", "g", "b", "m", "v"], ["y"], name="bn"),
+             h.make_node("Relu", ["c"], ["r"], name="relu")]
+    index = graph.index_graph(h.make_model(h.make_graph(nodes, "g", [], [])))
+    assert {n.name for n in index.readers_through("c", CARRIER_OPS, hops=2)} == {"bn", "relu"}
+    assert {n.name for n in index.readers_through("c", CARRIER_OPS, hops=1)} == {"d", "relu"}
+    assert {n.name for n in index.readers_through("c", frozenset(), hops=3)} == {"q", "relu"}

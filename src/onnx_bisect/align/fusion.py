@@ -24,7 +24,7 @@ from collections import defaultdict
 import numpy as np
 
 from ..records import Activation, MatchMethod, ModuleKind, TensorPair
-from ..records.graph import GraphIndex, NodeInfo
+from ..records.graph import CARRIER_OPS, GraphIndex, NodeInfo
 from .similarity import PLAIN_FACTOR, distance, fit_scale, fits, kind
 from .state import AlignInputs, AlignmentState, Claim, pair_to, shared_pair
 from .structure import lower_bound, reaches
@@ -135,25 +135,10 @@ def pair_into_producer(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     return draft.claims
 
 
-#: nodes that hand a tensor on unchanged in meaning (a quantizer's pair, a cast)
-_CARRYING = frozenset({"QuantizeLinear", "DequantizeLinear", "Cast", "Identity"})
-
-
 def _normalized_after(tensor: str, graph) -> bool:
     """Whether a BatchNormalization node reads ``tensor`` (through Q/DQ pairs and casts): the BatchNorm after the
     convolution has a node of its own, so it was not folded into the convolution's."""
-    frontier = [tensor]
-    for _ in range(4):
-        nxt = []
-        for t in frontier:
-            for c in graph.consumers.get(t, ()):
-                node = graph.nodes[c]
-                if node.op_type == "BatchNormalization":
-                    return True
-                if node.op_type in _CARRYING:
-                    nxt.extend(node.outputs)
-        frontier = nxt
-    return False
+    return any(n.op_type == "BatchNormalization" for n in graph.readers_through(tensor, CARRIER_OPS, hops=3))
 
 
 def _folded_norm(a: Activation, b: Activation, x: AlignInputs) -> bool:

@@ -16,7 +16,7 @@ import numpy as np
 import onnx
 
 from ..records import Activation, Capture, MatchMethod
-from ..records.graph import GraphIndex, NodeInfo
+from ..records.graph import CARRIER_OPS, LAYOUT_OPS, GraphIndex, NodeInfo
 from .similarity import QUANTIZED_MAX_REL, STRUCTURE_MAX_REL, agreement, distance, fits, float_noise, kind, perms
 from .state import AlignInputs, AlignmentState, Claim, Draft, pair_to
 
@@ -72,7 +72,7 @@ def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
 
 #: nodes that converters insert around a tensor without changing what it means
 #: (fp16 casts, QDQ pairs); scope analysis looks through them to the real consumers.
-TRANSPARENT_OPS = frozenset({"Cast", "QuantizeLinear", "DequantizeLinear", "Identity"})
+TRANSPARENT_OPS = CARRIER_OPS
 
 
 def _effective_consumers(graph: GraphIndex, tensor: str, module_of: dict[int, str]) -> list[int]:
@@ -368,7 +368,7 @@ def _transposed_in_scope(a: Activation, tensors: list[str], values, graph: Graph
 
 
 #: ops that only lay out their input's elements anew
-_LAYOUT_OPS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"})
+_LAYOUT_OPS = LAYOUT_OPS | {"Identity"}
 
 
 def _merged_axes(a: tuple[int, ...], b: tuple[int, ...]) -> bool:

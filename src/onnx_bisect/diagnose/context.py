@@ -183,6 +183,11 @@ class DiagnosisContext:
         # No PyTorch model when the reference is another ONNX model: rules that read modules find none.
         return {} if self.baseline.loaded.module is None else dict(self.baseline.loaded.module.named_modules())
 
+    @cached_property
+    def opset(self) -> int:
+        """The file's ONNX-domain opset (0 when it names none)."""
+        return next((o.version for o in self.onnx.skeleton.opset_import if o.domain in ("", "ai.onnx")), 0)
+
     def torch_modules(self) -> list[tuple[str, Any]]:
         """Every module of the PyTorch model, ``(qualname, module)`` (none with an ONNX reference)."""
         return list(self._modules.items())

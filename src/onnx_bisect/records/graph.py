@@ -33,6 +33,10 @@ class NodeInfo:
 
 #: nodes computing with constant weights a simplifier can fold a constant factor into
 WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+#: ops that only lay one tensor out (same numbers, another shape or order)
+LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"})
+#: ops that hand a tensor on unchanged in meaning (a quantizer's pair, a cast, an identity)
+CARRIER_OPS = frozenset({"Identity", "Cast", "QuantizeLinear", "DequantizeLinear"})
 
 
 @dataclass(frozen=True)
@@ -74,6 +78,20 @@ class GraphIndex:
         readers = tuple(self.nodes[c] for c in self.consumers.get(tensor, ()))
         ok = readers and all(self.has_constant_weights(n) and n.inputs[0] == tensor for n in readers)
         return readers if ok else ()
+
+    def readers_through(self, tensor: str, through: frozenset[str], hops: int) -> list[NodeInfo]:
+        """The nodes reading ``tensor``, looking through at most ``hops`` nodes of the ``through`` op types (a
+        Q/DQ pair, a Transpose) to what reads their outputs."""
+        found, frontier = [], [tensor]
+        for level in range(hops + 1):
+            nxt = []
+            for t in frontier:
+                for c in self.consumers.get(t, ()):
+                    node = self.nodes[c]
+                    (nxt.extend(o for o in node.outputs if o) if node.op_type in through and level < hops
+                     else found.append(node))
+            frontier = nxt
+        return found
 
     def order_of(self, tensor: str) -> int:
         """Topological position of the producer; -1 for graph inputs/initializers."""

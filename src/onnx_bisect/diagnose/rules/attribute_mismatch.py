@@ -14,6 +14,7 @@ from ..support.alternatives import (Alternative, alternatives, attribute_change,
 from ..support.kind_alternatives import doubled_removals, kind_alternatives
 from ..support.op_alternatives import boundary_swaps
 from ...records import Cause, ModuleKind, module_kind
+from ...records.graph import LAYOUT_OPS
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 PAD_MODES = {"ReflectionPad1d": "reflect", "ReflectionPad2d": "reflect", "ReflectionPad3d": "reflect",
@@ -103,18 +104,14 @@ def _computes_nothing(ctx: DiagnosisContext) -> Finding | None:
          "source": "the PyTorch output"}]}, changes=(node.name,))
 
 
-#: ops that only lay a tensor out: a tensor they make from one PyTorch agrees with agrees too
-LAYOUT_OPS = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
-
-
 def _agrees(ctx: DiagnosisContext, tensor: str) -> bool:
     """Whether ``tensor`` is a cut tensor (a PyTorch value), or laid out from one by layout ops alone."""
     for _ in range(4):
         if tensor in ctx.cut.references:
             return True
         node = ctx.onnx.graph.node_of(tensor)
-        if node is None or node.op_type not in LAYOUT_OPS:
-            return False
+        if node is None or node.op_type not in LAYOUT_OPS and node.op_type != "Identity":
+            return False  # a layout of a tensor PyTorch agrees with agrees too
         tensor = node.inputs[0]
     return False
 
@@ -316,4 +313,4 @@ def _plain(value):
 
 
 def _opset(ctx: DiagnosisContext) -> int:
-    return next((o.version for o in ctx.onnx.skeleton.opset_import if o.domain in ("", "ai.onnx")), 0)
+    return ctx.opset

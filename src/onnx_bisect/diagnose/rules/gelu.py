@@ -193,8 +193,7 @@ def _torch_formula(ctx: DiagnosisContext, x: np.ndarray, y: str):
     if y == ctx.tensor:
         ref = ctx.reference.astype(np.float64).reshape(x.shape)
         torch_err = {name: float(np.max(np.abs(ref - f(x)))) for name, f in FORMULAS.items()}
-    op = next((f for a in (ctx.layer.pair.activation, *getattr(ctx, "ops", ())) if (f := _op_formula(a)) is not None),
-              None)
+    op = next((f for a in (ctx.layer.pair.activation, *ctx.ops) if (f := _op_formula(a)) is not None), None)
     if op is not None:  # the divergent value's op, else one PyTorch ran around the segment (an erf written out)
         return op, torch_err
     for _, module in ctx.modules_near():

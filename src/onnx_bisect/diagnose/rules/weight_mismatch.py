@@ -1,6 +1,7 @@
 """Weights: an initializer the segment reads differs from the PyTorch parameter it was exported from."""
 from __future__ import annotations
 
+import enum
 import re
 
 import numpy as np
@@ -10,6 +11,7 @@ from ..support.param_layouts import gates_exchanged, is_rnn_parameter, model_rnn
 from ..support import edits, layout
 from ..support.alternative_edits import with_inputs
 from ...records import Cause, Layout
+from ...records.graph import LAYOUT_OPS
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 from . import attribute_mismatch, quantization
 
@@ -387,6 +389,21 @@ SYMMETRIC = 0.05
 MAX_SWAPS = 4
 
 
+class Relayout(enum.Enum):
+    """Another layout a weight may have been written in."""
+
+    SWAPPED = "first two axes swapped"
+    FLIPPED = "spatial axes flipped"
+    REVERSED = "reversed along an axis"
+
+
+def _relay(value: np.ndarray, how: Relayout, axis: int | None) -> np.ndarray:
+    """``value`` laid out back from ``how`` (``axis``: the reversed one)."""
+    if how is Relayout.SWAPPED:
+        return np.swapaxes(value, 0, 1)
+    return np.flip(value, _spatial(value) if how is Relayout.FLIPPED else axis)
+
+
 def _relaid(ctx: DiagnosisContext) -> Finding | None:
     """A weight in another layout than the node reads: a square weight with its first two axes swapped (a matrix
     transposed, a Conv kernel's input and output channels exchanged — a layout bug of an exporter, a converter or
@@ -394,16 +411,14 @@ def _relaid(ctx: DiagnosisContext) -> Finding | None:
     a converter).  Its values pair with a PyTorch tensor (in some layout) or with none (a folded BatchNorm), so
     nothing above differs, yet laid out back the segment reproduces PyTorch.  Only a layout confirmed that way
     is named."""
-    tried: dict[str, int] = {}
-    for name, value, how in _relaid_weights(ctx):
-        kind = how.split(":")[0]
-        if tried.get(kind, 0) >= MAX_SWAPS:
+    tried: dict[Relayout, int] = {}
+    for name, value, how, axis in _relaid_weights(ctx):
+        if tried.get(how, 0) >= MAX_SWAPS:
             continue
-        relaid = np.swapaxes(value, 0, 1) if how == "swapped" else np.flip(value, _spatial(value)) \
-            if how == "flipped" else np.flip(value, _reversed_axis(how, value))
+        relaid = _relay(value, how, axis)
         # a weight holding no PyTorch tensor's numbers (a BatchNorm folded into a Conv's kernel) is still tried:
         # its layout reproducing PyTorch is the evidence (no weight but a re-laid one does that)
-        tried[kind] = tried.get(kind, 0) + 1
+        tried[how] = tried.get(how, 0) + 1
         model, weights = edits.replace_array(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights, name, relaid)
         try:
             values = ctx.run_segment(model, weights)
@@ -411,13 +426,13 @@ def _relaid(ctx: DiagnosisContext) -> Finding | None:
             continue
         if not ctx.compare(values[ctx.tensor], ctx.reference).ok:
             continue
-        return _relaid_finding(ctx, name, value, how, relaid)
+        return _relaid_finding(ctx, name, value, how, axis, relaid)
     return None
 
 
-def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: str, relaid: np.ndarray) -> Finding:
-    if how.startswith("reversed"):
-        axis = _reversed_axis(how, value)
+def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: Relayout, axis: int | None,
+                    relaid: np.ndarray) -> Finding:
+    if how is Relayout.REVERSED:
         what = ("channels along axis 1 (a Conv's input channels, a ConvTranspose's output channels)"
                 if axis == 1 and value.ndim >= 3 else "elements")
         summary = (f"The constant '{name}' {tuple(value.shape)} holds the right numbers, but its {what} in reversed "
@@ -425,12 +440,12 @@ def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: st
         fix = ("Write the constant in the model's channel order: a converter or preprocessing change reversed it (an "
                "RGB model's first convolution given BGR weights, a per-channel bias or scale written backwards).")
         layout_text, confidence = f"reversed along axis {axis}", 0.9
-    elif how == "flipped":
+    elif how is Relayout.FLIPPED:
         summary = (f"The convolution kernel '{name}' {tuple(value.shape)} holds the right numbers, but flipped along "
                    f"its spatial axes {list(_spatial(value))}: flipped back, the segment reproduces PyTorch's output.")
         fix = ("Write the kernel unflipped: ONNX Conv (like PyTorch) computes a cross-correlation; a converter "
                "from a framework that convolves (flips) must not flip it again — check the conversion step.")
-        layout_text, confidence = "spatial axes flipped", 0.9
+        layout_text, confidence = how.value, 0.9
     else:
         what = "matrix is transposed" if value.ndim == 2 else "kernel has its output and input channels exchanged"
         summary = (f"The weight '{name}' {tuple(value.shape)} holds the right numbers, but its {what}: with its "
@@ -438,7 +453,7 @@ def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: st
         fix = ("Write the weight in the layout the node expects (ONNX MatMul takes x @ B, so a Linear's weight goes "
                "in transposed; Gemm says so with transB; a Conv kernel is [out, in/groups, ...]) — check the "
                "converter or the code that copied the weights in.")
-        layout_text = "first two axes swapped"
+        layout_text = how.value
         # a Gemm says how it reads its weight (transA/transB): the attribute rule's flip explains the same numbers.
         # Between the two, the file's other Gemms tell (attribute_mismatch._trans_confidence): a Gemm reading its
         # weight as they do has the odd weight, one that does not has the odd attribute — this ranks between
@@ -456,19 +471,15 @@ def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: st
                        *edits.replace_array(edits.copy_model(c.onnx.skeleton), c.onnx.weights, n, v)))
 
 
-def _reversed_axis(how: str, value: np.ndarray) -> int:
-    return int(how.split(":")[1])
-
-
 def _spatial(value: np.ndarray) -> tuple[int, ...]:
     return tuple(a for a in range(2, value.ndim) if value.shape[a] > 1)
 
 
 def _relaid_weights(ctx: DiagnosisContext):
-    """``(initializer, value, "swapped" | "flipped" | "reversed")``: the square weights, the convolution kernels
-    with a spatial extent, then the kernels' input channels and the per-channel vectors in reversed order (none
+    """``(initializer, value, Relayout, reversed axis or None)``: the square weights, the convolution kernels with
+    a spatial extent, then the kernels' input channels and the per-channel vectors in reversed order (none
     symmetric under the change)."""
-    yield from ((name, value, "swapped") for name, value in _square_weights(ctx))
+    yield from ((name, value, Relayout.SWAPPED, None) for name, value in _square_weights(ctx))
     yield from _flipped_kernels(ctx)
     yield from _reversible(ctx)
 
@@ -495,7 +506,7 @@ def _reversible(ctx: DiagnosisContext):
             norm = float(np.linalg.norm(v))
             if norm > 0 and float(np.linalg.norm(v - np.flip(v, axis))) > SYMMETRIC * norm:
                 seen.add(name)
-                yield name, value, f"reversed:{axis}"
+                yield name, value, Relayout.REVERSED, axis
 
 
 def _flipped_kernels(ctx: DiagnosisContext):
@@ -510,7 +521,7 @@ def _flipped_kernels(ctx: DiagnosisContext):
         v = value.astype(np.float64)
         norm = float(np.linalg.norm(v))
         if norm > 0 and float(np.linalg.norm(v - np.flip(v, _spatial(value)))) > SYMMETRIC * norm:
-            yield name, value, "flipped"
+            yield name, value, Relayout.FLIPPED, None
 
 
 def _square_weights(ctx: DiagnosisContext):
@@ -596,7 +607,7 @@ def _bias_after(ctx: DiagnosisContext) -> Finding | None:
     or too little: the product plus the module's own bias reproduces PyTorch, while the Add after it adds
     another vector.  The stale bias is the Add's constant; the finding names the Add (just past the segment)."""
     activation = ctx.layer.pair.activation
-    bias = activation.bias if activation.bias is not None else _op_bias(ctx)
+    bias = _captured_bias(ctx)
     if bias is None or ctx.layer.local is None or ctx.layer.local.ok:
         return None
     found = _adding_node(ctx, ctx.tensor, bias.size)
@@ -694,11 +705,17 @@ def _exchanged_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, othe
                        edits.copy_model(c.onnx.skeleton), c.onnx.weights, name, restored)))
 
 
+def _captured_bias(ctx: DiagnosisContext):
+    """The divergent Linear's or Conv's bias as captured, else the bias of the module whose op the value is."""
+    activation = ctx.layer.pair.activation
+    return activation.bias if activation.bias is not None else _op_bias(ctx)
+
+
 def _module_bias(ctx: DiagnosisContext) -> np.ndarray | None:
     """The divergent module's bias: a Linear's or Conv's (captured), an op's module's, else a one-dimensional
     ``bias`` parameter of the module itself (GPT-2's Conv1D, a custom projection)."""
     activation = ctx.layer.pair.activation
-    bias = activation.bias if activation.bias is not None else _op_bias(ctx)
+    bias = _captured_bias(ctx)
     if bias is None and not activation.op:
         module = ctx.torch_module()
         own = getattr(module, "bias", None) if module is not None else None
@@ -736,17 +753,13 @@ def _bias_missing(ctx: DiagnosisContext, candidates) -> Finding | None:
     return None
 
 
-#: ops that lay a product out after the node computing it
-_PRODUCT_LAYOUT = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Cast"})
-
-
 def _product_of(ctx: DiagnosisContext, tensor: str):
     """The Conv / Gemm / MatMul computing ``tensor``, through the layout ops after it (at most two)."""
     node = ctx.onnx.graph.node_of(tensor)
     for _ in range(3):
         if node is None or node.op_type in ("Conv", "ConvTranspose", "Gemm", "MatMul", "FusedMatMul"):
             return node
-        if node.op_type not in _PRODUCT_LAYOUT:
+        if node.op_type not in LAYOUT_OPS and node.op_type != "Cast":
             return None
         node = ctx.onnx.graph.node_of(node.inputs[0])
     return None

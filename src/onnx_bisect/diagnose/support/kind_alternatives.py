@@ -123,8 +123,7 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
     if op == "Identity":
         yield from _restored(ctx, proto, make)
     elif op in REMOVABLE and proto.domain in ("", "ai.onnx") and not _doubled_by_reader(ctx, proto):
-        yield make(proto.name, "op", op, "Identity (the node removed)", "the PyTorch output",
-                   retyped(proto.name, "Identity", {}, drop=None, inputs=1))
+        yield _removal(proto, make)
 
 
 def _scalar(ctx, tensor: str) -> bool:
@@ -137,7 +136,7 @@ def _scalar(ctx, tensor: str) -> bool:
 def _reductions(ctx, proto, make) -> Iterator:
     """The other reductions over the same axes (the axes moved between attribute and input as the opset wants:
     ReduceSum takes them as an input from opset 13, the others from opset 18)."""
-    opset = next((o.version for o in ctx.onnx.skeleton.opset_import if o.domain in ("", "ai.onnx")), 13)
+    opset = ctx.opset or 13
     as_input = len(proto.input) > 1 and bool(proto.input[1])
     axes = ctx.constant(proto.input[1]) if as_input else attribute(proto, "axes")
     if as_input and axes is None:
@@ -236,8 +235,13 @@ def doubled_removals(ctx, protos, make) -> Iterator:
             continue
         before = graph.node_of(proto.input[0])
         if before is not None and before.op_type == proto.op_type:
-            yield make(proto.name, "op", proto.op_type, "Identity (the node removed)", "the PyTorch output",
-                       retyped(proto.name, "Identity", {}, drop=None, inputs=1))
+            yield _removal(proto, make)
+
+
+def _removal(proto, make):
+    """The node removed: an Identity of its first input."""
+    return make(proto.name, "op", proto.op_type, "Identity (the node removed)", "the PyTorch output",
+                retyped(proto.name, "Identity", {}, drop=None, inputs=1))
 
 
 def _doubled_by_reader(ctx, proto) -> bool:
@@ -252,7 +256,7 @@ def _restored(ctx, proto, make) -> Iterator:
     one-input ops PyTorch models use most (default attributes), or an Add of its input and an earlier tensor of
     its shape (a residual or a branch a converter dropped) — each kept only when it reproduces PyTorch."""
     tried = set()
-    opset = next((o.version for o in ctx.onnx.skeleton.opset_import if o.domain in ("", "ai.onnx")), 0)
+    opset = ctx.opset
     gelus = [("Gelu", {}), ("Gelu", {"approximate": "tanh"})] if opset >= 20 else []
     for op_type, attrs in [*_module_ops(ctx, opset), *RESTORABLE, *gelus]:
         key = (op_type, tuple(sorted(attrs.items())))
@@ -297,8 +301,9 @@ def _earlier_operands(ctx, proto) -> list[str]:
     return (paired + others)[:MAX_OPERANDS]
 
 
-#: ONNX float element types (FLOAT, FLOAT16, DOUBLE, BFLOAT16)
-FLOATS = frozenset({1, 10, 11, 16})
+#: ONNX float element types
+FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
+                    onnx.TensorProto.BFLOAT16})
 
 
 def _as_add(node: str, other: str):

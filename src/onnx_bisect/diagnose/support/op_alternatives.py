@@ -16,6 +16,7 @@ from typing import Iterator
 import numpy as np
 import onnx
 
+from ...records.graph import CARRIER_OPS
 from ..context import attribute
 from .alternative_edits import node_value, outputs_swapped, rewired, with_attributes, with_inputs
 from .value_alternatives import DEFAULTS, activation, gemm_scalars, mask_values, norm_axis
@@ -103,7 +104,7 @@ MAX_ONE_INDEX = 16
 
 
 #: ops that hand a value on unchanged but for rounding (a quantizer's pair, a cast)
-CARRIERS = frozenset({"QuantizeLinear", "DequantizeLinear", "Cast", "Identity"})
+CARRIERS = CARRIER_OPS
 
 
 def _carried_to(ctx, tensor: str) -> str:
