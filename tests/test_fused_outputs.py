@@ -166,3 +166,45 @@ def test_a_fault_before_a_linear_whose_bias_was_fused_is_found_against_the_linea
     assert fd.layer.segment == (softmax.name,), fd.layer.segment
     rows = {r.pair.activation.module: r for r in report.layers}
     assert rows["fc2"].status is Status.FUSED, rows["fc2"]
+
+
+class _Attention(torch.nn.Module):
+    """Bias-free projections around many functional ops of the output's size (an attention block's reshapes)."""
+
+    def __init__(self, d: int = 16):
+        super().__init__()
+        self.q_proj, self.o_proj = torch.nn.Linear(d, d, bias=False), torch.nn.Linear(d, d, bias=False)
+
+    def forward(self, x):
+        h = self.q_proj(x)
+        for k in range(10):
+            h = torch.tanh(h) * (1.0 + 0.1 * k)
+        return self.o_proj(h)
+
+
+class _Scaled(torch.nn.Module):
+    """A residual multiplier after the attention block (Granite): ONNX Runtime folds it into o_proj's MatMul as a
+    FusedMatMul's alpha, so no tensor holds o_proj's (or the attention's) own value."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(33)
+        self.attn, self.head = _Attention(), torch.nn.Linear(16, 4, bias=False)
+
+    def forward(self, x):
+        return self.head(x + self.attn(x) * 0.22)
+
+
+def test_a_product_whose_scale_after_it_the_runtime_folded_is_fused(tmp_path):
+    model, x = _Scaled().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(34))
+    optimized = _optimized(tmp_path, _export(model, x))
+    fused = [n for n in optimized.graph.node if n.op_type == "FusedMatMul"]
+    # the Mul after o_proj (and the last ×1.9 before it) folded into its alpha
+    assert fused and any(abs(a.f - 1.0) > 0.1 for n in fused for a in n.attribute if a.name == "alpha"), fused
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=optimized)
+    assert report.ok and not report.warnings, report.warnings
+    rows = {r.pair.activation.name: r for r in report.layers}
+    for name in ("attn.o_proj", "attn"):
+        assert rows[name].status is Status.FUSED and rows[name].pair.op_type == "FusedMatMul", rows[name]
+    assert not [r for r in report.layers if r.status is Status.DIVERGED]

@@ -249,9 +249,11 @@ def pair_scaled(state: AlignmentState, x: AlignInputs) -> list[Claim]:
             f"folded into {node.name} ({node.op_type}) with a scale after it: {tensor} holds its value times "
             f"{how} (residual {scale.residual:.1e}){whose}")
         draft.claim(fused, replaces=True)
-        for b in acts:  # a container returning this module's output, paired by its scope to the scaled tensor
-            q = draft.get(b.index)
-            if b.index != a.index and b.value is a.value and q is not None and q.tensor == tensor:
+        for b in acts:  # a container returning this module's output: unpaired, paired by its scope to the scaled
+            q = draft.get(b.index)  # tensor, or to one computed before it (its scope ends at the fused node's input)
+            if b.index != a.index and b.value is a.value and (q is None or q.tensor == tensor or (
+                    q.tensor in graph.producer and q.method in (MatchMethod.METADATA, MatchMethod.SCOPE_NAME)
+                    and graph.order_of(q.tensor) < graph.order_of(tensor))):
                 draft.claim(shared_pair(b, fused), replaces=True)
     return draft.claims
 
@@ -298,6 +300,12 @@ def _fitted(scale, carried: float) -> bool:
     return scale.residual <= carried and float(np.min(np.abs(factors - 1.0))) >= PLAIN_FACTOR
 
 
+def _hosted_by(a: Activation, tensor: str, graph: GraphIndex) -> NodeInfo | None:
+    """The node writing ``tensor`` when it can compute a module of ``a``'s family (None for unknown families)."""
+    node = graph.node_of(tensor)
+    return None if node is None or family(a.module_type, a.kind) is None else host_node(a.module_type, [node], a.kind)
+
+
 def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, claimed, lo: int,
                    pair: TensorPair | None, carried: float = 0.0):
     """``(tensor, scale, later activation or "")`` for a tensor holding ``a``'s value scaled (fitted within float
@@ -307,7 +315,9 @@ def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, 
         tried.append(pair.tensor)
     tried += [t for t in scopes.boundary.get(a.module, ()) if t in values]
     nearby = [t for t, v in values.items() if v.size == a.value.size and graph.order_of(t) > lo]
-    tried += sorted(nearby, key=graph.order_of)[:SCALE_CANDIDATES]
+    # the nodes that can compute the module first (an attention block's many reshapes of its output's size come
+    # before the product that folded the scale after it: ONNX Runtime's FusedMatMul with its alpha)
+    tried += sorted(nearby, key=lambda t: (_hosted_by(a, t, graph) is None, graph.order_of(t)))[:SCALE_CANDIDATES]
     for t in dict.fromkeys(tried):
         v = values.get(t)
         if v is None or v.size != a.value.size:
