@@ -208,3 +208,56 @@ def test_a_product_whose_scale_after_it_the_runtime_folded_is_fused(tmp_path):
     for name in ("attn.o_proj", "attn"):
         assert rows[name].status is Status.FUSED and rows[name].pair.op_type == "FusedMatMul", rows[name]
     assert not [r for r in report.layers if r.status is Status.DIVERGED]
+
+
+class _GPTJ(torch.nn.Module):
+    """GPT-J (transformers, random weights): attention and MLP read one LayerNorm and both add to the residual;
+    ONNX Runtime sums the last block's residual inside the final norm's SkipLayerNormalization."""
+
+    def __init__(self):
+        super().__init__()
+        from transformers import GPTJConfig, GPTJModel
+
+        torch.manual_seed(35)
+        self.model = GPTJModel(GPTJConfig(vocab_size=128, n_embd=32, n_layer=2, n_head=4, rotary_dim=4,
+                                          n_positions=64, n_inner=64))
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids).last_hidden_state
+
+
+def _in_float16(proto: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    """``name`` (a LayerNormalization) computing in float16 between Casts, as a converter that keeps one node in
+    half precision writes it."""
+    from onnx import TensorProto, helper
+
+    out = onnx.ModelProto()
+    out.CopyFrom(proto)
+    nodes = list(out.graph.node)
+    i, node = next((i, n) for i, n in enumerate(nodes) if n.name == name)
+    casts = [helper.make_node("Cast", [t], [f"{t}_h"], to=TensorProto.FLOAT16, name=f"{name}_in{k}")
+             for k, t in enumerate(node.input)]
+    back = helper.make_node("Cast", [f"{node.output[0]}_h"], [node.output[0]], to=TensorProto.FLOAT,
+                            name=f"{name}_out")
+    node.input[:] = [c.output[0] for c in casts]
+    node.output[0] = back.input[0]
+    nodes[i:i + 1] = casts + [node, back]
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def test_a_block_whose_residual_add_the_runtime_fused_is_not_blamed_downstream_of_a_fault(tmp_path):
+    """The block's last Add is summed inside a SkipLayerNormalization; downstream of a LayerNorm computing in
+    float16 the sum no longer holds the block's value within float noise, but far nearer than the tensor before
+    it (which lacks the residual): the block stays fused, and the LayerNorm is named."""
+    model, x = _GPTJ().eval(), torch.randint(0, 128, (1, 16), generator=torch.Generator().manual_seed(36))
+    optimized = _optimized(tmp_path, _export(model, x))
+    assert "SkipLayerNormalization" in {n.op_type for n in optimized.graph.node}
+    ln = next(n.name for n in optimized.graph.node if n.op_type == "LayerNormalization" and "h.1/" in n.name)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=_in_float16(optimized, ln))
+    fd = report.first_divergence
+    assert fd is not None and fd.layer.pair.activation.module == "model.h.1.ln_1", fd.layer.pair
+    assert ln in fd.layer.segment and len(fd.layer.segment) <= 5, fd.layer.segment
+    assert fd.cause == "precision" and fd.confirmed is True, fd.explanation

@@ -83,6 +83,11 @@ def _activation_host(a, tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInp
     return node, f"no ONNX tensor of its own: computed inside {node.name} ({node.op_type}), which applies {name} after it"
 
 
+#: downstream of an error, a fused sum holding the module's value is this much nearer to it than the tensor before
+#: the Add (which lacks a whole operand), at least
+SUM_NEARER = 0.01
+
+
 def _summing_host(tensor: str, ref: np.ndarray, x: AlignInputs):
     """``(node, note)`` when a consumer adds ``tensor`` to another input and the sum is the module's value."""
     for c in x.graph.consumers.get(tensor, ()):
@@ -97,7 +102,10 @@ def _summing_host(tensor: str, ref: np.ndarray, x: AlignInputs):
             total = sum(np.asarray(p, np.float64) for p in parts)
         except ValueError:  # shapes that do not broadcast
             continue
-        if total.size == ref.size and distance(total.reshape(ref.shape), ref) <= STRUCTURE_MAX_REL:
+        # the sum holds the module's value within float noise — or, downstream of an error (which both carry), far
+        # nearer than the tensor does (a tensor before the Add is off by the whole other operand)
+        if total.size == ref.size and distance(total.reshape(ref.shape), ref) <= max(
+                STRUCTURE_MAX_REL, SUM_NEARER * distance(x.values[tensor].reshape(ref.shape), ref)):
             return node, (f"no ONNX tensor of its own: its last Add is summed inside {node.name} ({node.op_type}), "
                           "fused by the runtime")
     return None
