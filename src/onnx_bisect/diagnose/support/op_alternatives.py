@@ -32,6 +32,10 @@ MAX_INDICES = 64
 SHIFTS = (1, -1, 2, -2)
 
 
+#: normalizations over the axes from an ``axis`` attribute on (ONNX Runtime's RMS norm, SimplifiedLayerNormalization,
+#: and ONNX's RMSNormalization included)
+AXIS_NORMS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"})
+
 def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
     """The alternatives of one node of these families; ``make(node, what, have, want, source, edit)`` builds
     an :class:`~.alternatives.Alternative` (passed in to keep the two modules acyclic)."""
@@ -51,7 +55,7 @@ def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         yield from _concat_order(proto, lambda t: shape_of(t) or _constant_shape(ctx, t), make)
     elif op in ("Where", "Add", "ConstantOfShape"):
         yield from mask_values(ctx, proto, make)
-    elif op == "LayerNormalization":
+    elif op in AXIS_NORMS:
         yield from norm_axis(proto, shape_of, make)
     elif op == "Gemm":
         yield from gemm_scalars(ctx, proto, make)

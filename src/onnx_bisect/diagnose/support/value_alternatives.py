@@ -153,7 +153,7 @@ def _distinct(candidates, have: float) -> Iterator[tuple[float, str]]:
 # --------------------------------------------------------------------------- LayerNormalization, Gemm
 
 def norm_axis(proto, shape_of, make) -> Iterator:
-    """A LayerNormalization over the other axes of its input (its scale still broadcasting)."""
+    """A LayerNormalization (or an RMS norm) over the other axes of its input (its scale still broadcasting)."""
     shape = shape_of(proto.input[0]) if proto.input else None
     scale = shape_of(proto.input[1]) if len(proto.input) > 1 else None
     if not shape:
