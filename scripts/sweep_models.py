@@ -951,6 +951,204 @@ class DCGAN(nn.Module):
         return self.net(z[:, :, None, None])
 
 
+# --------------------------------------------------------------------------- ninth held-out set
+# Added after the eighth held-out set and measured before any of their misses was looked at (``fault_sweep.py
+# --archs heldout9``): position ids made by a cumsum over the non-padding mask (XLM-RoBERTa), an encoder-decoder with
+# sinusoidal position tables and right-shifted decoder inputs (Pegasus), partial rotary with per-head q/k LayerNorms
+# and a squared-ReLU MLP (Persimmon), a projected smaller embedding (ELECTRA), class and distillation tokens (DeiT),
+# and five hand-written models: a MobileNetV3 (hard-swish, squeeze-excitation with a hard-sigmoid gate, depthwise
+# convolutions, BatchNorm), a CycleGAN ResNet generator (reflection padding, affine InstanceNorm, ConvTranspose2d),
+# a HiFi-GAN vocoder generator (ConvTranspose1d upsamplers, dilated multi-receptive-field residual blocks, leaky
+# ReLU, reflection padding), a nanoGPT (a causal mask made at run time with tril, learned positions, a tied head)
+# and a VQ-VAE (nearest-codebook lookup: distances, argmin, an embedding gather; PixelShuffle decoder).
+
+def _xlmroberta():
+    from transformers import XLMRobertaConfig, XLMRobertaModel
+    return LastHidden(XLMRobertaModel(XLMRobertaConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64, pad_token_id=1), add_pooling_layer=False), "input_ids")
+
+class SinusoidalTable(nn.Module):
+    """A fixed position table held as a buffer (not an nn.Embedding, whose weights the sweep's randomisation redraws),
+    looked up as Pegasus's sinusoidal embedding is."""
+    def __init__(self, emb: nn.Embedding):
+        super().__init__()
+        self.register_buffer("weight", emb.create_weight())
+    def forward(self, input_ids_shape, past_key_values_length=0, position_ids=None):
+        if position_ids is None:
+            position_ids = torch.arange(past_key_values_length, past_key_values_length + input_ids_shape[1], device=self.weight.device)
+        return F.embedding(position_ids, self.weight)
+
+class PegasusSeq2Seq(nn.Module):
+    """Pegasus's encoder-decoder on one token input: its decoder inputs the tokens shifted right (as BartModel does
+    itself), sinusoidal positions on both sides, the decoder's last hidden state."""
+    def __init__(self):
+        super().__init__()
+        from transformers import PegasusConfig, PegasusModel
+        self.model = PegasusModel(PegasusConfig(vocab_size=128, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=64, pad_token_id=0, decoder_start_token_id=0))
+        for part in (self.model.encoder, self.model.decoder):
+            part.embed_positions = SinusoidalTable(part.embed_positions)
+    def forward(self, ids):  # N, T
+        from transformers.models.pegasus.modeling_pegasus import shift_tokens_right
+        dec = shift_tokens_right(ids, self.model.config.pad_token_id, self.model.config.decoder_start_token_id)
+        return self.model(input_ids=ids, decoder_input_ids=dec).last_hidden_state
+
+def _pegasus():
+    return PegasusSeq2Seq()
+def _persimmon():
+    from transformers import PersimmonConfig, PersimmonModel
+    return LastHidden(PersimmonModel(PersimmonConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64, partial_rotary_factor=0.5, qk_layernorm=True, hidden_act="relu2")), "input_ids")
+def _electra():
+    from transformers import ElectraConfig, ElectraModel
+    return LastHidden(ElectraModel(ElectraConfig(vocab_size=128, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)), "input_ids")
+def _deit():
+    from transformers import DeiTConfig, DeiTModel
+    return LastHidden(DeiTModel(DeiTConfig(image_size=16, patch_size=4, num_channels=3, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64), add_pooling_layer=False), "pixel_values")
+
+class Bneck(nn.Module):
+    """MobileNetV3 bottleneck: 1×1 expansion, a k×k depthwise convolution, optional squeeze-excitation (ReLU, hard
+    sigmoid), a 1×1 projection, each convolution BatchNorm'd, a residual when the shape stays."""
+    def __init__(self, cin, exp, cout, k, stride, se, act):
+        super().__init__()
+        self.expand = nn.Sequential(nn.Conv2d(cin, exp, 1, bias=False), nn.BatchNorm2d(exp), act())
+        self.dw = nn.Sequential(nn.Conv2d(exp, exp, k, stride, k // 2, groups=exp, bias=False), nn.BatchNorm2d(exp), act())
+        self.se = SqueezeExcite(exp) if se else nn.Identity()
+        self.project = nn.Sequential(nn.Conv2d(exp, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.residual = stride == 1 and cin == cout
+    def forward(self, x):
+        y = self.project(self.se(self.dw(self.expand(x))))
+        return x + y if self.residual else y
+
+class MobileNetV3(nn.Module):
+    """A small MobileNetV3: hard-swish stem, bottlenecks (ReLU / hard-swish, 3×3 and 5×5 depthwise, squeeze-excitation),
+    a 1×1 hard-swish head convolution, global pooling and a hard-swish classifier."""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 16, 3, 2, 1, bias=False), nn.BatchNorm2d(16), nn.Hardswish())
+        self.blocks = nn.Sequential(Bneck(16, 16, 16, 3, 2, True, nn.ReLU), Bneck(16, 48, 24, 3, 2, False, nn.ReLU),
+                                    Bneck(24, 64, 24, 3, 1, False, nn.ReLU), Bneck(24, 64, 32, 5, 2, True, nn.Hardswish),
+                                    Bneck(32, 96, 32, 5, 1, True, nn.Hardswish))
+        self.head = nn.Sequential(nn.Conv2d(32, 96, 1, bias=False), nn.BatchNorm2d(96), nn.Hardswish())
+        self.classifier = nn.Sequential(nn.Linear(96, 64), nn.Hardswish(), nn.Linear(64, 10))
+        with torch.no_grad():  # He-scaled convolutions: with the default inits the activations (std 0.1) drown in the
+            for m in self.modules():  # BatchNorms' random running means and an early weight barely reaches the logits
+                if isinstance(m, nn.Conv2d):
+                    m.weight.normal_(0.0, (2.0 / m.weight[0].numel()) ** 0.5)
+    def forward(self, x):
+        return self.classifier(F.adaptive_avg_pool2d(self.head(self.blocks(self.stem(x))), 1).flatten(1))
+
+class CycleResBlock(nn.Module):
+    """Reflection pad, 3×3 Conv, InstanceNorm, ReLU, twice (no ReLU after the second), a residual."""
+    def __init__(self, c):
+        super().__init__()
+        self.body = nn.Sequential(nn.ReflectionPad2d(1), nn.Conv2d(c, c, 3), nn.InstanceNorm2d(c, affine=True), nn.ReLU(),
+                                  nn.ReflectionPad2d(1), nn.Conv2d(c, c, 3), nn.InstanceNorm2d(c, affine=True))
+    def forward(self, x):
+        return x + self.body(x)
+
+class CycleGAN(nn.Module):
+    """A CycleGAN ResNet generator: a reflection-padded 7×7 stem, two strided downsamplings, residual blocks, two
+    ConvTranspose2d upsamplings, all with affine InstanceNorm and ReLU, a reflection-padded 7×7 output Conv and tanh."""
+    def __init__(self, c=8, blocks=2):
+        super().__init__()
+        def norm_relu(ch):
+            return [nn.InstanceNorm2d(ch, affine=True), nn.ReLU()]
+        self.net = nn.Sequential(
+            nn.ReflectionPad2d(3), nn.Conv2d(3, c, 7), *norm_relu(c),
+            nn.Conv2d(c, 2 * c, 3, 2, 1), *norm_relu(2 * c), nn.Conv2d(2 * c, 4 * c, 3, 2, 1), *norm_relu(4 * c),
+            *[CycleResBlock(4 * c) for _ in range(blocks)],
+            nn.ConvTranspose2d(4 * c, 2 * c, 3, 2, 1, output_padding=1), *norm_relu(2 * c),
+            nn.ConvTranspose2d(2 * c, c, 3, 2, 1, output_padding=1), *norm_relu(c),
+            nn.ReflectionPad2d(3), nn.Conv2d(c, 3, 7), nn.Tanh())
+    def forward(self, x):
+        return self.net(x)
+
+class MRFBlock(nn.Module):
+    """HiFi-GAN residual block: for each dilation, leaky ReLU, a dilated Conv1d, leaky ReLU, a Conv1d, a residual."""
+    def __init__(self, c, k, dilations):
+        super().__init__()
+        self.convs1 = nn.ModuleList(nn.Conv1d(c, c, k, dilation=d, padding=d * (k - 1) // 2) for d in dilations)
+        self.convs2 = nn.ModuleList(nn.Conv1d(c, c, k, padding=(k - 1) // 2) for _ in dilations)
+    def forward(self, x):
+        for c1, c2 in zip(self.convs1, self.convs2):
+            x = x + c2(F.leaky_relu(c1(F.leaky_relu(x, 0.1)), 0.1))
+        return x
+
+class HiFiGAN(nn.Module):
+    """A HiFi-GAN generator on a mel spectrogram: a 7-tap Conv1d, ConvTranspose1d ×2 upsamplers each followed by the
+    mean of multi-receptive-field residual blocks (kernels 3 and 5, dilations 1 and 3), leaky ReLU(0.1), a
+    reflection-padded output Conv1d and tanh."""
+    def __init__(self, mels=8, c=32):
+        super().__init__()
+        self.pre = nn.Conv1d(mels, c, 7, padding=3)
+        self.ups = nn.ModuleList(nn.ConvTranspose1d(c // 2 ** i, c // 2 ** (i + 1), 4, 2, 1) for i in range(2))
+        self.mrf = nn.ModuleList(nn.ModuleList(MRFBlock(c // 2 ** (i + 1), k, (1, 3)) for k in (3, 5)) for i in range(2))
+        self.pad, self.post = nn.ReflectionPad1d(3), nn.Conv1d(c // 4, 1, 7)
+        with torch.no_grad():  # default inits shrink the signal layer by layer (output std 0.04): He-scaled instead
+            for m in self.modules():
+                if isinstance(m, nn.Conv1d):
+                    m.weight.normal_(0.0, (2.0 / m.weight[0].numel()) ** 0.5)
+                elif isinstance(m, nn.ConvTranspose1d):
+                    m.weight.normal_(0.0, (2.0 * m.stride[0] / (m.in_channels * m.kernel_size[0])) ** 0.5)
+    def forward(self, mel):  # N, mels, T
+        x = self.pre(mel)
+        for up, blocks in zip(self.ups, self.mrf):
+            x = up(F.leaky_relu(x, 0.1))
+            x = sum(b(x) for b in blocks) / len(blocks)
+        return torch.tanh(self.post(self.pad(F.leaky_relu(x))))
+
+class NanoGPT(nn.Module):
+    """nanoGPT: token and learned position embeddings, pre-LayerNorm blocks with hand-written causal attention (the mask
+    made at run time by tril of the sequence length, masked_fill with -inf) and a GELU MLP, a head tied to the token
+    embedding."""
+    def __init__(self, vocab=128, d=32, heads=4, layers=2, block=64):
+        super().__init__()
+        self.heads = heads
+        self.wte, self.wpe = nn.Embedding(vocab, d), nn.Embedding(block, d)
+        self.ln1 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
+        self.qkv = nn.ModuleList(nn.Linear(d, 3 * d) for _ in range(layers))
+        self.proj = nn.ModuleList(nn.Linear(d, d) for _ in range(layers))
+        self.ln2 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
+        self.mlp = nn.ModuleList(nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(), nn.Linear(4 * d, d)) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+    def forward(self, ids):  # N, T
+        n, t = ids.shape
+        x = self.wte(ids) + self.wpe(torch.arange(t, device=ids.device))
+        causal = torch.tril(torch.ones(t, t, dtype=torch.bool, device=ids.device))
+        for ln1, qkv, proj, ln2, mlp in zip(self.ln1, self.qkv, self.proj, self.ln2, self.mlp):
+            q, k, v = qkv(ln1(x)).view(n, t, 3, self.heads, -1).permute(2, 0, 3, 1, 4)
+            att = (q @ k.transpose(-1, -2)) * (q.shape[-1] ** -0.5)
+            att = att.masked_fill(~causal, float("-inf")).softmax(-1)
+            x = x + proj((att @ v).transpose(1, 2).reshape(n, t, -1))
+            x = x + mlp(ln2(x))
+        return F.linear(self.ln_f(x), self.wte.weight)
+
+class VQVAE(nn.Module):
+    """A VQ-VAE: a strided Conv encoder, nearest-codebook quantisation (squared distances to every code, argmin, the
+    codes gathered by embedding lookup), a decoder upsampling with PixelShuffle (DepthToSpace) ×2 twice."""
+    def __init__(self, codes=16, dim=8, c=16):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(3, c, 4, 2, 1), nn.ReLU(), nn.Conv2d(c, 2 * c, 4, 2, 1), nn.ReLU(),
+                                 nn.Conv2d(2 * c, dim, 1))
+        # a plain Parameter (randomize redraws nn.Embedding weights), spread twice the encoder outputs' scale: on the
+        # sweep's input 5 of the 16 codes are used and every nearest code wins by at least 0.5 in squared distance
+        # (about 3 %), so ±1e-2 input noise, float16 or int8 weights change no index
+        self.codebook = nn.Parameter(2.0 * torch.randn(codes, dim))
+        self.dec = nn.Sequential(nn.Conv2d(dim, 2 * c, 3, padding=1), nn.ReLU(), nn.Conv2d(2 * c, 4 * c, 3, padding=1),
+                                 nn.PixelShuffle(2), nn.ReLU(), nn.Conv2d(c, 12, 3, padding=1), nn.PixelShuffle(2))
+        with torch.no_grad():  # He-scaled convolutions: with the default inits the codes see inputs of std 0.1
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    m.weight.normal_(0.0, (2.0 / m.weight[0].numel()) ** 0.5)
+    def indices(self, x):
+        z = self.enc(x)
+        flat = z.permute(0, 2, 3, 1).reshape(-1, z.shape[1])
+        dist = flat.pow(2).sum(1, keepdim=True) - 2 * flat @ self.codebook.t() + self.codebook.pow(2).sum(1)[None]
+        return z, dist.argmin(1)
+    def forward(self, x):
+        z, idx = self.indices(x)
+        q = F.embedding(idx, self.codebook).view(z.shape[0], z.shape[2], z.shape[3], -1).permute(0, 3, 1, 2)
+        return self.dec(q)
+
+
 #: arch -> (builder of the module, input maker(generator), source note)
 ARCHS = {
     "bert": (corpus_models._bert, "text16", "corpus_models"),
@@ -1053,6 +1251,17 @@ ARCHS = {
     "aspp": (ASPPNet, "image32", "atrous spatial pyramid pooling, image pooling branch, align_corners upsampling"),
     "gruenhancer": (GRUEnhancer, "spec2x10x12", "log1p, Conv1d front end, 2-layer GRU, sigmoid mask"),
     "dcgan": (DCGAN, "latent2x8", "ConvTranspose2d, BatchNorm, LeakyReLU, tanh"),
+    # ninth held-out set (see above): ``--archs heldout9``
+    "xlmroberta": (_xlmroberta, "text16", "position ids by a cumsum over the non-padding mask"),
+    "pegasus": (_pegasus, "text16", "encoder-decoder: sinusoidal position tables, right-shifted decoder inputs"),
+    "persimmon": (_persimmon, "text16", "partial rotary, per-head q/k LayerNorms, squared-ReLU MLP"),
+    "electra": (_electra, "text16", "smaller embedding projected to the hidden size"),
+    "deit": (_deit, "image16", "class and distillation tokens"),
+    "mobilenetv3": (MobileNetV3, "image32", "hard-swish, squeeze-excitation with hard sigmoid, depthwise Conv, BatchNorm"),
+    "cyclegan": (CycleGAN, "image32", "reflection padding, affine InstanceNorm, residual blocks, ConvTranspose2d, tanh"),
+    "hifigan": (HiFiGAN, "mel8x16", "ConvTranspose1d upsamplers, dilated multi-receptive-field blocks, reflect pad"),
+    "nanogpt": (NanoGPT, "text16", "causal mask by tril at run time, learned positions, tied LM head"),
+    "vqvae": (VQVAE, "image32", "codebook distances, argmin, embedding gather, PixelShuffle decoder"),
 }
 #: the architectures the tool was tuned on, and the held-out ones
 CORE = ("bert", "gpt2", "llama", "distilbert", "vit", "swin", "t5enc", "whisper", "convnext", "cnn", "rnn", "unet")
@@ -1064,8 +1273,10 @@ HELDOUT5 = ("mistral", "qwen2moe", "bart", "yolos", "dpt", "ast", "diffunet", "t
 HELDOUT6 = ("gemma2", "cohere", "modernbert", "mamba", "mobilevitv2", "cvt", "regnet", "sew", "wavenet", "stylenet")
 HELDOUT7 = ("gptj", "olmo", "nemotron", "lfm2", "wavlm", "swiftformer", "hiera", "superres", "rnntagger", "fttransformer")
 HELDOUT8 = ("esm", "stablelm", "granite", "encodec", "patchtst", "timesformer", "dac", "aspp", "gruenhancer", "dcgan")
+HELDOUT9 = ("xlmroberta", "pegasus", "persimmon", "electra", "deit", "mobilenetv3", "cyclegan", "hifigan", "nanogpt",
+            "vqvae")
 HELDOUT2 = tuple(a for a in ARCHS if a not in CORE + HELDOUT + HELDOUT3 + HELDOUT4 + HELDOUT5 + HELDOUT6 + HELDOUT7
-                 + HELDOUT8)
+                 + HELDOUT8 + HELDOUT9)
 #: transformers models run with eager attention: the dynamo exporter fails on Swin's and T5's SDPA
 #: (scripts/corpus_models.py) and on BEiT's with a relative position bias, the TorchScript exporter on
 #: LLaMA's grouped-query SDPA (and GPT-BigCode's multi-query one, Qwen2-MoE's grouped-query one)
@@ -1096,6 +1307,7 @@ INPUTS = {
     "spec2x10x12": lambda g: (torch.randn(2, 10, 12, generator=g),),
     "video4x16": lambda g: (torch.randn(1, 4, 3, 16, 16, generator=g),),
     "latent2x8": lambda g: (torch.randn(2, 8, generator=g),),
+    "mel8x16": lambda g: (torch.randn(1, 8, 16, generator=g),),
     "image16t": lambda g: (torch.randn(2, 3, 16, 16, generator=g), torch.randint(0, 1000, (2,), generator=g).float()),
 }
 
