@@ -43,6 +43,7 @@ class OpCall:
     overload: str  # e.g. "default"
     module: str  # the innermost module running at the time
     args: tuple[tuple[str, Any], ...]  # the non-tensor arguments, by position or name (dims, scalars, shapes)
+    params: tuple[str, ...] = ()  # the model's parameters (or views of them: a transposed weight) it read
 
 
 class _ModuleStack:
@@ -93,9 +94,10 @@ class _ModuleStack:
 class _Recorder(TorchDispatchMode):
     """Keeps the floating-point outputs of the ops run while the window is open."""
 
-    def __init__(self, stack: _ModuleStack, budget: int):
+    def __init__(self, stack: _ModuleStack, budget: int, params: dict[int, str] | None = None):
         super().__init__()
         self.stack = stack
+        self.params = params or {}  # storage address -> parameter name
         self.budget = budget  # bytes of op outputs it may keep
         self.kept: list[tuple[OpCall, np.ndarray, tuple[int, ...]]] = []
         self.made_by: dict[int, int] = {}  # id(tensor) -> index in kept
@@ -123,7 +125,8 @@ class _Recorder(TorchDispatchMode):
             return
         inputs = tuple(sorted({self.made_by[id(t)] for t in tree_flatten((args, kwargs))[0]
                                if isinstance(t, torch.Tensor) and id(t) in self.made_by}))
-        call = OpCall(name, getattr(func, "_overloadname", ""), self._innermost(), _plain_args(args, kwargs))
+        call = OpCall(name, getattr(func, "_overloadname", ""), self._innermost(), _plain_args(args, kwargs),
+                      self._params_read(args, kwargs))
         # the first output is the op's value (max_pool's indices, layer_norm's mean, etc. are not), except for
         # an op returning a list (Tensor[]: split, unbind, chunk), each of whose tensors is one of its values
         for t in floats if isinstance(out, list) else floats[:1]:
@@ -135,6 +138,22 @@ class _Recorder(TorchDispatchMode):
             self.made_by[id(t)] = len(self.kept)
             self.alive.append(t)
             self.kept.append((call, to_numpy(t, copy=True), inputs))
+
+    def _params_read(self, args, kwargs) -> tuple[str, ...]:
+        """The parameters among the op's tensor arguments, by storage (a view of a weight shares it): what a
+        functional op (``F.linear`` with another module's weight, an attention's packed ``in_proj_weight``) read."""
+        if not self.params:
+            return ()
+        found = []
+        for t in tree_flatten((args, kwargs))[0]:
+            if isinstance(t, torch.Tensor):
+                try:
+                    name = self.params.get(t.untyped_storage().data_ptr())
+                except (RuntimeError, NotImplementedError):  # a tensor without storage (a fake or sparse one)
+                    name = None
+                if name is not None and name not in found:
+                    found.append(name)
+        return tuple(found)
 
     def _pass_through(self, args, out) -> None:
         """The output of a copy or cast carries its input's record on."""
@@ -181,7 +200,7 @@ def capture_window(model: torch.nn.Module, inputs: ModelInputs, start: tuple[str
     """
     model.eval()
     stack = _ModuleStack(model, start, end)
-    recorder = _Recorder(stack, budget)
+    recorder = _Recorder(stack, budget, _parameter_storages(model))
     args, kwargs = tree_map_only(torch.Tensor, torch.Tensor.clone, (tuple(inputs.args), dict(inputs.kwargs)))
     try:
         with torch.no_grad(), _unfused_attention(), recorder:
@@ -189,6 +208,17 @@ def capture_window(model: torch.nn.Module, inputs: ModelInputs, start: tuple[str
     finally:
         stack.remove()
     return _activations(recorder.kept, first_index)
+
+
+def _parameter_storages(model: torch.nn.Module) -> dict[int, str]:
+    """Each parameter's storage address and qualified name (the first name of a shared one)."""
+    out: dict[int, str] = {}
+    for name, p in model.named_parameters():
+        try:
+            out.setdefault(p.untyped_storage().data_ptr(), name)
+        except (RuntimeError, NotImplementedError):  # a meta or fake parameter
+            continue
+    return out
 
 
 @contextlib.contextmanager
@@ -221,6 +251,7 @@ def _activations(kept, first_index: int) -> tuple[Activation, ...]:
             index=first_index + i, module=call.module,
             module_type=f"{call.op}.{call.overload}" if call.overload else call.op, call=0,
             path=f"::{call.op}#{counts[call.op]}", value=value, is_leaf=True,
-            inputs=tuple(first_index + j for j in inputs), op=f"{call.op}#{counts[call.op]}", args=call.args))
+            inputs=tuple(first_index + j for j in inputs), op=f"{call.op}#{counts[call.op]}", args=call.args,
+            params=call.params))
     return tuple(out)
 

@@ -36,6 +36,11 @@ NOISE_ULPS = 64
 SMALL_SEGMENT = 12
 
 
+#: how many of PyTorch's ops feeding the divergent op are read per node of its segment (views, expands and copies
+#: have no ONNX node of their own)
+OPS_PER_NODE = 4
+
+
 @dataclass(frozen=True)
 class OnnxModel:
     """The ONNX model the divergence is in."""
@@ -202,6 +207,26 @@ class DiagnosisContext:
                 if name in self._modules and (name or end == start):
                     return name, self._modules[name]
         return None, None
+
+    @cached_property
+    def op_params(self) -> tuple[str, ...]:
+        """The model parameters PyTorch's op read, when the divergent layer is one, and those read by the ops
+        feeding it — a few ops back per node of the segment (PyTorch's views and expands have no node; the products
+        a segment of a functional attention computes, ``F.linear`` with its children's weights): () for a module's
+        output."""
+        act = self.layer.pair.activation
+        if not act.op:
+            return ()
+        by_index = {a.index: a for a in self.ops}
+        found, frontier, seen = list(act.params), list(act.inputs), {act.index}
+        while frontier and len(seen) <= OPS_PER_NODE * max(1, len(self.segment_nodes)):
+            i = frontier.pop(0)
+            if i in seen or i not in by_index:
+                continue
+            seen.add(i)
+            found += by_index[i].params
+            frontier += by_index[i].inputs
+        return tuple(dict.fromkeys(found))
 
     def modules_near(self) -> list[tuple[str, Any]]:
         """The divergent module, its ancestors and the modules of the segment's nodes (qualname, module)."""

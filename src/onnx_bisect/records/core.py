@@ -165,6 +165,7 @@ class Activation:
     args: tuple = field(default=(), compare=False)  # an op's non-tensor arguments: (position or name, value)
     kind: ModuleKind = ModuleKind.OTHER  # the module's kind (isinstance), for module outputs
     bias: np.ndarray | None = field(default=None, repr=False, compare=False)  # a Linear's / Conv's bias parameter
+    params: tuple[str, ...] = field(default=(), compare=False)  # an op's: the model parameters it read
 
     @property
     def name(self) -> str:

@@ -646,6 +646,11 @@ def _own_tensors(ctx: DiagnosisContext, candidates, size: int) -> dict[str, np.n
     """The divergent module's own tensors of ``size`` elements: its parameters and folds, and its sibling Linear
     layers' weights concatenated with its own (a merged q/k/v projection) — not its neighbours' (a key's weight
     and a value's, exchanged, are both near)."""
+    read = ctx.op_params
+    if read:  # an op's own: the parameters PyTorch's ops in the segment read (a functional attention's
+        return {k: v for k, v in candidates.items()  # projections, another module's weight)
+                if v.size == size and (k in read or k.startswith("fold(") and any(
+                    f"{p}," in k or f"{p})" in k for p in read))}
     module = ctx.layer.pair.activation.module
     if not module:
         return {}

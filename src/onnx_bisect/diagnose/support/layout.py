@@ -242,11 +242,11 @@ def torch_candidates(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
                 out[f"{qualname}.{pname}" if qualname else pname] = tensor.detach().double().cpu().numpy()
         out.update(rnn_weights(qualname, module))
     named = _named_tensors(ctx)
-    for p in ctx.segment_protos:  # the parameters the segment's weights are named after, whoever reads them
-        for t in p.input:
-            name = float_name(t)
-            if name not in out and name in named and named[name].is_floating_point():
-                out[name] = named[name].detach().double().cpu().numpy()
+    # the parameters the segment's weights are named after, whoever reads them, and those PyTorch's op read
+    read = [float_name(t) for p in ctx.segment_protos for t in p.input] + list(ctx.op_params)
+    for name in read:
+        if name not in out and name in named and named[name].is_floating_point():
+            out[name] = named[name].detach().double().cpu().numpy()
     for pair in conv_bn_pairs(ctx):  # every fold of the segment: a long one holds many
         out.update(folds(*pair))
     return out

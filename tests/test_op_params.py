@@ -1,0 +1,78 @@
+"""The parameters PyTorch's op read, recorded by the op-level capture: a functional attention (``F.linear`` with
+its children's weights, as WavLM's ``multi_head_attention_forward`` does) whose query weight the file holds as the
+next layer's key weight is named, with the query's weight confirmed in its place."""
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import torch
+import torch.nn.functional as F
+from onnx import numpy_helper
+
+import onnx_bisect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+
+
+class _Attention(torch.nn.Module):
+    def __init__(self, d: int = 16, heads: int = 2):
+        super().__init__()
+        self.heads = heads
+        self.q_proj, self.k_proj = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+        self.v_proj, self.out_proj = torch.nn.Linear(d, d), torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        b, n, d = x.shape
+        split = lambda t: t.reshape(b, n, self.heads, d // self.heads).transpose(1, 2)  # noqa: E731
+        q = split(F.linear(x, self.q_proj.weight, self.q_proj.bias))
+        k = split(F.linear(x, self.k_proj.weight, self.k_proj.bias))
+        v = split(F.linear(x, self.v_proj.weight, self.v_proj.bias))
+        a = torch.softmax(q @ k.transpose(-1, -2) / (d // self.heads) ** 0.5, dim=-1) @ v
+        return F.linear(a.transpose(1, 2).reshape(b, n, d), self.out_proj.weight, self.out_proj.bias)
+
+
+class _Encoder(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(41)
+        self.attn, self.attn2 = _Attention(), _Attention()
+        self.norm, self.norm2, self.head = torch.nn.LayerNorm(16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        x = self.norm(x + self.attn(x))
+        return self.head(self.norm2(x + self.attn2(x)))
+
+
+def _holding(proto: onnx.ModelProto, value: np.ndarray) -> str:
+    """The initializer holding ``value`` (as is or transposed)."""
+    for init in proto.graph.initializer:
+        a = numpy_helper.to_array(init)
+        if a.shape == value.shape and np.array_equal(a, value) or a.shape == value.T.shape and np.array_equal(
+                a, value.T):
+            return init.name
+    raise AssertionError("no initializer holds the weight")
+
+
+def test_a_functional_projection_holding_another_layer_s_weight_is_named_by_the_parameter_its_op_read():
+    model, x = _Encoder().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(42))
+    buffer = io.BytesIO()
+    with dc.quiet():
+        torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=17)
+    proto = onnx.load_from_string(buffer.getvalue())
+    q = _holding(proto, model.attn.q_proj.weight.detach().numpy())
+    k = _holding(proto, model.attn2.k_proj.weight.detach().numpy())
+    arrays = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    for init in proto.graph.initializer:  # two layers' weights exchanged (a loader mapping parameters by shape)
+        if init.name in (q, k):
+            init.CopyFrom(numpy_helper.from_array(arrays[k if init.name == q else q], init.name))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert "attn.q_proj.weight" in fd.explanation and "attn2.k_proj.weight" in fd.explanation, fd.explanation
+    assert fd.layer.pair.activation.op, fd.layer.pair.activation  # narrowed to PyTorch's op, which reads no module
