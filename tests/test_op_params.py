@@ -76,3 +76,24 @@ def test_a_functional_projection_holding_another_layer_s_weight_is_named_by_the_
     assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert "attn.q_proj.weight" in fd.explanation and "attn2.k_proj.weight" in fd.explanation, fd.explanation
     assert fd.layer.pair.activation.op, fd.layer.pair.activation  # narrowed to PyTorch's op, which reads no module
+
+
+def test_a_functional_projection_whose_bias_add_was_dropped_names_the_bias_its_op_read():
+    model, x = _Encoder().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(43))
+    buffer = io.BytesIO()
+    with dc.quiet():
+        torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=17)
+    proto = onnx.load_from_string(buffer.getvalue())
+    bias = model.attn.q_proj.bias.detach().numpy()  # (a key bias changes no attention: softmax ignores it)
+    arrays = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    add = next(n for n in proto.graph.node if n.op_type == "Add" and any(
+        t in arrays and arrays[t].shape == bias.shape and np.array_equal(arrays[t], bias) for t in n.input))
+    product = next(t for t in add.input if t not in arrays)
+    for n in proto.graph.node:  # the bias Add taken out: its readers read the product
+        n.input[:] = [product if t == add.output[0] else t for t in n.input]
+    proto.graph.node.remove(add)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert "attn.q_proj.bias" in fd.explanation, fd.explanation

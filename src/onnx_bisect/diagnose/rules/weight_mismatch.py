@@ -626,7 +626,7 @@ def _bias_after(ctx: DiagnosisContext) -> Finding | None:
     rel = layout.relate(value.reshape(bias.shape).astype(np.float64), bias.astype(np.float64))
     if rel is None or rel.equal:
         return None
-    param = f"{activation.module}.bias" if activation.module else "bias"
+    param = _bias_name(ctx) or "bias"
     summary = (f"The bias '{const_input}' that node {add.name} adds after this product differs from {param} "
                f"(max abs {rel.max_abs:.2g}, relative L2 {rel.rel_l2:.2g}"
                + (", all zero" if not np.any(value) else "") + "): with the module's own bias added the product "
@@ -738,9 +738,8 @@ def _bias_missing(ctx: DiagnosisContext, candidates) -> Finding | None:
         return None
     if product.op_type in ("Conv", "ConvTranspose", "Gemm") and len(product.inputs) > 2 and product.inputs[2]:
         return None  # it has a bias: a wrong one is a differing initializer
-    module = ctx.layer.pair.activation.module
     own = _module_bias(ctx)
-    biases = ([(own, f"{module}.bias" if module else "the module's bias")] if own is not None else []) + [
+    biases = ([(own, _bias_name(ctx) or "the module's bias")] if own is not None else []) + [
         (np.asarray(v), k) for k, v in candidates.items() if k.startswith("fold(") and ".bias, " in k]
     value = ctx.local_value.astype(np.float64)
     for bias, param in biases[:3]:
@@ -812,13 +811,31 @@ BIASED_OPS = ("aten.addmm", "aten.linear", "aten.convolution", "aten.conv1d", "a
 
 
 def _op_bias(ctx: DiagnosisContext) -> np.ndarray | None:
-    """The bias parameter of the module whose op (``aten.addmm`` ...) the divergent activation is."""
+    """The bias parameter of the module whose weight the divergent op (``aten.addmm`` ...) read — a functional
+    ``F.linear`` with a child's weight, an attention's packed projections — else of the module running it."""
+    found = _op_bias_param(ctx)
+    return None if found is None else found[1]
+
+
+def _op_bias_param(ctx: DiagnosisContext) -> tuple[str, np.ndarray] | None:
+    """``(qualified name, value)`` of :func:`_op_bias`'s parameter."""
     activation = ctx.layer.pair.activation
     if not activation.op or not activation.module_type.startswith(BIASED_OPS):
         return None
-    module = ctx.torch_module()
-    bias = getattr(module, "bias", None) if module is not None else None
-    return bias.detach().cpu().numpy() if bias is not None and hasattr(bias, "detach") else None
+    owners = [p.rpartition(".")[0] for p in activation.params if p.endswith(".weight")] + [activation.module]
+    for owner in owners:
+        module = ctx.torch_module(owner)
+        bias = getattr(module, "bias", None) if module is not None else None
+        if bias is not None and hasattr(bias, "detach"):
+            return (f"{owner}.bias" if owner else "bias"), bias.detach().cpu().numpy()
+    return None
+
+
+def _bias_name(ctx: DiagnosisContext) -> str:
+    """The qualified name of the divergent module's bias (its op's: :func:`_op_bias_param`), "" when unnamed."""
+    found = _op_bias_param(ctx)
+    module = ctx.layer.pair.activation.module
+    return found[0] if found is not None else f"{module}.bias" if module else ""
 
 
 def _adding_node(ctx: DiagnosisContext, tensor: str, size: int):
