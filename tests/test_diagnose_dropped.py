@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 from planting import found as _found, planted as _planted  # noqa: E402
 from fault_sweep import rename  # noqa: E402
+from rewrites import ort_optimized  # noqa: E402
 
 
 class _DroppedNet(torch.nn.Module):
@@ -334,3 +335,53 @@ def test_a_quantized_batchnorm_with_a_node_of_its_own_is_not_folded_into_the_con
     fd, name = _planted((model, inputs, proto), "Tanh", lambda p, n: setattr(n, "op_type", "Softsign"))
     assert fd is not None and name in fd.layer.segment and len(fd.layer.segment) <= 2, fd
     assert fd.layer.pair.activation.module == "4"  # the Tanh's module, not the BatchNorm (1) before it
+
+
+class _RotaryAttention(torch.nn.Module):
+    """A key rotated ``k·cos + rotate_half(k)·sin``, concatenated onto an empty cache and expanded over query
+    groups (a key-value cache and grouped-query attention) before the scores."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k, self.o = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4), torch.nn.Linear(8, 8)
+
+    def forward(self, x):  # (1, 6, 8)
+        pos = torch.arange(x.shape[1], dtype=torch.float32)[:, None] * torch.arange(1, 5, dtype=torch.float32)
+        k = self.k(x)
+        half = torch.cat([-k[..., 2:], k[..., :2]], dim=-1)
+        k = k * torch.cos(pos) + half * torch.sin(pos)
+        k = torch.cat([x.new_zeros(1, 0, 4), k], dim=1)  # the cache, empty
+        k = k.unsqueeze(1).expand(1, 2, 6, 4).reshape(1, 2, 6, 4)
+        q = self.q(x).reshape(1, 6, 2, 4).transpose(1, 2)
+        a = torch.softmax(q @ k.transpose(-1, -2), dim=-1) @ k
+        return self.o(a.transpose(1, 2).reshape(1, 6, 8))
+
+
+class _RotaryKey(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(51)
+        self.norm, self.attn, self.head = torch.nn.LayerNorm(8), _RotaryAttention(), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(x + self.attn(self.norm(x)))
+
+
+def test_an_identity_whose_value_later_nodes_only_lay_out_is_named_where_it_computes_nothing():
+    """The rotation's Add left as an Identity of ``k·cos`` (its branch pruned) in a file ONNX Runtime optimized: the
+    Concat onto the empty cache and the Unsqueeze / Expand after it hold ``k·cos`` too — more names of one value,
+    not where the segment starts — and the Identity alone is named."""
+    model = _RotaryKey().eval()
+    inputs = (torch.randn(1, 6, 8, generator=torch.Generator().manual_seed(52)),)
+    faulty = ort_optimized(dc.export(model, inputs, "torchscript"))
+    cat = next(n for n in faulty.graph.node if n.op_type == "Concat" and any(
+        p.op_type == "Add" and p.output[0] in n.input for p in faulty.graph.node))
+    add = next(n for n in faulty.graph.node if n.op_type == "Add" and n.output[0] in cat.input)
+    mul = next(n for n in faulty.graph.node if n.op_type == "Mul" and n.output[0] in add.input)
+    add.op_type = "Identity"
+    del add.input[:]
+    add.input.append(mul.output[0])
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
+    assert fd is not None and fd.layer.segment == (add.name,), fd.layer.segment
+    assert fd.cause == "attribute-mismatch", fd.explanation

@@ -112,7 +112,8 @@ def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activat
     within = set(tensors)
     # an Identity's output holding its input's match is a second name for one value: the input stands for it, so
     # the node stays inside the segment after it (where it should have computed something, a dropped op shows)
-    matched = {t: m for t, m in matched.items() if not _alias(t, matched, graph)}
+    aliases = {t for t in matched if _alias(t, matched, graph)}
+    matched = {t: m for t, m in matched.items() if t not in aliases and not _handed_on(t, aliases, matched, graph)}
     good = dict(matched)
     # a value that is one number repeated (zeros for an initial state, a mask of ones) matches every op holding
     # it: which one it stands for is a guess, and a guess must not drop the matches computed from it
@@ -164,23 +165,44 @@ ALIASING = frozenset({"Identity", "Cast", "CastLike"})
 
 def _alias(tensor: str, matched: dict[str, Match], graph: GraphIndex) -> bool:
     """Whether ``tensor`` comes out of Identity / Cast nodes holding the same PyTorch values as the matched tensor
-    they hand on (the nearest one up their chain)."""
+    they hand on (the nearest one up their chain) — or handing on a tensor no match here names (computed before the
+    segment, a constant): a second name for a value computed elsewhere, never where the segment starts."""
     node, source = graph.node_of(tensor), tensor
     for _ in range(4):
         if node is None or node.op_type not in ALIASING or not node.inputs:
-            return False
+            break
         if node.op_type != "Identity" and graph.elem_types.get(node.inputs[0]) != graph.elem_types.get(node.outputs[0]):
             return False  # a cast that changes the precision computes something (float16 files)
         source = node.inputs[0]
         if source in matched:
             break
         node = graph.node_of(source)
-    else:
-        return False
+    if source == tensor:
+        return False  # no Identity / Cast computes it
     if source not in matched:
-        return False
+        return True
     mine, theirs = matched[tensor], matched[source]
     return {a.index for a in mine.equal or (mine.op,)} <= {a.index for a in theirs.equal or (theirs.op,)}
+
+
+def _handed_on(tensor: str, aliases: set[str], matched: dict[str, Match], graph: GraphIndex) -> bool:
+    """Whether ``tensor`` holds the same PyTorch value as an alias it is computed from through layout and Concat
+    nodes only (an Identity's output reshaped and concatenated with nothing, a key cache left empty): one more
+    name for that value."""
+    node, seen = graph.node_of(tensor), 0
+    while node is not None and seen < 6 and node.op_type in HANDING_ON:
+        source = next((i for i in node.inputs if i in matched or i in aliases), None)
+        if source is None:
+            return False
+        if source in aliases:
+            return bool({a.index for a in matched[tensor].equal or (matched[tensor].op,)}
+                        & {a.index for a in matched[source].equal or (matched[source].op,)})
+        node, seen = graph.node_of(source), seen + 1
+    return False
+
+
+#: nodes that hand a value on in another layout or with nothing appended
+HANDING_ON = LAYOUT_OPS | {"Concat"}
 
 
 def _did_nothing(tensor: str, inputs: set[str], good: dict[str, Match], graph: GraphIndex,
