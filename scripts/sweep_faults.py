@@ -1793,3 +1793,7 @@ FAULTS.update({k.name: k for k in sweep_faults_seven.KINDS})
 import sweep_faults_eight  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_eight.KINDS})
+# the ninth set (scripts/sweep_faults_nine.py)
+import sweep_faults_nine  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_nine.KINDS})
