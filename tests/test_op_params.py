@@ -97,3 +97,30 @@ def test_a_functional_projection_whose_bias_add_was_dropped_names_the_bias_its_o
     fd = report.first_divergence
     assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert "attn.q_proj.bias" in fd.explanation, fd.explanation
+
+
+def test_two_weights_exchanged_in_one_segment_of_a_renamed_file_are_found_at_the_first(tmp_path):
+    """Every node and tensor renamed, the query's and the key's weights exchanged: one segment holds both wrong
+    products, so no one value fed clears its output; the first product's counterpart is found by the data flow
+    (PyTorch's first product of its size that no tensor holds), and the tensors after it agreeing again say the
+    error enters there."""
+    from fault_sweep import rename
+
+    model, x = _Encoder().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(44))
+    proto = dc.export(model, (x,), "dynamo")
+    onnx.save(proto, tmp_path / "clean.onnx")
+    rename(tmp_path / "clean.onnx", tmp_path / "renamed.onnx")
+    proto = onnx.load(tmp_path / "renamed.onnx")
+    a = _holding(proto, model.attn.q_proj.weight.detach().numpy())
+    b = _holding(proto, model.attn.k_proj.weight.detach().numpy())
+    arrays = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    for init in proto.graph.initializer:
+        if init.name in (a, b):
+            init.CopyFrom(numpy_helper.from_array(arrays[b if init.name == a else a], init.name))
+    order = [n.name for n in proto.graph.node]
+    planted = min((n.name for n in proto.graph.node if a in n.input or b in n.input), key=order.index)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert fd is not None and planted in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation

@@ -344,12 +344,34 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
             scored.append((-len(read & direct[a.index]), -len(read & lineage[a.index]),
                            not _same_elements(mine, elements, a), near, perm, a))
         scored.sort(key=lambda c: c[:4])
+        product = _product_counterpart(v, node, graph, ops, taken) if not read else None
+        if product is not None:  # a product computing from a value none of the segment's matches names (its
+            # input is the segment's own): PyTorch's first product of that size no tensor holds, whatever its value
+            scored = [c for c in scored if c[-1] is not product]
+            near, perm = _nearest_layout(v, product)
+            scored.insert(0, (0, 0, True, near, perm, product))
         for _, _, _, near, perm, a in scored[:CANDIDATES_PER_TENSOR]:
             # a wrong value says little about its layout: the elements in order first, the nearest layout next
             if perm is not None:
                 out.append(Candidate(t, a, _nearness(v.reshape(a.value.shape), a.value), None))
             out.append(Candidate(t, a, near, perm))
     return out
+
+
+#: ONNX nodes computing a product with a constant weight
+PRODUCT_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "FusedGemm", "FusedConv"})
+
+
+def _product_counterpart(v: np.ndarray, node, graph: GraphIndex, ops, taken: set[int]) -> Activation | None:
+    """For a product node with a constant weight (or the bias Add after it) whose inputs no match names, PyTorch's
+    first op of its output's size that read a parameter and no tensor holds: a weight holding other numbers
+    (another layer's) leaves a value near nothing, so nearness cannot find its counterpart — the data flow can."""
+    if node is not None and node.op_type == "Add" and any(graph.is_constant(i) for i in node.inputs):
+        node = next((graph.node_of(i) for i in node.inputs if not graph.is_constant(i)), None)  # a bias added after
+    if node is None or node.op_type not in PRODUCT_OPS or not any(graph.is_constant(i) for i in node.inputs[1:2]):
+        return None
+    return next((a for a in ops if a.params and id(a) not in taken and a.value.size == v.size
+                 and kind(a.value) == "f"), None)
 
 
 def _sorted_elements(v: np.ndarray) -> np.ndarray:

@@ -128,7 +128,54 @@ def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_f
     other = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
     if other is not None and (refined is None or len(other.layer.segment) <= len(refined.layer.segment)):
         return other
+    if refined is None or len(refined.layer.segment) > SMALL_REGION:
+        # no one value fed clears the output, or only one where two paths meet: more than one fault in the
+        # segment, perhaps (two weights exchanged) — where PyTorch's values come back after the first of them
+        found = _entering(seg, inside.candidates(bad, ops, values, matched, p.index), ops, values, matched)
+        first = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
+        if first is not None and (refined is None or len(first.layer.segment) < len(refined.layer.segment)):
+            refined = first
     return refined or _closed_region(seg, layer, bad, strong, values, compare, ops)
+
+
+#: how many tensors computed from a fed candidate are read to see whether PyTorch's values come back after it
+AFTER_TENSORS = 4
+
+
+def _entering(seg: _Segment, candidates: list[inside.Candidate], ops, values, matched):
+    """Where no single value fed clears the segment's output (a second fault further on: two layers' weights
+    exchanged, with no module paired between them), the first candidate (nearest the right tensors) after which
+    the tensors computed from it, wrong before, hold PyTorch's ops' values again: an error enters there.
+    ``(candidate, value fed)`` or None."""
+    index = seg.p.index
+    for trial, c in enumerate(candidates):
+        if trial >= MAX_TRIALS:
+            return None
+        after = [t for t in _computed_from(index, c.tensor, values) if t not in matched]
+        if not after:
+            continue
+        fed = _in_layout(c, index, values[c.tensor].shape if c.tensor in values else None)
+        try:
+            now = seg.values(after, {c.tensor: fed})
+        except Exception:  # noqa: BLE001 - a value ONNX Runtime will not take there is not the counterpart
+            continue
+        back = inside.match_values(ops, now, after)
+        if any(m.strong for m in back.values()) and len(back) * 2 >= len(after):
+            return c, fed
+    return None
+
+
+def _computed_from(index, tensor: str, values) -> list[str]:
+    """The first few floating-point tensors (graph order) the segment computes from ``tensor``."""
+    out, frontier = [], [tensor]
+    while frontier and len(out) < AFTER_TENSORS:
+        t = frontier.pop(0)
+        for c in index.consumers.get(t, ()):
+            for o in index.nodes[c].outputs:
+                if o in values and o not in out and values[o].dtype.kind == "f":
+                    out.append(o)
+                    frontier.append(o)
+    return sorted(out[:AFTER_TENSORS], key=index.order_of)
 
 
 def _closed_region(seg: _Segment, layer: LayerResult, bad: list[str], strong: dict[str, inside.Match], values,
