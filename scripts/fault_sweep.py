@@ -633,7 +633,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--archs", help=f"comma-separated, from {','.join(sweep_models.ARCHS)}; 'core' the twelve "
-                                   "tuned on (the default), 'heldout' ... 'heldout8' the held-out sets")
+                                   "tuned on (the default), 'heldout' ... 'heldout9' the held-out sets")
     p.add_argument("--provenances", default=",".join(PROVENANCES), help="comma-separated")
     p.add_argument("--faults", default=",".join(sweep_faults.FAULTS), help="comma-separated fault kinds")
     p.add_argument("--sites", type=int, default=2, help="faults planted per kind and file (default 2)")
