@@ -385,3 +385,28 @@ def test_an_identity_whose_value_later_nodes_only_lay_out_is_named_where_it_comp
         fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
     assert fd is not None and fd.layer.segment == (add.name,), fd.layer.segment
     assert fd.cause == "attribute-mismatch", fd.explanation
+
+
+class _Periodic(torch.nn.Module):
+    """A periodic activation ``x + sin(x)²`` (a snake) between two projections."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(53)
+        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.up(x)
+        return self.down(h + torch.sin(h) ** 2)
+
+
+def test_a_dropped_sin_is_restored():
+    model = _Periodic().eval()
+    inputs = (torch.randn(2, 8, generator=torch.Generator().manual_seed(54)),)
+    faulty = dc.export(model, inputs, "torchscript")
+    sin = next(n for n in faulty.graph.node if n.op_type == "Sin")
+    _identity(faulty, sin)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
+    assert fd is not None and sin.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True and "Sin" in fd.explanation, fd.explanation

@@ -65,7 +65,7 @@ REMOVABLE = frozenset({"Relu", "Sigmoid", "Tanh", "Sqrt", "Exp", "Neg", "Recipro
 RESTORABLE = (("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("Neg", {}), ("Sqrt", {}), ("Exp", {}), ("Log", {}),
               ("Abs", {}), ("Reciprocal", {}), ("Erf", {}), ("Softplus", {}), ("Elu", {"alpha": 1.0}),
               ("LeakyRelu", {"alpha": 0.01}), ("HardSigmoid", {"alpha": 1.0 / 6.0, "beta": 0.5}), ("HardSwish", {}),
-              ("Softmax", {"axis": -1}))
+              ("Softmax", {"axis": -1}), ("Sin", {}), ("Cos", {}))
 #: PyTorch activation modules and the ONNX op (with the module's attributes) computing them
 MODULE_OPS = {"ReLU": lambda m: ("Relu", {}), "Sigmoid": lambda m: ("Sigmoid", {}), "Tanh": lambda m: ("Tanh", {}),
               "LeakyReLU": lambda m: ("LeakyRelu", {"alpha": float(m.negative_slope)}),
@@ -258,7 +258,7 @@ def _restored(ctx, proto, make) -> Iterator:
     tried = set()
     opset = ctx.opset
     gelus = [("Gelu", {}), ("Gelu", {"approximate": "tanh"})] if opset >= 20 else []
-    for op_type, attrs in [*_module_ops(ctx, opset), *RESTORABLE, *gelus]:
+    for op_type, attrs in [*_module_ops(ctx, opset), *_ran(ctx), *RESTORABLE, *gelus]:
         key = (op_type, tuple(sorted(attrs.items())))
         if key in tried:
             continue
@@ -268,6 +268,20 @@ def _restored(ctx, proto, make) -> Iterator:
     for other in _earlier_operands(ctx, proto):
         yield make(proto.name, "op", "Identity", f"Add with {other}", "the PyTorch output",
                    _as_add(proto.name, other))
+
+
+#: PyTorch's one-input ATen ops and the ONNX op computing each (default attributes)
+ATEN_UNARY = {"aten.sin": "Sin", "aten.cos": "Cos", "aten.exp": "Exp", "aten.log": "Log", "aten.sqrt": "Sqrt",
+              "aten.tanh": "Tanh", "aten.sigmoid": "Sigmoid", "aten.relu": "Relu", "aten.abs": "Abs",
+              "aten.neg": "Neg", "aten.reciprocal": "Reciprocal", "aten.erf": "Erf", "aten.floor": "Floor",
+              "aten.ceil": "Ceil", "aten.round": "Round", "aten.sign": "Sign", "aten.softplus": "Softplus"}
+
+
+def _ran(ctx) -> list[tuple[str, dict]]:
+    """The one-input ops PyTorch ran around the segment (its captured ATen ops), in the order it ran them: an
+    Identity most likely stands for one of them (a rotary table's ``sin``)."""
+    names = [ATEN_UNARY.get(".".join(a.module_type.split(".")[:2])) for a in ctx.ops]
+    return [(n, {}) for n in dict.fromkeys(n for n in names if n)]
 
 
 def _module_ops(ctx, opset: int) -> list[tuple[str, dict]]:
