@@ -133,7 +133,7 @@ def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_f
         # segment, perhaps (two weights exchanged) — where PyTorch's values come back after the first of them
         found = _entering(seg, inside.candidates(bad, ops, values, matched, p.index), ops, values, matched)
         first = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
-        if first is not None and (refined is None or len(first.layer.segment) < len(refined.layer.segment)):
+        if first is not None and (refined is None or len(first.layer.segment) <= SMALL_REGION):
             refined = first
     return refined or _closed_region(seg, layer, bad, strong, values, compare, ops)
 
