@@ -94,7 +94,57 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
         yield from _clip_bounds(ctx, proto, shape_of)
     elif op in ("FusedConv", "FusedGemm") and attribute(proto, "activation") == "Clip":
         yield from _fused_clip_bounds(ctx, proto)
+    elif op == "Trilu":
+        yield from _trilu(ctx, proto)
+    elif op in FLAG_ATTRIBUTES:
+        yield from _flags(proto)
+    elif op == "DepthToSpace":
+        have = attribute(proto, "mode", "DCR")
+        yield attribute_change(proto.name, "mode", have, "CRD" if have == "DCR" else "DCR", "the PyTorch output")
     yield from op_alternatives(ctx, proto, shape_of, Alternative)
+
+
+#: ops whose 0/1 attributes change what they compute, with ONNX's defaults: each flipped, then all together
+FLAG_ATTRIBUTES = {"CumSum": {"exclusive": 0, "reverse": 0}, "Trilu": {"upper": 1}}
+
+
+def _flags(proto) -> Iterator[Alternative]:
+    """Each 0/1 attribute of the node flipped (a cumulative sum made exclusive or reversed, a lower triangle
+    kept where PyTorch keeps the upper one), then every one of them flipped."""
+    flags = FLAG_ATTRIBUTES[proto.op_type]
+    for name, default in flags.items():
+        have = int(attribute(proto, name, default))
+        yield attribute_change(proto.name, name, have, 1 - have, "the PyTorch output")
+    if len(flags) > 1:
+        have = {n: int(attribute(proto, n, d)) for n, d in flags.items()}
+        want = {n: 1 - v for n, v in have.items()}
+
+        def edit(model, weights):
+            for n, v in want.items():
+                model = edits.set_attribute(model, proto.name, n, v)
+            return model, weights
+        yield Alternative(proto.name, "+".join(flags), have, want, "the PyTorch output", edit)
+
+
+def _trilu(ctx, proto) -> Iterator[Alternative]:
+    """A Trilu's ``upper`` flipped, and its diagonal offset ``k`` one either way (a causal mask one position
+    off: ``triu(..., diagonal=1)`` written with 0)."""
+    yield from _flags(proto)
+    k = ctx.constant(proto.input[1]) if len(proto.input) > 1 and proto.input[1] else np.array(0, np.int64)
+    if k is None or k.size != 1:
+        return
+    for step in (1, -1):
+        want = np.asarray(int(k.reshape(())) + step, np.int64)
+
+        def edit(model, weights, want=want):
+            name = edits.add_initializer(model, f"{proto.name}_k", want)
+            node = edits.node(model, proto.name)
+            if len(node.input) > 1:
+                node.input[1] = name
+            else:
+                node.input.append(name)
+            return model, weights
+        yield Alternative(proto.name, "constant input 'k'", int(k.reshape(())), int(want), "the PyTorch output", edit)
 
 
 def _axis(ctx, proto, shape_of) -> Iterator[Alternative]:

@@ -1,0 +1,132 @@
+"""Faults the ninth sweep planted (scripts/sweep_faults_nine.py), each named at its node with the attribute that
+reproduces PyTorch: a cumulative sum made exclusive or reversed (position ids), a causal mask's diagonal one off,
+PixelShuffle's DepthToSpace in the other layout, a bicubic Resize with another kernel coefficient."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+import torch
+from onnx import helper, numpy_helper
+
+import onnx_bisect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+from planting import found as _found  # noqa: E402
+
+
+def _set(proto: onnx.ModelProto, op_type: str, **attrs) -> str:
+    node = next(n for n in proto.graph.node if n.op_type == op_type)
+    for name, value in attrs.items():
+        for a in list(node.attribute):
+            if a.name == name:
+                node.attribute.remove(a)
+        node.attribute.append(helper.make_attribute(name, value))
+    return node.name
+
+
+def _bisect(model, inputs, proto):
+    with dc.quiet():
+        return onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
+
+
+class _Positions(torch.nn.Module):
+    """Position ids counted over the non-padding tokens (RoBERTa's cumsum), embedded with the tokens."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(61)
+        self.tokens, self.positions = torch.nn.Embedding(32, 8), torch.nn.Embedding(20, 8)
+        self.head = torch.nn.Linear(8, 4)
+
+    def forward(self, ids):
+        mask = ids.ne(1).int()
+        pos = torch.cumsum(mask, dim=1) * mask + 1
+        return self.head(self.tokens(ids) + self.positions(pos))
+
+
+@pytest.mark.parametrize("flag", ["exclusive", "reverse"])
+def test_a_cumulative_sum_made_exclusive_or_reversed_is_named(flag):
+    model = _Positions().eval()
+    inputs = (torch.tensor([[5, 7, 9, 3, 1, 1]]),)
+    proto = dc.export(model, inputs, "torchscript")
+    name = _set(proto, "CumSum", **{flag: 1})
+    evidence = _found(_bisect(model, inputs, proto), name)
+    assert evidence["attributes"][0]["attribute"] == flag, evidence
+
+
+class _Causal(torch.nn.Module):
+    """Scores masked to the lower triangle, the mask made at run time from the sequence length."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(62)
+        self.qk, self.out = torch.nn.Linear(8, 16), torch.nn.Linear(8, 4)
+
+    def forward(self, x):  # (1, 5, 8)
+        q, k = self.qk(x).split(8, dim=-1)
+        n = x.shape[1]
+        mask = torch.tril(torch.ones(n, n))
+        scores = (q @ k.transpose(1, 2)).masked_fill(mask == 0, -1e4)
+        return self.out(torch.softmax(scores, dim=-1) @ x)
+
+
+def test_a_causal_mask_one_diagonal_off_is_named():
+    model = _Causal().eval()
+    inputs = (torch.randn(1, 5, 8, generator=torch.Generator().manual_seed(63)),)
+    proto = dc.export(model, inputs, "torchscript")
+    trilu = next((n for n in proto.graph.node if n.op_type == "Trilu"), None)
+    if trilu is None:
+        pytest.skip("the exporter folded the mask into a constant")
+    k = numpy_helper.from_array(np.array(1, np.int64), "k_planted")
+    proto.graph.initializer.append(k)
+    del trilu.input[1:]
+    trilu.input.append("k_planted")
+    fd = _bisect(model, inputs, proto)
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert trilu.name in fd.layer.segment and len(fd.layer.segment) <= 4, fd.layer.segment
+
+
+class _Shuffle(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(64)
+        self.conv, self.shuffle, self.out = torch.nn.Conv2d(3, 12, 3, padding=1), torch.nn.PixelShuffle(2), \
+            torch.nn.Conv2d(3, 2, 3, padding=1)
+
+    def forward(self, x):
+        return self.out(self.shuffle(self.conv(x)))
+
+
+def test_pixel_shuffle_in_the_other_depth_to_space_layout_is_named():
+    model = _Shuffle().eval()
+    inputs = (torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(65)),)
+    proto = dc.export(model, inputs, "torchscript")
+    node = next(n for n in proto.graph.node if n.op_type == "DepthToSpace")
+    mode = next((a.s.decode() for a in node.attribute if a.name == "mode"), "DCR")
+    name = _set(proto, "DepthToSpace", mode="DCR" if mode == "CRD" else "CRD")
+    evidence = _found(_bisect(model, inputs, proto), name)
+    assert evidence["attributes"][0]["expected"] == mode, evidence
+
+
+class _Bicubic(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(66)
+        self.conv, self.out = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 2, 3, padding=1)
+
+    def forward(self, x):
+        return self.out(torch.nn.functional.interpolate(self.conv(x), scale_factor=2, mode="bicubic"))
+
+
+def test_a_bicubic_resize_with_another_kernel_coefficient_is_a_resize_mode():
+    model = _Bicubic().eval()
+    inputs = (torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(67)),)
+    proto = dc.export(model, inputs, "torchscript")
+    name = _set(proto, "Resize", cubic_coeff_a=-0.5)
+    evidence = _found(_bisect(model, inputs, proto), name, cause="resize-mode")
+    assert evidence["onnx_config"]["cubic_coeff_a"] == -0.5 and evidence["matching_config"]["cubic_coeff_a"] == -0.75
