@@ -261,3 +261,29 @@ def test_a_block_whose_residual_add_the_runtime_fused_is_not_blamed_downstream_o
     assert fd is not None and fd.layer.pair.activation.module == "model.h.1.ln_1", fd.layer.pair
     assert ln in fd.layer.segment and len(fd.layer.segment) <= 5, fd.layer.segment
     assert fd.cause == "precision" and fd.confirmed is True, fd.explanation
+
+
+def test_two_layers_weights_exchanged_before_a_skip_layer_norm_are_named(tmp_path):
+    """ESM (transformers, random weights) through ONNX Runtime's transformer optimizer: each layer's output dense
+    has its bias and the residual summed inside a SkipLayerNormalization. The two layers' output weights exchanged
+    (a loader matching parameters by shape): downstream of the first, the fused sum still holds the block's value
+    computed from its child's PyTorch value, so the block stays fused, and the weight is named by the module whose
+    node reads it."""
+    import sweep_models
+
+    model, inputs = sweep_models.build("esm")
+    fused = _transformer_fused(tmp_path, dc.export(model, inputs, "torchscript"))
+    products = [n for n in fused.graph.node if n.op_type == "MatMul" and n.name.endswith("/output/dense/MatMul")
+                and "attention" not in n.name]
+    assert len(products) == 2, [n.name for n in products]
+    arrays = {i.name: onnx.numpy_helper.to_array(i) for i in fused.graph.initializer}
+    a, b = products[0].input[1], products[1].input[1]
+    for init in fused.graph.initializer:
+        if init.name in (a, b):
+            init.CopyFrom(onnx.numpy_helper.from_array(arrays[b if init.name == a else a], init.name))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=fused)
+    fd = report.first_divergence
+    assert fd is not None and products[0].name in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert "layer.1.output.dense.weight" in fd.explanation, fd.explanation

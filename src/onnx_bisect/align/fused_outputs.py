@@ -27,7 +27,7 @@ from ..records import MatchMethod, ModuleKind, TensorPair
 from ..records.graph import NodeInfo
 from .fusion import SCREEN_MAX_REL
 from .similarity import PLAIN_FACTOR, STRUCTURE_MAX_REL, distance, fit_scale, kind
-from .scopes import SUMMING, bias_added_by
+from .scopes import BIAS_INPUT, SUMMING, bias_added_by
 from .state import AlignInputs, AlignmentState, Claim, shared_pair
 
 #: ONNX Runtime's fused nodes that apply an ``activation`` attribute after their op, and the modules they host
@@ -48,7 +48,7 @@ def release_fused_outputs(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         ref = np.asarray(ref, np.float64).reshape(v.shape)
         if distance(v, ref) <= STRUCTURE_MAX_REL:
             continue  # it holds the module's value: nothing fused there
-        host = _activation_host(p.activation, p.tensor, v, ref, x) or _summing_host(p.tensor, ref, x) \
+        host = _activation_host(p.activation, p.tensor, v, ref, x) or _summing_host(p, ref, x, draft) \
             or _biased_host(p.activation, p.tensor, v, ref, x) or _scaled_host(p.tensor, v, ref, x, draft)
         if host is not None:
             node, note = host
@@ -88,27 +88,42 @@ def _activation_host(a, tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInp
 SUM_NEARER = 0.01
 
 
-def _summing_host(tensor: str, ref: np.ndarray, x: AlignInputs):
-    """``(node, note)`` when a consumer adds ``tensor`` to another input and the sum is the module's value."""
+def _summing_host(p: TensorPair, ref: np.ndarray, x: AlignInputs, draft):
+    """``(node, note)`` when a consumer adds ``p``'s tensor to another input and the sum is the module's value —
+    with the tensor's own value, or (downstream of a fault, where it is off) with the PyTorch value of the child
+    module paired to the same tensor (ESM's output dense, whose bias and residual the runtime sums afterwards)."""
+    tensor, v = p.tensor, x.values[p.tensor]
     for c in x.graph.consumers.get(tensor, ()):
         node: NodeInfo = x.graph.nodes[c]
         if node.op_type not in SUMMING or tensor not in node.inputs[:2]:
             continue
-        names = [node.inputs[0], node.inputs[1]] + ([node.inputs[4]] if len(node.inputs) > 4 and node.inputs[4] else [])
-        parts = [x.values.get(n) for n in names]
-        if any(p is None or kind(p) != "f" for p in parts):
+        names = [node.inputs[0], node.inputs[1]]
+        bias = node.inputs[BIAS_INPUT[node.op_type]] if len(node.inputs) > BIAS_INPUT[node.op_type] else ""
+        parts = [x.values.get(n) for n in names + ([bias] if bias else [])]
+        if any(q is None or kind(q) != "f" for q in parts):
             continue
-        try:
-            total = sum(np.asarray(p, np.float64) for p in parts)
-        except ValueError:  # shapes that do not broadcast
-            continue
-        # the sum holds the module's value within float noise — or, downstream of an error (which both carry), far
-        # nearer than the tensor does (a tensor before the Add is off by the whole other operand)
-        if total.size == ref.size and distance(total.reshape(ref.shape), ref) <= max(
-                STRUCTURE_MAX_REL, SUM_NEARER * distance(x.values[tensor].reshape(ref.shape), ref)):
-            return node, (f"no ONNX tensor of its own: its last Add is summed inside {node.name} ({node.op_type}), "
-                          "fused by the runtime")
+        others = [q for n, q in zip(names, parts) if n != tensor]
+        # the child computing the tensor, fused into this node by its bias: its PyTorch value has the bias in it
+        children = [q.activation.value for q in draft.values() if q.activation.index != p.activation.index
+                    and (q.tensor == tensor or q.method is MatchMethod.FUSED and q.node == node.name)
+                    and np.size(q.activation.value) == v.size]
+        tried = [(v, others + parts[2:])] + [(w, others) for w in children]
+        for own, rest in tried:
+            if _sums_to(np.asarray(own).reshape(v.shape), rest, ref, v):
+                return node, (f"no ONNX tensor of its own: its last Add is summed inside {node.name} "
+                              f"({node.op_type}), fused by the runtime")
     return None
+
+
+def _sums_to(own: np.ndarray, others, ref: np.ndarray, v: np.ndarray) -> bool:
+    """Whether ``own`` plus ``others`` holds ``ref`` within float noise — or, downstream of an error (which both
+    carry), far nearer than the tensor ``v`` does (a tensor before the Add lacks a whole operand)."""
+    try:
+        total = sum((np.asarray(q, np.float64) for q in others), np.asarray(own, np.float64))
+    except ValueError:  # shapes that do not broadcast
+        return False
+    return total.size == ref.size and distance(total.reshape(ref.shape), ref) <= max(
+        STRUCTURE_MAX_REL, SUM_NEARER * distance(v.reshape(ref.shape), ref))
 
 
 def _biased_host(a, tensor: str, v: np.ndarray, ref: np.ndarray, x: AlignInputs):

@@ -642,6 +642,14 @@ def _bias_after(ctx: DiagnosisContext) -> Finding | None:
                    changes=nodes, counterfactual=lambda c: _with_bias_at(c, add.name, const_input, bias))
 
 
+def _readers_own(ctx: DiagnosisContext, candidates, size: int, initializer: str) -> dict[str, np.ndarray]:
+    """The parameters of ``size`` elements of the modules whose nodes in the segment read ``initializer`` (by
+    their scope): a weight's own module, wherever the segment's output was paired."""
+    modules = {ctx.module_of(n)[0] for n in ctx.segment_nodes if initializer in n.inputs} - {None, ""}
+    return {k: v for k, v in candidates.items() if v.size == size and any(k.startswith(m + ".") and "." not in
+                                                                            k[len(m) + 1:] for m in modules)}
+
+
 def _own_tensors(ctx: DiagnosisContext, candidates, size: int) -> dict[str, np.ndarray]:
     """The divergent module's own tensors of ``size`` elements: its parameters and folds, and its sibling Linear
     layers' weights concatenated with its own (a merged q/k/v projection) — not its neighbours' (a key's weight
@@ -673,7 +681,7 @@ def _exchanged(ctx: DiagnosisContext, candidates) -> Finding | None:
         value = ctx.initializer(name)
         if value is None or value.dtype.kind != "f" or value.size < 4:
             continue
-        own = _own_tensors(ctx, candidates, value.size)
+        own = _readers_own(ctx, candidates, value.size, name) or _own_tensors(ctx, candidates, value.size)
         if not own or any((r := layout.relate(value, v)) is not None and r.equal for v in own.values()):
             continue
         elsewhere = _best(value, name, {**_everything(ctx, value.size), **_concatenated(ctx, value.size)})
