@@ -410,3 +410,43 @@ def test_a_dropped_sin_is_restored():
         fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
     assert fd is not None and sin.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True and "Sin" in fd.explanation, fd.explanation
+
+
+class _TwoResiduals(torch.nn.Module):
+    """Two residual Adds before a LayerNorm, neither a module's output: the norm's segment computes both."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(55)
+        self.attn, self.fc = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.norm, self.head = torch.nn.LayerNorm(8), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        h = x + self.attn(x)
+        return self.head(self.norm(h + torch.relu(self.fc(h))))
+
+
+def test_an_identity_handing_on_a_sum_computed_in_its_segment_is_named_unconfirmed():
+    """The second Add left as an Identity of the first's sum, its branch pruned: the sum is computed inside the
+    norm's three-node segment (no cut holds it), and it holds the value of the add PyTorch ran — the file lacks a
+    computation there (named, unconfirmed)."""
+    model = _TwoResiduals().eval()
+    inputs = (torch.randn(2, 8, generator=torch.Generator().manual_seed(56)),)
+    faulty = dc.export(model, inputs, "torchscript")
+    norm_input = next(n for n in faulty.graph.node if n.op_type == "LayerNormalization").input[0]
+    add = next(n for n in faulty.graph.node if n.op_type == "Add" and norm_input in n.output)
+    first = next(n for n in faulty.graph.node if n.op_type == "Add" and n.output[0] in add.input)
+    add.op_type = "Identity"
+    del add.input[:]
+    add.input.append(first.output[0])
+    while True:  # the branch's nodes, now read by nothing, go with it
+        read = {t for n in faulty.graph.node for t in n.input} | {o.name for o in faulty.graph.output}
+        dead = [n for n in faulty.graph.node if not read & set(n.output)]
+        if not dead:
+            break
+        for n in dead:
+            faulty.graph.node.remove(n)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
+    assert fd is not None and add.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and not fd.confirmed and "Identity" in fd.explanation, fd.explanation

@@ -131,13 +131,14 @@ def _wider(ctx: DiagnosisContext, first: Divergence, wide: DiagnosisContext, ref
 
 def _with_ops(ctx: DiagnosisContext, first: Divergence, capture):
     """A segment too small to narrow that no cause explains, diagnosed again with PyTorch's ops around it (the
-    bounds of a functional hardtanh no module holds); that diagnosis stands when its fix is confirmed."""
+    bounds of a functional hardtanh no module holds; the op whose value an Identity hands on); that diagnosis
+    stands when it names a cause (``first`` names none)."""
     ops = capture()
     if not ops:
         return ctx, first
     again = dataclasses.replace(ctx, ops=ops)
     found = diagnose(again)
-    return (again, found) if found.cause is not Cause.UNKNOWN and found.confirmed is True else (ctx, first)
+    return (again, found) if found.cause is not Cause.UNKNOWN else (ctx, first)
 
 
 #: a confirmed fix naming at most this many nodes (a precision fix: the nodes to keep in float32) pins the segment

@@ -105,15 +105,31 @@ def _computes_nothing(ctx: DiagnosisContext) -> Finding | None:
 
 
 def _agrees(ctx: DiagnosisContext, tensor: str) -> bool:
-    """Whether ``tensor`` is a cut tensor (a PyTorch value), or laid out from one by layout ops alone."""
+    """Whether ``tensor`` is a cut tensor (a PyTorch value), or laid out from one by layout ops alone — or, computed
+    inside the segment from the exact values at its inputs, holds the value of an op PyTorch ran there (a residual
+    sum before the Add that lost its branch)."""
     for _ in range(4):
         if tensor in ctx.cut.references:
             return True
         node = ctx.onnx.graph.node_of(tensor)
         if node is None or node.op_type not in LAYOUT_OPS and node.op_type != "Identity":
-            return False  # a layout of a tensor PyTorch agrees with agrees too
+            return _holds_an_op(ctx, tensor)  # a layout of a tensor PyTorch agrees with agrees too
         tensor = node.inputs[0]
     return False
+
+
+def _holds_an_op(ctx: DiagnosisContext, tensor: str) -> bool:
+    """Whether ``tensor``, computed in the segment from the exact values at its inputs, holds within the tolerance
+    the value of one of PyTorch's ops or modules around the divergence (of the same shape)."""
+    try:
+        value = ctx.run_segment(outputs=[tensor]).get(tensor)
+    except Exception:  # noqa: BLE001 - a tensor the segment cannot compute agrees with nothing
+        return False
+    if value is None or value.dtype.kind != "f" or not value.size:
+        return False
+    known = list(ctx.ops) + [a for a in ctx.baseline.capture.activations if not a.op]
+    return any(np.shape(a.value) == value.shape and ctx.compare(value, np.asarray(a.value)).ok for a in known
+               if a.value is not None and np.asarray(a.value).dtype.kind == "f")
 
 
 def _expected(ctx: DiagnosisContext, proto):
