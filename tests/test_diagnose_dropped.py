@@ -61,6 +61,17 @@ def _renamed(exported, tmp_path):
     return model, inputs, onnx.load(tmp_path / "renamed.onnx")
 
 
+def _prune_dead(proto) -> None:
+    """Remove (in place) the nodes whose outputs nothing reads, until none is left."""
+    while True:
+        read = {t for n in proto.graph.node for t in n.input} | {o.name for o in proto.graph.output}
+        dead = [n for n in proto.graph.node if not read & set(n.output)]
+        if not dead:
+            return
+        for n in dead:
+            proto.graph.node.remove(n)
+
+
 def _identity(proto, node):
     node.op_type = "Identity"
     del node.input[1:]
@@ -199,13 +210,7 @@ def test_an_identity_with_nothing_to_restore_is_named_unconfirmed(exported):
     add.op_type = "Identity"
     del add.input[:]
     add.input.append(skip)
-    while True:  # the branch's nodes, now read by nothing, go with it
-        read = {t for n in faulty.graph.node for t in n.input} | {o.name for o in faulty.graph.output}
-        dead = [n for n in faulty.graph.node if not read & set(n.output)]
-        if not dead:
-            break
-        for n in dead:
-            faulty.graph.node.remove(n)
+    _prune_dead(faulty)  # the branch's nodes, now read by nothing, go with it
     with dc.quiet():
         fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
     assert fd is not None and add.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd
@@ -439,13 +444,7 @@ def test_an_identity_handing_on_a_sum_computed_in_its_segment_is_named_unconfirm
     add.op_type = "Identity"
     del add.input[:]
     add.input.append(first.output[0])
-    while True:  # the branch's nodes, now read by nothing, go with it
-        read = {t for n in faulty.graph.node for t in n.input} | {o.name for o in faulty.graph.output}
-        dead = [n for n in faulty.graph.node if not read & set(n.output)]
-        if not dead:
-            break
-        for n in dead:
-            faulty.graph.node.remove(n)
+    _prune_dead(faulty)  # the branch's nodes, now read by nothing, go with it
     with dc.quiet():
         fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
     assert fd is not None and add.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
