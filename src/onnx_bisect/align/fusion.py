@@ -315,9 +315,12 @@ def _scaled_tensor(a: Activation, axis: int, graph: GraphIndex, scopes, values, 
         tried.append(pair.tensor)
     tried += [t for t in scopes.boundary.get(a.module, ()) if t in values]
     nearby = [t for t, v in values.items() if v.size == a.value.size and graph.order_of(t) > lo]
-    # the nodes that can compute the module first (an attention block's many reshapes of its output's size come
-    # before the product that folded the scale after it: ONNX Runtime's FusedMatMul with its alpha)
-    tried += sorted(nearby, key=lambda t: (_hosted_by(a, t, graph) is None, graph.order_of(t)))[:SCALE_CANDIDATES]
+    # the nodes that can compute the module first, then the nearest (an attention block's many reshapes of its
+    # output's size come before the product that folded the scale after it: ONNX Runtime's FusedMatMul's alpha;
+    # a scale folded into a bias as well leaves it on the Add after the product)
+    nearby.sort(key=graph.order_of)
+    hosted = [t for t in nearby if _hosted_by(a, t, graph) is not None]
+    tried += hosted[:SCALE_CANDIDATES] + nearby[:SCALE_CANDIDATES]
     for t in dict.fromkeys(tried):
         v = values.get(t)
         if v is None or v.size != a.value.size:

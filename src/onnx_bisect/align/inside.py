@@ -186,8 +186,8 @@ def _alias(tensor: str, matched: dict[str, Match], graph: GraphIndex) -> bool:
 
 
 def _handed_on(tensor: str, aliases: set[str], matched: dict[str, Match], graph: GraphIndex) -> bool:
-    """Whether ``tensor`` holds the same PyTorch value as an alias it is computed from through layout and Concat
-    nodes only (an Identity's output reshaped and concatenated with nothing, a key cache left empty): one more
+    """Whether ``tensor`` holds the same PyTorch value as an alias it is computed from through nodes that only hand
+    a value on (:data:`HANDING_ON`) (an Identity's output reshaped and concatenated with nothing, a key cache left empty): one more
     name for that value."""
     node, seen = graph.node_of(tensor), 0
     while node is not None and seen < 6 and node.op_type in HANDING_ON:
@@ -195,14 +195,14 @@ def _handed_on(tensor: str, aliases: set[str], matched: dict[str, Match], graph:
         if source is None:
             return False
         if source in aliases:
-            return bool({a.index for a in matched[tensor].equal or (matched[tensor].op,)}
-                        & {a.index for a in matched[source].equal or (matched[source].op,)})
+            return {a.index for a in matched[tensor].equal or (matched[tensor].op,)} \
+                <= {a.index for a in matched[source].equal or (matched[source].op,)}
         node, seen = graph.node_of(source), seen + 1
     return False
 
 
-#: nodes that hand a value on in another layout or with nothing appended
-HANDING_ON = LAYOUT_OPS | {"Concat"}
+#: nodes that hand a value on unchanged: in another layout, broadcast, or concatenated with nothing
+HANDING_ON = frozenset({"Identity", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Expand", "Concat"})
 
 
 def _did_nothing(tensor: str, inputs: set[str], good: dict[str, Match], graph: GraphIndex,
@@ -323,6 +323,7 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
     direct = {a.index: read_values(a, ops) for a in ops}
     elements: dict[int, np.ndarray] = {}  # op index -> its sorted elements, sorted once
     out: list[Candidate] = []
+    proposed: dict[str, Activation] = {}  # product node -> the op the data flow proposed for it
     for t in bad:
         v = values[t]
         node = graph.node_of(t)
@@ -344,7 +345,7 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
             scored.append((-len(read & direct[a.index]), -len(read & lineage[a.index]),
                            not _same_elements(mine, elements, a), near, perm, a))
         scored.sort(key=lambda c: c[:4])
-        product = _product_counterpart(v, node, graph, ops, taken) if not read else None
+        product = _product_counterpart(v, node, graph, ops, taken, proposed) if not read else None
         if product is not None:  # a product computing from a value none of the segment's matches names (its
             # input is the segment's own): PyTorch's first product of that size no tensor holds, whatever its value
             scored = [c for c in scored if c[-1] is not product]
@@ -362,16 +363,24 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
 PRODUCT_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "FusedGemm", "FusedConv"})
 
 
-def _product_counterpart(v: np.ndarray, node, graph: GraphIndex, ops, taken: set[int]) -> Activation | None:
+def _product_counterpart(v: np.ndarray, node, graph: GraphIndex, ops, taken: set[int],
+                         proposed: dict[str, Activation]) -> Activation | None:
     """For a product node with a constant weight (or the bias Add after it) whose inputs no match names, PyTorch's
-    first op of its output's size that read a parameter and no tensor holds: a weight holding other numbers
-    (another layer's) leaves a value near nothing, so nearness cannot find its counterpart — the data flow can."""
+    first op of its output's size that read a parameter, no tensor holds and no other product was given (one op
+    per product node, in order): a weight holding other numbers (another layer's) leaves a value near nothing, so
+    nearness cannot find its counterpart — the data flow can.  ``proposed`` is filled as products are given."""
     if node is not None and node.op_type == "Add" and any(graph.is_constant(i) for i in node.inputs):
         node = next((graph.node_of(i) for i in node.inputs if not graph.is_constant(i)), None)  # a bias added after
     if node is None or node.op_type not in PRODUCT_OPS or not any(graph.is_constant(i) for i in node.inputs[1:2]):
         return None
-    return next((a for a in ops if a.params and id(a) not in taken and a.value.size == v.size
-                 and kind(a.value) == "f"), None)
+    if node.name in proposed:
+        return proposed[node.name] if proposed[node.name].value.size == v.size else None
+    given = {id(a) for a in proposed.values()}
+    found = next((a for a in ops if a.params and id(a) not in taken and id(a) not in given and a.value.size == v.size
+                  and kind(a.value) == "f"), None)
+    if found is not None:
+        proposed[node.name] = found
+    return found
 
 
 def _sorted_elements(v: np.ndarray) -> np.ndarray:

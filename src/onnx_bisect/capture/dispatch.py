@@ -146,7 +146,7 @@ class _Recorder(TorchDispatchMode):
             return ()
         found = []
         for t in tree_flatten((args, kwargs))[0]:
-            if isinstance(t, torch.Tensor):
+            if isinstance(t, torch.Tensor) and t.numel():  # (every empty tensor's storage is at address 0)
                 try:
                     name = self.params.get(t.untyped_storage().data_ptr())
                 except (RuntimeError, NotImplementedError):  # a tensor without storage (a fake or sparse one)

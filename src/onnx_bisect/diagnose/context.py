@@ -225,7 +225,8 @@ class DiagnosisContext:
                 continue
             seen.add(i)
             found += by_index[i].params
-            frontier += by_index[i].inputs
+            if not by_index[i].params:  # a product's inputs are another layer's: the walk stops at it
+                frontier += by_index[i].inputs
         return tuple(dict.fromkeys(found))
 
     def modules_near(self) -> list[tuple[str, Any]]:

@@ -132,7 +132,8 @@ def _wider(ctx: DiagnosisContext, first: Divergence, wide: DiagnosisContext, ref
 def _with_ops(ctx: DiagnosisContext, first: Divergence, capture):
     """A segment too small to narrow that no cause explains, diagnosed again with PyTorch's ops around it (the
     bounds of a functional hardtanh no module holds; the op whose value an Identity hands on); that diagnosis
-    stands when it names a cause (``first`` names none)."""
+    stands when it names a cause (``first`` names none: an unconfirmed cause says more than none, where
+    :func:`_wider` replaces a named one and asks for a confirmed fix)."""
     ops = capture()
     if not ops:
         return ctx, first

@@ -15,7 +15,10 @@ step, for any file and any exporter:
    removes the error at the segment's output is where the error enters — the
    refined segment is what computes it from the right tensors.
 
-A refinement that cannot be confirmed this way is not reported; the
+Where no one value clears the output (two faults in the segment), the first
+wrong tensor after which PyTorch's values come back — fed its counterpart, the
+segment's next tensors hold ops computed from it — is where an error enters.
+A refinement that cannot be confirmed either way is not reported; the
 module-level segment stands.
 """
 from __future__ import annotations
@@ -159,7 +162,9 @@ def _entering(seg: _Segment, candidates: list[inside.Candidate], ops, values, ma
             now = seg.values(after, {c.tensor: fed})
         except Exception:  # noqa: BLE001 - a value ONNX Runtime will not take there is not the counterpart
             continue
-        back = inside.match_values(ops, now, after)
+        # PyTorch's values computed from the fed one (a tensor merely handing the fed value on proves nothing)
+        back = {t: m for t, m in inside.match_values(ops, now, after).items()
+                if m.op.index != c.op.index and c.op.index in inside.ancestors(m.op, ops)}
         if any(m.strong for m in back.values()) and len(back) * 2 >= len(after):
             return c, fed
     return None

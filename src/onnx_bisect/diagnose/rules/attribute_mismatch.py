@@ -14,6 +14,7 @@ from ..support.alternatives import (Alternative, alternatives, attribute_change,
 from ..support.kind_alternatives import doubled_removals, kind_alternatives
 from ..support.op_alternatives import boundary_swaps
 from ...records import Cause, ModuleKind, module_kind
+from ...records.nest import informative
 from ...records.graph import LAYOUT_OPS
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
@@ -127,7 +128,10 @@ def _holds_an_op(ctx: DiagnosisContext, tensor: str) -> bool:
         return False
     if value is None or value.dtype.kind != "f" or not value.size:
         return False
-    known = list(ctx.ops) + [a for a in ctx.baseline.capture.activations if not a.op]
+    if not informative(value):
+        return False  # one number repeated (a mask of ones, a zero state) agrees with too much to say so
+    near = {name for name, _ in ctx.modules_near()}
+    known = list(ctx.ops) + [a for a in ctx.baseline.capture.activations if not a.op and a.module in near]
     return any(np.shape(a.value) == value.shape and ctx.compare(value, np.asarray(a.value)).ok for a in known
                if a.value is not None and np.asarray(a.value).dtype.kind == "f")
 

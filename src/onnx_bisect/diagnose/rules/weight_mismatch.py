@@ -651,14 +651,16 @@ def _readers_own(ctx: DiagnosisContext, candidates, size: int, initializer: str)
 
 
 def _own_tensors(ctx: DiagnosisContext, candidates, size: int) -> dict[str, np.ndarray]:
-    """The divergent module's own tensors of ``size`` elements: its parameters and folds, and its sibling Linear
+    """The divergent module's own tensors of ``size`` elements: for an op, the parameters PyTorch's ops in the
+    segment read (:attr:`DiagnosisContext.op_params`); else its parameters and folds, and its sibling Linear
     layers' weights concatenated with its own (a merged q/k/v projection) — not its neighbours' (a key's weight
     and a value's, exchanged, are both near)."""
     read = ctx.op_params
-    if read:  # an op's own: the parameters PyTorch's ops in the segment read (a functional attention's
-        return {k: v for k, v in candidates.items()  # projections, another module's weight)
-                if v.size == size and (k in read or k.startswith("fold(") and any(
-                    f"{p}," in k or f"{p})" in k for p in read))}
+    by_op = {k: v for k, v in candidates.items()  # an op's own: the parameters PyTorch's ops in the segment read
+             if v.size == size and (k in read or k.startswith("fold(") and any(  # (a functional attention's
+                 f"{p}," in k or f"{p})" in k for p in read))}  # projections, another module's weight)
+    if by_op:
+        return by_op
     module = ctx.layer.pair.activation.module
     if not module:
         return {}

@@ -36,6 +36,7 @@ SHIFTS = (1, -1, 2, -2)
 #: and ONNX's RMSNormalization included)
 AXIS_NORMS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization"})
 
+
 def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
     """The alternatives of one node of these families; ``make(node, what, have, want, source, edit)`` builds
     an :class:`~.alternatives.Alternative` (passed in to keep the two modules acyclic)."""
