@@ -128,3 +128,25 @@ def test_a_bicubic_resize_with_another_kernel_coefficient_is_a_resize_mode():
     name = _set(proto, "Resize", cubic_coeff_a=-0.5)
     evidence = _found(_bisect(model, inputs, proto), name, cause="resize-mode")
     assert evidence["onnx_config"]["cubic_coeff_a"] == -0.5 and evidence["matching_config"]["cubic_coeff_a"] == -0.75
+
+
+class _HardSwishHead(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(68)
+        self.fc, self.act, self.out = torch.nn.Linear(8, 16), torch.nn.Hardswish(), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.out(self.act(self.fc(x) * 4))
+
+
+def test_an_activation_swapped_for_another_family_s_is_restored_as_the_module_s_op():
+    """A HardSwish exported as a HardSigmoid (no family holds both): the activation module next to it says what
+    PyTorch computes, and its op reproduces PyTorch."""
+    model = _HardSwishHead().eval()
+    inputs = (torch.randn(2, 8, generator=torch.Generator().manual_seed(69)),)
+    proto = dc.export(model, inputs, "torchscript")
+    node = next(n for n in proto.graph.node if n.op_type == "HardSwish")
+    node.op_type = "HardSigmoid"
+    evidence = _found(_bisect(model, inputs, proto), node.name)
+    assert evidence["attributes"][0]["expected"] == "HardSwish", evidence

@@ -37,7 +37,7 @@ INVERSES = {"Add": "Sub", "Sub": "Add", "Mul": "Div", "Div": "Mul"}
 ACTIVATIONS = (
     {"Relu": {}, "LeakyRelu": {"alpha": 0.01}, "Elu": {"alpha": 1.0}, "Selu": {}, "Celu": {"alpha": 1.0},
      "Softplus": {}},
-    {"Sigmoid": {}, "HardSigmoid": {"alpha": 1.0 / 6.0, "beta": 0.5}},
+    {"Sigmoid": {}, "HardSigmoid": {"alpha": 1.0 / 6.0, "beta": 0.5}, "HardSwish": {}},
     {"Tanh": {}, "Softsign": {}},
 )
 #: attributes an activation may carry that another member lacks
@@ -351,12 +351,16 @@ def _rnn_attributes(proto, make) -> Iterator:
 # --------------------------------------------------------------------------- activations, norms
 
 def _activations(ctx, proto, make) -> Iterator:
-    """The other members of the activation's family; a rectifier where PyTorch ran a PReLU: the PReLU with the
-    module's slope."""
+    """The op of the activation module next to it (with its configuration), then the other members of the
+    activation's family; a rectifier where PyTorch ran a PReLU: the PReLU with the module's slope."""
     op = proto.op_type
     family = next((f for f in ACTIVATIONS if op in f), None)
     if family is None and op != "PRelu":
         return
+    for other, attrs in _module_ops(ctx, ctx.opset):  # the activation module's own op first (nn.Hardswish's)
+        if other != op and len(proto.input) == 1:
+            yield make(proto.name, "op", op, other if not attrs else f"{other} {attrs}", "the PyTorch module",
+                       _activation(proto.name, other, attrs, drop_inputs=False))
     for other, attrs in (family or {"Relu": {}}).items():
         if other != op:
             yield make(proto.name, "op", op, other, "the PyTorch output",
