@@ -287,3 +287,30 @@ def test_two_layers_weights_exchanged_before_a_skip_layer_norm_are_named(tmp_pat
     assert fd is not None and products[0].name in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
     assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert "layer.1.output.dense.weight" in fd.explanation, fd.explanation
+
+
+class _Gate(torch.nn.Module):
+    """A squeeze-excitation gate: a Conv and a Hardsigmoid, which ONNX Runtime fuses into one FusedConv."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(37)
+        self.conv, self.gate = torch.nn.Conv2d(4, 4, 1), torch.nn.Hardsigmoid()
+        self.out = torch.nn.Conv2d(4, 2, 3, padding=1)
+
+    def forward(self, x):
+        return self.out(x * self.gate(self.conv(x)))
+
+
+def test_a_fused_hardsigmoid_with_other_parameters_is_named(tmp_path):
+    model, x = _Gate().eval(), torch.randn(1, 4, 5, 5, generator=torch.Generator().manual_seed(38)) * 3
+    optimized = _optimized(tmp_path, _export(model, x))
+    node = next(n for n in optimized.graph.node if n.op_type == "FusedConv" and any(
+        a.name == "activation" and a.s == b"HardSigmoid" for a in n.attribute))
+    for a in node.attribute:
+        if a.name == "activation_params":
+            a.floats[:] = [0.2, 0.5]
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=optimized).first_divergence
+    assert fd is not None and node.name in fd.layer.segment and len(fd.layer.segment) <= 2, fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True and "hardsigmoid" in fd.explanation

@@ -94,6 +94,12 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
         yield from _clip_bounds(ctx, proto, shape_of)
     elif op in ("FusedConv", "FusedGemm") and attribute(proto, "activation") == "Clip":
         yield from _fused_clip_bounds(ctx, proto)
+    elif op in ("FusedConv", "FusedGemm") and attribute(proto, "activation") in FUSED_DEFAULTS:
+        have = [float(x) for x in attribute(proto, "activation_params", [])]
+        want = list(FUSED_DEFAULTS[attribute(proto, "activation")])
+        if len(have) == len(want) and not np.allclose(have, want):
+            yield attribute_change(proto.name, "activation_params", have, want, "PyTorch's "
+                                   f"{FUSED_TORCH[attribute(proto, 'activation')]}")
     elif op == "Trilu":
         yield from _trilu(ctx, proto)
     elif op in FLAG_ATTRIBUTES:
@@ -310,6 +316,11 @@ def _formula_constants(a) -> Iterator[tuple[float, str]]:
     for word, constants in FORMULA_CONSTANTS.items():
         if word in name:
             yield from ((c, f"the {word.upper()} formula") for c in constants)
+
+
+#: a fused activation's parameters as PyTorch computes it (``hardsigmoid``: relu6(x + 3) / 6)
+FUSED_DEFAULTS = {"HardSigmoid": (1.0 / 6.0, 0.5)}
+FUSED_TORCH = {"HardSigmoid": "hardsigmoid (alpha 1/6, beta 0.5)"}
 
 
 def _fused_clip_bounds(ctx, proto) -> Iterator[Alternative]:
