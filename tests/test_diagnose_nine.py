@@ -150,3 +150,22 @@ def test_an_activation_swapped_for_another_family_s_is_restored_as_the_module_s_
     node.op_type = "HardSigmoid"
     evidence = _found(_bisect(model, inputs, proto), node.name)
     assert evidence["attributes"][0]["expected"] == "HardSwish", evidence
+
+
+def test_a_node_without_a_name_is_named_and_its_alternative_applied(tmp_path):
+    """ONNX Runtime's optimizer leaves some nodes unnamed: the tool names them ``<op>_<position>`` in its own copy
+    (the user's file untouched), and an alternative finds the node it edits by that name."""
+    model = _HardSwishHead().eval()
+    inputs = (torch.randn(2, 8, generator=torch.Generator().manual_seed(69)),)
+    proto = dc.export(model, inputs, "torchscript")
+    for n in proto.graph.node:
+        n.name = ""
+    i, node = next((i, n) for i, n in enumerate(proto.graph.node) if n.op_type == "HardSwish")
+    node.op_type = "HardSigmoid"
+    path = tmp_path / "unnamed.onnx"
+    onnx.save(proto, path)
+    before = path.read_bytes()
+    fd = _bisect(model, inputs, str(path))
+    assert fd is not None and fd.layer.segment == (f"HardSigmoid_{i}",), fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert path.read_bytes() == before

@@ -46,6 +46,7 @@ def split_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Weights]:
         init.data_location = onnx.TensorProto.EXTERNAL
         del init.external_data[:]
         init.external_data.add(key="location", value=PLACEHOLDER_LOCATION)
+    name_nodes(skeleton)
     return skeleton, Weights(arrays)
 
 
@@ -124,7 +125,23 @@ def split_weights_from_file(path: str) -> tuple[onnx.ModelProto, Weights]:
     arrays.update(load_external(skeleton, Path(path).parent, PLACEHOLDER_LOCATION).arrays)
     weights = Weights(arrays)
     ensure_resolved(skeleton, weights, PLACEHOLDER_LOCATION)
+    name_nodes(skeleton)
     return skeleton, weights
+
+
+def name_nodes(skeleton: onnx.ModelProto) -> None:
+    """Give every unnamed node of the (tool-owned) skeleton a name of its own, ``<op>_<position>``: every stage
+    then finds a node by the name the report shows (an alternative editing an unnamed node of an optimized file
+    found no node to edit)."""
+    taken = {n.name for n in skeleton.graph.node if n.name}
+    for i, node in enumerate(skeleton.graph.node):
+        if node.name:
+            continue
+        name = f"{node.op_type}_{i}"
+        while name in taken:
+            name += "_"
+        node.name = name
+        taken.add(name)
 
 
 def split_given(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Weights]:
