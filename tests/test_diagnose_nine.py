@@ -169,3 +169,35 @@ def test_a_node_without_a_name_is_named_and_its_alternative_applied(tmp_path):
     assert fd is not None and fd.layer.segment == (f"HardSigmoid_{i}",), fd.layer.segment
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     assert path.read_bytes() == before
+
+
+class _Vocoder(torch.nn.Module):
+    """HiFi-GAN's residual units: a functional ``leaky_relu(x, 0.1)`` (no module holds its slope) before each Conv."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(70)
+        self.convs = torch.nn.ModuleList(torch.nn.Conv1d(4, 4, 3, padding=1) for _ in range(2))
+
+    def forward(self, x):
+        for conv in self.convs:
+            x = x + conv(torch.nn.functional.leaky_relu(x, 0.1))
+        return x
+
+
+@pytest.mark.parametrize("fault", ["slope", "kind"])
+def test_a_functional_leaky_relu_is_judged_by_the_slope_pytorch_s_op_ran_with(fault):
+    model = _Vocoder().eval()
+    inputs = (torch.randn(1, 4, 12, generator=torch.Generator().manual_seed(71)),)
+    proto = dc.export(model, inputs, "torchscript")
+    node = [n for n in proto.graph.node if n.op_type == "LeakyRelu"][1]
+    if fault == "slope":
+        for a in node.attribute:
+            if a.name == "alpha":
+                a.f = 0.2
+    else:
+        node.op_type = "Relu"
+        del node.attribute[:]
+    fd = _bisect(model, inputs, proto)
+    assert fd is not None and node.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd and fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True and "0.1" in fd.explanation, fd.explanation

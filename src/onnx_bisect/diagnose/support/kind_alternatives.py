@@ -20,6 +20,7 @@ from onnx import helper
 from ..context import attribute
 from . import edits
 from .alternative_edits import retyped, rewired, with_attributes, with_inputs
+from .value_alternatives import op_numbers
 
 #: families of ops with the same inputs, attributes and output shape, each member tried for the others
 FAMILIES = (
@@ -365,6 +366,10 @@ def _activations(ctx, proto, make) -> Iterator:
         if other != op:
             yield make(proto.name, "op", op, other, "the PyTorch output",
                        _activation(proto.name, other, attrs, drop_inputs=op == "PRelu"))
+            for alpha in (op_numbers(ctx, other) if "alpha" in attrs else []):  # the slope PyTorch's op ran with
+                if not np.isclose(alpha, attrs["alpha"]):
+                    yield make(proto.name, "op", op, f"{other} {{'alpha': {alpha:.6g}}}", "PyTorch's op arguments",
+                               _activation(proto.name, other, {**attrs, "alpha": alpha}, drop_inputs=op == "PRelu"))
     if family is ACTIVATIONS[0]:
         for qualname, slope in _prelu_slopes(ctx, proto):
             yield make(proto.name, "op", op, f"PRelu (slope {qualname}.weight)", f"the PReLU {qualname}",

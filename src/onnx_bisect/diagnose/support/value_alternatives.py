@@ -26,7 +26,7 @@ def activation(ctx, proto, make) -> Iterator:
     """An activation's parameters at PyTorch's defaults, at the numbers PyTorch's op ran with, fitted to
     PyTorch's output where the node computes the divergent tensor; a Sigmoid and a HardSigmoid swapped."""
     op = proto.op_type
-    numbers = _op_numbers(ctx)
+    numbers = op_numbers(ctx, op)
     if op == "Sigmoid":
         for alpha, beta in HARD_SIGMOIDS:
             yield make(proto.name, "op", "Sigmoid", f"HardSigmoid(alpha={alpha:.6g}, beta={beta:.6g})",
@@ -59,13 +59,30 @@ def activation(ctx, proto, make) -> Iterator:
             yield make(proto.name, name, round(have, 6), key, source, with_attributes(proto.name, {name: key}))
 
 
-def _op_numbers(ctx) -> list[float]:
-    """The plain numbers among the divergent op's arguments (a slope, an alpha)."""
+def op_numbers(ctx, op_type: str = "") -> list[float]:
+    """The plain numbers among the divergent op's arguments (a slope, an alpha), then among the arguments of the
+    ops PyTorch ran around the segment that compute ``op_type`` (a functional ``leaky_relu(x, 0.1)`` no module
+    holds: ``aten.leaky_relu`` for LeakyRelu)."""
+    out = _numbers_of(ctx.layer.pair.activation.args)
+    if op_type:
+        for a in ctx.ops:
+            if base_name(a.module_type) == op_type.lower():
+                out += [x for x in _numbers_of(a.args) if x not in out]
+    return out[:4]
+
+
+def _numbers_of(args) -> list[float]:
     out = []
-    for _, arg in ctx.layer.pair.activation.args:
+    for _, arg in args:
         values = arg if isinstance(arg, (list, tuple)) else [arg]
         out += [float(v) for v in values if isinstance(v, float) and v not in (0.0, 1.0)]
-    return out[:4]
+    return out
+
+
+def base_name(module_type: str) -> str:
+    """``leakyrelu`` for ``aten.leaky_relu.default``: an ATen op's name as ONNX spells the op, lower case."""
+    parts = module_type.split(".")
+    return parts[1].replace("_", "") if len(parts) > 1 and parts[0] == "aten" else ""
 
 
 def _fit_slope(ctx, proto) -> float | None:
@@ -104,7 +121,7 @@ def mask_values(ctx, proto, make) -> Iterator:
     """A Where's constant branch, an Add's constant mask (two distinct values, the lower replaced) or a
     ConstantOfShape's fill at the value PyTorch's op filled with (``masked_fill``'s argument), then at the values
     masks are commonly filled with."""
-    fills = [(x, "PyTorch's op arguments") for x in _op_numbers(ctx)] + [(x, "a mask fill value") for x in MASK_FILLS]
+    fills = [(x, "PyTorch's op arguments") for x in op_numbers(ctx)] + [(x, "a mask fill value") for x in MASK_FILLS]
     if proto.op_type == "ConstantOfShape":
         value = attribute(proto, "value")
         if value is None:
@@ -168,7 +185,7 @@ def norm_axis(proto, shape_of, make) -> Iterator:
 
 def gemm_scalars(ctx, proto, make) -> Iterator:
     """A Gemm's alpha and beta at 1 (a Linear's, ``addmm``'s defaults) or at the numbers PyTorch's op ran with."""
-    numbers = _op_numbers(ctx)
+    numbers = op_numbers(ctx)
     for name in ("alpha", "beta"):
         have = float(attribute(proto, name, 1.0))
         for want, source in _distinct([(1.0, "PyTorch's Linear")] + [(x, "PyTorch's op arguments") for x in numbers],
