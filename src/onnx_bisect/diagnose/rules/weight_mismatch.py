@@ -606,7 +606,6 @@ def _bias_after(ctx: DiagnosisContext) -> Finding | None:
     """A Linear's or Conv's value paired with its product because the bias added after it does nothing (zeroed)
     or too little: the product plus the module's own bias reproduces PyTorch, while the Add after it adds
     another vector.  The stale bias is the Add's constant; the finding names the Add (just past the segment)."""
-    activation = ctx.layer.pair.activation
     bias = _captured_bias(ctx)
     if bias is None or ctx.layer.local is None or ctx.layer.local.ok:
         return None
