@@ -13,10 +13,10 @@ from typing import Mapping
 import numpy as np
 
 from ..records import Activation
-from ..records.graph import GraphIndex
+from ..records.graph import PRODUCT_OPS, GraphIndex
 
 #: nodes computing with a weight initializer (read directly or through a Transpose / Cast / DequantizeLinear)
-WEIGHTED = frozenset({"MatMul", "Gemm", "Conv", "FusedConv", "FusedGemm", "FusedMatMul", "ConvTranspose"})
+WEIGHTED = PRODUCT_OPS
 CARRIERS = frozenset({"Transpose", "Cast", "DequantizeLinear", "Identity"})
 #: float16 rounding of a weight moves its sums by about this much (relative); a float32 copy by far less
 SIGNATURE_RTOL = 2e-3

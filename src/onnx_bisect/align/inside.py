@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..records import Activation
-from ..records.graph import GraphIndex
+from ..records.graph import PRODUCT_OPS, GraphIndex
 from ..records.nest import informative
 from .similarity import float_noise, kind, laid_out, nearness, perms
 
@@ -357,10 +357,6 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
                 out.append(Candidate(t, a, _nearness(v.reshape(a.value.shape), a.value), None))
             out.append(Candidate(t, a, near, perm))
     return out
-
-
-#: ONNX nodes computing a product with a constant weight
-PRODUCT_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "FusedGemm", "FusedConv"})
 
 
 def _product_counterpart(v: np.ndarray, node, graph: GraphIndex, ops, taken: set[int],

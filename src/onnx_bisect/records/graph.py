@@ -33,6 +33,8 @@ class NodeInfo:
 
 #: nodes computing with constant weights a simplifier can fold a constant factor into
 WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
+#: nodes computing a product of their input with a weight (ONNX Runtime's fused forms included)
+PRODUCT_OPS = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "FusedGemm", "FusedConv"})
 #: ops that only lay one tensor out (same numbers, another shape or order)
 LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"})
 #: ops that hand a tensor on unchanged in meaning (a quantizer's pair, a cast, an identity)

@@ -11,7 +11,7 @@ from ..support.param_layouts import gates_exchanged, is_rnn_parameter, model_rnn
 from ..support import edits, layout
 from ..support.alternative_edits import with_inputs
 from ...records import Cause, Layout
-from ...records.graph import LAYOUT_OPS
+from ...records.graph import LAYOUT_OPS, PRODUCT_OPS
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 from . import attribute_mismatch, quantization
 
@@ -382,7 +382,7 @@ def _restore(ctx: DiagnosisContext, differing) -> FixedSegment:
 
 
 #: ops whose weight (second input) may have been written with its first two axes swapped
-SWAPPABLE = frozenset({"MatMul", "Gemm", "Conv", "ConvTranspose", "FusedConv", "FusedGemm", "FusedMatMul"})
+SWAPPABLE = PRODUCT_OPS
 #: a weight this close to its own transpose (relative L2) is symmetric: swapping it changes nothing to speak of
 SYMMETRIC = 0.05
 #: weights tried per diagnosis in each other layout (swapped, flipped, reversed)

@@ -20,7 +20,7 @@ from onnx import helper
 from ..context import attribute
 from . import edits
 from .alternative_edits import retyped, rewired, with_attributes, with_inputs
-from .value_alternatives import op_numbers
+from .value_alternatives import base_name, op_numbers
 
 #: families of ops with the same inputs, attributes and output shape, each member tried for the others
 FAMILIES = (
@@ -271,17 +271,16 @@ def _restored(ctx, proto, make) -> Iterator:
                    _as_add(proto.name, other))
 
 
-#: PyTorch's one-input ATen ops and the ONNX op computing each (default attributes)
-ATEN_UNARY = {"aten.sin": "Sin", "aten.cos": "Cos", "aten.exp": "Exp", "aten.log": "Log", "aten.sqrt": "Sqrt",
-              "aten.tanh": "Tanh", "aten.sigmoid": "Sigmoid", "aten.relu": "Relu", "aten.abs": "Abs",
-              "aten.neg": "Neg", "aten.reciprocal": "Reciprocal", "aten.erf": "Erf", "aten.floor": "Floor",
-              "aten.ceil": "Ceil", "aten.round": "Round", "aten.sign": "Sign", "aten.softplus": "Softplus"}
+#: one-input ONNX ops (default attributes) an ATen op of the same name computes (``aten.sin`` → Sin)
+UNARY_OPS = ("Sin", "Cos", "Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Relu", "Abs", "Neg", "Reciprocal", "Erf",
+             "Floor", "Ceil", "Round", "Sign", "Softplus")
 
 
 def _ran(ctx) -> list[tuple[str, dict]]:
     """The one-input ops PyTorch ran around the segment (its captured ATen ops), in the order it ran them: an
     Identity most likely stands for one of them (a rotary table's ``sin``)."""
-    names = [ATEN_UNARY.get(".".join(a.module_type.split(".")[:2])) for a in ctx.ops]
+    by_name = {op.lower(): op for op in UNARY_OPS}
+    names = [by_name.get(base_name(a.module_type)) for a in ctx.ops]
     return [(n, {}) for n in dict.fromkeys(n for n in names if n)]
 
 
