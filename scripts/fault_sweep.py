@@ -218,6 +218,60 @@ def rename(src: Path, dst: Path) -> None:
     onnx.save(proto, dst)
 
 
+def shuffle(src: Path, dst: Path) -> None:
+    """The nodes put in another valid topological order (a seeded random pick among the ready nodes at each step:
+    the order a graph-rewriting tool's own sort may leave), then every node and tensor renamed as ``rename`` does:
+    graph order and names both differ from the exporter's."""
+    import random
+
+    proto = onnx.load(src)
+    nodes = list(proto.graph.node)
+    made = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    needs = [{made[x] for x in _node_inputs(n) if x in made} for n in nodes]
+    readers_of: dict[int, list[int]] = {}
+    for i, deps in enumerate(needs):
+        for d in deps:
+            readers_of.setdefault(d, []).append(i)
+    left = [len(d) for d in needs]
+    ready, order, rng = [i for i, d in enumerate(needs) if not d], [], random.Random(0)
+    while ready:
+        i = ready.pop(rng.randrange(len(ready)))
+        order.append(i)
+        for r in readers_of.get(i, ()):
+            left[r] -= 1
+            if not left[r]:
+                ready.append(r)
+    if len(order) != len(nodes):
+        raise RuntimeError("the graph is not a DAG")
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes[i] for i in order)
+    tmp = dst.with_suffix(".order.onnx")
+    onnx.save(proto, tmp)
+    rename(tmp, dst)
+    tmp.unlink()
+
+
+def _node_inputs(node: onnx.NodeProto) -> set[str]:
+    """The node's inputs and those its subgraphs read from the outer scope."""
+    names = {x for x in node.input if x}
+    for a in node.attribute:
+        for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+            for n in sub.node:
+                names |= _node_inputs(n)
+    return names
+
+
+def gs_sanitize(src: Path, dst: Path) -> None:
+    """What ``polygraphy surgeon sanitize --fold-constants`` does with onnx-graphsurgeon: constants folded
+    (ONNX Runtime evaluates every constant subgraph, shape computations included), dead nodes removed, the nodes
+    topologically re-sorted."""
+    import onnx_graphsurgeon as gs
+
+    graph = gs.import_onnx(onnx.load(src))
+    graph.fold_constants().cleanup().toposort()
+    onnx.save(gs.export_onnx(graph), dst)
+
+
 def fp16_io(src: Path, dst: Path) -> None:
     """onnxconverter-common float16 with float16 graph inputs and outputs (``keep_io_types=False``)."""
     from onnxconverter_common import float16
@@ -272,6 +326,9 @@ PROVENANCES = {
     "fp16-io": Provenance(("dynamo", "torchscript"), lambda arch: fp16_io, low_precision=True),
     # added with the sixth held-out set
     "qdq-matmul": Provenance(("torchscript", "dynamo"), qdq_matmul, low_precision=True),
+    # added with the tenth held-out set
+    "shuffled": Provenance(("dynamo", "torchscript"), lambda arch: shuffle),
+    "gs-sanitize": Provenance(("torchscript", "dynamo"), lambda arch: gs_sanitize),
 }
 
 

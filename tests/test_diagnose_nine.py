@@ -201,3 +201,65 @@ def test_a_functional_leaky_relu_is_judged_by_the_slope_pytorch_s_op_ran_with(fa
     fd = _bisect(model, inputs, proto)
     assert fd is not None and node.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd and fd.layer.segment
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True and "0.1" in fd.explanation, fd.explanation
+
+
+class _RootNorm(torch.nn.Module):
+    """Hand-written statistics: ``x / sqrt(mean(x²) + eps)`` (RMS), or ``(x - mean) / (std + eps)`` (``after``)."""
+
+    def __init__(self, after: bool):
+        super().__init__()
+        torch.manual_seed(64)
+        self.after, self.eps = after, 1e-5
+        self.inp, self.out = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        h = self.inp(x) * 0.01  # small statistics: where an epsilon matters
+        if self.after:
+            c = h - h.mean(-1, keepdim=True)
+            return self.out(c / (torch.sqrt(c.pow(2).mean(-1, keepdim=True)) + self.eps))
+        return self.out(h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + self.eps))
+
+
+def _swap_root_and_add(proto: onnx.ModelProto) -> str:
+    """``sqrt(v + eps)`` ↔ ``sqrt(v) + eps`` in place (the Add and the Sqrt exchange places); the Add's name."""
+    nodes = list(proto.graph.node)
+    sqrt = next(n for n in nodes if n.op_type == "Sqrt")
+    made = {o: n for n in nodes for o in n.output}
+    before = made.get(sqrt.input[0])
+    if before is not None and before.op_type == "Add":  # v + eps → sqrt: make sqrt(v) + eps
+        add = before
+        k = next(i for i, t in enumerate(add.input) if t not in made or made[t].op_type == "Constant")
+        value, result = add.input[1 - k], sqrt.output[0]
+        sqrt.input[0], sqrt.output[0] = value, "rooted_first"
+        add.input[1 - k], add.output[0] = "rooted_first", result
+        first, second = sqrt, add
+    else:  # sqrt(v) + eps: make sqrt(v + eps)
+        add = next(n for n in nodes if n.op_type == "Add" and sqrt.output[0] in n.input)
+        k = 1 - list(add.input).index(sqrt.output[0])
+        value, result = sqrt.input[0], add.output[0]
+        add.input[1 - k], add.output[0] = value, "summed_first"
+        sqrt.input[0], sqrt.output[0] = "summed_first", result
+        first, second = add, sqrt
+    kept = [n for n in nodes if n.name not in (first.name, second.name)]
+    at = max(i for i, n in enumerate(nodes) if n.name in (first.name, second.name))  # after both's inputs
+    at = sum(1 for n in nodes[:at] if n.name not in (first.name, second.name))
+    ordered = kept[:at] + [first, second] + kept[at:]
+    copies = [onnx.NodeProto() for _ in ordered]
+    for new, old in zip(copies, ordered):
+        new.CopyFrom(old)
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(copies)
+    return add.name
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+@pytest.mark.parametrize("after", [False, True], ids=["pytorch-adds-before-root", "pytorch-adds-after-root"])
+def test_an_epsilon_on_the_other_side_of_the_square_root_is_named(after, exporter):
+    model = _RootNorm(after).eval()
+    inputs = (torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(65)),)
+    proto = dc.export(model, inputs, exporter)
+    name = _swap_root_and_add(proto)
+    fd = _bisect(model, inputs, proto)
+    evidence = _found(fd, name, cause="epsilon-mismatch")
+    mismatch = evidence["mismatches"][0]
+    assert mismatch["onnx_adds_after_root"] is (not after) and mismatch["pytorch_eps"] == pytest.approx(1e-5)
