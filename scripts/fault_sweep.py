@@ -711,7 +711,8 @@ def parse_args(argv=None):
     groups = {"core": sweep_models.CORE, "heldout": sweep_models.HELDOUT, "heldout2": sweep_models.HELDOUT2,
               "heldout3": sweep_models.HELDOUT3, "heldout4": sweep_models.HELDOUT4, "heldout5": sweep_models.HELDOUT5,
               "heldout6": sweep_models.HELDOUT6, "heldout7": sweep_models.HELDOUT7,
-              "heldout8": sweep_models.HELDOUT8, "heldout9": sweep_models.HELDOUT9}
+              "heldout8": sweep_models.HELDOUT8, "heldout9": sweep_models.HELDOUT9,
+              "heldout10": sweep_models.HELDOUT10}
     a.archs = ([x for name in a.archs.split(",") for x in groups.get(name, (name,))] if a.archs
                else list(QUICK_ARCHS if a.quick else sweep_models.CORE))
     a.provenances, a.faults = a.provenances.split(","), a.faults.split(",")

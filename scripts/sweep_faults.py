@@ -1797,3 +1797,7 @@ FAULTS.update({k.name: k for k in sweep_faults_eight.KINDS})
 import sweep_faults_nine  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_nine.KINDS})
+# the tenth set (scripts/sweep_faults_ten.py)
+import sweep_faults_ten  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_ten.KINDS})

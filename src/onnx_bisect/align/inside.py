@@ -311,14 +311,16 @@ def _informative(value: np.ndarray | None) -> bool:
 
 def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np.ndarray],
                matched: dict[str, Match], graph: GraphIndex,
-               held: dict[str, Match] | None = None) -> list[Candidate]:
+               held: dict[str, Match] | None = None, entering: dict[str, Match] | None = None) -> list[Candidate]:
     """For each bad tensor (in graph order), the op outputs that may be its counterpart: as many elements, not
     the value of a good tensor; first those reading most of the values its node reads (the same data flow),
     then those holding the same elements in another order (what a wrong permutation or shape makes of the
     right value), then the nearest (in value or in direction: a wrong scale keeps the direction, a wrong
     axis keeps neither).  ``held``: a weak match of a bad tensor, whose ops (the value it holds) are no
-    counterpart of it."""
+    counterpart of it.  ``entering``: the segment's inputs that hold an op's value (PyTorch's own, fed there),
+    read as matches are for the data flow."""
     taken = {id(m.op) for m in matched.values()}
+    known = {**(entering or {}), **matched}
     lineage = {a.index: ancestors(a, ops) for a in ops}
     direct = {a.index: read_values(a, ops) for a in ops}
     elements: dict[int, np.ndarray] = {}  # op index -> its sorted elements, sorted once
@@ -327,7 +329,7 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
     for t in bad:
         v = values[t]
         node = graph.node_of(t)
-        read = {matched[i].op.index for i in (node.inputs if node else ()) if i in matched}
+        read = _read_ops(node, graph, known)
         mine = _sorted_elements(v)
         scored = []
         same = {id(a) for a in held[t].equal} if held and t in held else set()
@@ -357,6 +359,27 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
                 out.append(Candidate(t, a, _nearness(v.reshape(a.value.shape), a.value), None))
             out.append(Candidate(t, a, near, perm))
     return out
+
+
+#: how many nodes with a constant operand (a weight, a bias, a scale) are walked up to find the values a bad
+#: tensor's computation reads: a bias Add reads a product's output, which reads the layer's input
+READ_HOPS = 3
+
+
+def _read_ops(node, graph: GraphIndex, known: dict[str, Match]) -> set[int]:
+    """The ops whose values ``node`` computes from: those its inputs hold, and where an input holds none (another
+    bad tensor), those read by the node computing it when that node's other operands are constants (a bias Add
+    after a product, the product after its input), a few such nodes up."""
+    read: set[int] = set()
+    for _ in range(READ_HOPS):
+        if node is None:
+            break
+        computed = [i for i in node.inputs if i and not graph.is_constant(i)]
+        read |= {known[i].op.index for i in computed if i in known}
+        if read or len(computed) != 1:
+            break
+        node = graph.node_of(computed[0])
+    return read
 
 
 def _product_counterpart(v: np.ndarray, node, graph: GraphIndex, ops, taken: set[int],

@@ -88,6 +88,15 @@ def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str
         return _search(p, runner, layer, references, model_feeds, ops, compare), ops
 
 
+def _entering_values(seg: "_Segment", ops: tuple[Activation, ...], within: set[str]) -> dict[str, inside.Match]:
+    """The segment's inputs (PyTorch's values fed there) matched to the ops holding them: what the data flow of a
+    bad tensor starts from."""
+    names = set(seg.layer.segment)
+    entering = {t for n in seg.p.index.nodes if n.name in names for t in n.inputs
+                if t and t not in within and t in seg.references}
+    return inside.match_values(ops, {t: seg.references[t] for t in entering}, sorted(entering))
+
+
 def _twin_of(p: Prepared, twin: FixedSegment) -> Prepared:
     """``p`` with the twin's graph and weights (its index re-read, the sample's pinned shapes kept)."""
     index = graph.index_graph(twin.model)
@@ -115,7 +124,9 @@ def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_f
     within = set(produced)
     constant = _constant(p.index, produced)
     bad = [t for t in inside.bad_tensors(produced, matched, p.index, within, values) if t not in constant]
-    found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched, p.index), compare, values)
+    entering = _entering_values(seg, ops, within)
+    found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched, p.index, entering=entering), compare,
+                     values)
     refined = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
     if refined is not None and len(refined.layer.segment) <= SMALL_REGION and not _reshaped(found[0], values):
         return refined
@@ -126,15 +137,16 @@ def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_f
     strong = {t: m for t, m in matched.items() if m.strong}
     suspects = [t for t in inside.bad_tensors(produced, strong, p.index, within, values)
                 if t not in bad and t not in constant]
-    found = _confirm(seg, layer, inside.candidates(suspects, ops, values, strong, p.index, matched), compare,
-                     values) if suspects else None
+    found = _confirm(seg, layer, inside.candidates(suspects, ops, values, strong, p.index, matched, entering),
+                     compare, values) if suspects else None
     other = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
     if other is not None and (refined is None or len(other.layer.segment) <= len(refined.layer.segment)):
         return other
     if refined is None or len(refined.layer.segment) > SMALL_REGION:
         # no one value fed clears the output, or only one where two paths meet: more than one fault in the
         # segment, perhaps (two weights exchanged) — where PyTorch's values come back after the first of them
-        found = _entering(seg, inside.candidates(bad, ops, values, matched, p.index), ops, values, matched)
+        found = _entering(seg, inside.candidates(bad, ops, values, matched, p.index, entering=entering), ops, values,
+                          matched)
         first = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
         if first is not None and (refined is None or len(first.layer.segment) <= SMALL_REGION):
             refined = first
