@@ -592,7 +592,8 @@ def bf16_sites(ctx: FileContext) -> list[Site]:
 def plant_cast_bf16(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
     """A Cast to BFLOAT16 and a Cast back to FLOAT inserted after the node: the node writes a new tensor, the
     second Cast writes the old one (every reader, a graph output too, reads the round-tripped value).  Planted:
-    the node (as node-float16 names the node, not its Casts)."""
+    the Cast to bfloat16, the node that rounds (the node before it computes as it did; node-float16, by contrast,
+    makes the node itself compute in float16)."""
     node = node_by_name(ctx.proto, site.node)
     out = copy(ctx.proto)
     target = node_by_name(out, site.node)
@@ -614,7 +615,7 @@ def plant_cast_bf16(ctx: FileContext, site: Site, rng: np.random.Generator) -> P
     if all(np.array_equal(a, b, equal_nan=True) for a, b in zip(ctx.run(out, True), clean_on)):
         raise NoVariant("with optimizations on ONNX Runtime removes the round trip (outputs unchanged)")
     local = ctx.local_ratio(out, result)
-    return Planted(out, [site.node], "precision",
+    return Planted(out, [down.name], "precision",
                    f"{node.op_type} output {result} rounded through bfloat16 (Cast pair after it; local "
                    f"{local:.3g}× tol)", {"local_ratio": local})
 

@@ -1,6 +1,8 @@
 """ONNX Runtime backend."""
 from __future__ import annotations
 
+import ctypes
+
 import functools
 import os
 from typing import Mapping, Sequence
@@ -56,7 +58,19 @@ class OnnxRuntimeSession:
             ) from exc
         if not all(v.is_tensor() for v in values):  # sequences and maps: let ONNX Runtime convert them
             return dict(zip(names, self._session.run(names, {k: v for k, v in feeds.items() if k in self._inputs})))
-        return {name: value.numpy() for name, value in zip(names, values)}
+        return {name: _as_numpy(value) for name, value in zip(names, values)}
+
+
+def _as_numpy(value: ort.OrtValue) -> np.ndarray:
+    """The tensor as numpy; a bfloat16 one (numpy has no such type, and ``OrtValue.numpy`` refuses it) as the
+    float32 numbers it holds exactly (its 16 bits are a float32's upper half)."""
+    if value.data_type() != "tensor(bfloat16)":
+        return value.numpy()
+    shape = tuple(value.shape())
+    count = int(np.prod(shape, dtype=np.int64))
+    raw = (np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(value.data_ptr())).copy() if count
+           else np.zeros(0, np.uint16))
+    return (raw.astype(np.uint32) << 16).view(np.float32).reshape(shape)
 
 
 #: weights at least this large are read by ONNX Runtime from their file; smaller ones (shapes, axes: ONNX

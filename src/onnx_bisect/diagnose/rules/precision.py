@@ -3,6 +3,7 @@ loses accuracy there: overflow, underflow, rounding, or accumulation in low prec
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import TensorProto
 
 from ..support import edits, layout
@@ -76,10 +77,12 @@ def _summary(ctx: DiagnosisContext, path: bool, low, nodes, low_inputs, error, a
         reasons.append(f"{stats['values_underflowing_float16']} non-zero values underflow to zero in float16")
     if reduce_ops:
         reasons.append(f"{', '.join(reduce_ops)} accumulate in half precision")
+    half = _half_type(ctx, low)
     if path:
-        reasons.append("each segment stays within float16's rounding but the errors add up along the path")
+        reasons.append(f"each segment stays within {half}'s rounding but the errors add up along the path")
     if not reasons:
-        reasons.append("float16 rounding (about 3 decimal digits) of values and intermediate results")
+        reasons.append(f"{half} rounding (about {HALF_DIGITS[half]} decimal digits) of values and intermediate "
+                       "results")
     where = "the path from the graph inputs" if path else "the segment"
     fp32_text = (f"re-run in float32 {where} differs by {after.max_abs:.2g}"
                  + (" (within tolerance)" if after.ok else " (still beyond tolerance)")) if after else \
@@ -87,6 +90,17 @@ def _summary(ctx: DiagnosisContext, path: bool, low, nodes, low_inputs, error, a
     return (f"{where[0].upper() + where[1:]} computing {ctx.layer.pair.activation.name} runs in half precision "
             f"({len(low)} of {len(nodes)} node(s){', inputs ' + ', '.join(low_inputs) if low_inputs else ''}) "
             f"and differs by {error.max_abs:.2g}: {'; '.join(reasons)}; {fp32_text}.")
+
+
+#: significant decimal digits of each half-precision type (11 and 8 bits of significand)
+HALF_DIGITS = {"float16": 3, "bfloat16": 2}
+
+
+def _half_type(ctx: DiagnosisContext, low) -> str:
+    """``"bfloat16"`` when the half-precision nodes write bfloat16 tensors and no float16 ones, else ``"float16"``."""
+    graph = ctx.onnx.graph
+    types = {graph.elem_types.get(t) for n in graph.nodes if n.name in low for t in n.outputs}
+    return "bfloat16" if onnx.TensorProto.BFLOAT16 in types and onnx.TensorProto.FLOAT16 not in types else "float16"
 
 
 #: nodes named as the half-precision computation behind a segment's inputs, at most
