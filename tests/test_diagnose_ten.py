@@ -56,3 +56,62 @@ def test_a_tensor_rounded_through_bfloat16_is_named_as_bfloat16_precision(export
     fd = _bisect(model, inputs, proto)
     _found(fd, name, cause="precision")
     assert "bfloat16 rounding" in fd.explanation, fd.explanation
+
+
+class _Router(torch.nn.Module):
+    """A top-2 router: softmax over experts, the two largest gates kept, the experts' outputs weighted by them."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(83)
+        self.gate, self.experts = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4 * 8)
+
+    def forward(self, x):  # (5, 8)
+        gates, chosen = torch.softmax(self.gate(x), dim=-1).topk(2, dim=-1)
+        outs = self.experts(x).view(-1, 4, 8)
+        picked = torch.gather(outs, 1, chosen.unsqueeze(-1).expand(-1, -1, 8))
+        return (picked * gates.unsqueeze(-1)).sum(1)
+
+
+class _Codebook(torch.nn.Module):
+    """Nearest codebook entry (a VQ-VAE's quantizer): distances, argmin, the entry looked up."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(84)
+        self.proj, self.codes = torch.nn.Linear(8, 4), torch.nn.Embedding(6, 4)
+
+    def forward(self, x):  # (5, 8)
+        z = self.proj(x)
+        distances = (z.unsqueeze(1) - self.codes.weight.unsqueeze(0)).pow(2).sum(-1)
+        return z + self.codes(distances.argmin(-1))
+
+
+def _set(proto: onnx.ModelProto, op_type: str, op_type_to: str | None = None, **attrs) -> str:
+    node = next(n for n in proto.graph.node if n.op_type == op_type)
+    node.op_type = op_type_to or op_type
+    for name, value in attrs.items():
+        for a in [a for a in node.attribute if a.name == name]:
+            node.attribute.remove(a)
+        node.attribute.append(helper.make_attribute(name, value))
+    return node.name
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_topk_keeping_the_smallest_is_named(exporter):
+    model = _Router().eval()
+    inputs = (torch.randn(5, 8, generator=torch.Generator().manual_seed(85)),)
+    proto = dc.export(model, inputs, exporter)
+    name = _set(proto, "TopK", largest=0)
+    evidence = _found(_bisect(model, inputs, proto), name)
+    assert evidence["attributes"][0]["attribute"] == "largest", evidence
+
+
+def test_an_argmin_made_an_argmax_is_named():
+    model = _Codebook().eval()
+    inputs = (torch.randn(5, 8, generator=torch.Generator().manual_seed(86)),)
+    proto = dc.export(model, inputs, "torchscript")
+    name = _set(proto, "ArgMin", "ArgMax")
+    fd = _bisect(model, inputs, proto)
+    _found(fd, name)
+    assert "ArgMin" in fd.explanation, fd.explanation

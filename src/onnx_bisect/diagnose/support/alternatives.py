@@ -111,7 +111,11 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
 
 
 #: ops whose 0/1 attributes change what they compute, with ONNX's defaults: each flipped, then all together
-FLAG_ATTRIBUTES = {"CumSum": {"exclusive": 0, "reverse": 0}, "Trilu": {"upper": 1}}
+FLAG_ATTRIBUTES = {"CumSum": {"exclusive": 0, "reverse": 0}, "Trilu": {"upper": 1},
+                   # the k smallest where PyTorch keeps the largest (a router, a beam), in another order; the
+                   # first or the last of tied maxima
+                   "TopK": {"largest": 1, "sorted": 1}, "ArgMax": {"select_last_index": 0},
+                   "ArgMin": {"select_last_index": 0}}
 
 
 def _flags(proto) -> Iterator[Alternative]:

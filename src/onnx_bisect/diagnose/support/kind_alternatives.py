@@ -31,6 +31,7 @@ FAMILIES = (
     ("Min", "Max"),
     ("Floor", "Ceil", "Round"),
     ("GlobalAveragePool", "GlobalMaxPool"),
+    ("ArgMax", "ArgMin"),
 )
 #: arithmetic ops and their inverses, tried on two tensors that are not scalar constants
 INVERSES = {"Add": "Sub", "Sub": "Add", "Mul": "Div", "Div": "Mul"}
