@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -115,3 +116,168 @@ def test_an_argmin_made_an_argmax_is_named():
     fd = _bisect(model, inputs, proto)
     _found(fd, name)
     assert "ArgMin" in fd.explanation, fd.explanation
+
+
+class _Residual(torch.nn.Module):
+    """Two pre-norm MLP blocks on a residual stream."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(87)
+        self.norm1, self.norm2 = torch.nn.LayerNorm(8), torch.nn.LayerNorm(8)
+        self.mlp1, self.mlp2 = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+        self.scale = torch.nn.Parameter(torch.rand(8) + 0.5)
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):  # (2, 5, 8)
+        h = x + torch.tanh(self.mlp1(self.norm1(x)))
+        h = h + torch.tanh(self.mlp2(self.norm2(h))) * self.scale
+        return self.head(h)
+
+
+def _prune_dead(proto: onnx.ModelProto) -> None:
+    while True:
+        read = {t for n in proto.graph.node for t in n.input} | {o.name for o in proto.graph.output}
+        dead = [n for n in proto.graph.node if not read & set(n.output)]
+        if not dead:
+            return
+        for n in dead:
+            proto.graph.node.remove(n)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_node_reading_the_previous_blocks_tensor_is_rewired(exporter):
+    """The second block's MatMul reads the first block's LayerNorm output (a PyTorch value in the wrong place);
+    the second LayerNorm is still computed (its output read by nothing): reading it reproduces PyTorch."""
+    model = _Residual().eval()
+    inputs = (torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(88)),)
+    proto = dc.export(model, inputs, exporter)
+    norms = [n for n in proto.graph.node if n.op_type == "LayerNormalization"]
+    reader = next(n for n in proto.graph.node if n.op_type == "MatMul" and norms[1].output[0] in n.input)
+    right = norms[1].output[0]
+    reader.input[list(reader.input).index(right)] = norms[0].output[0]
+    fd = _bisect(model, inputs, proto)
+    evidence = _found(fd, reader.name)
+    assert evidence["attributes"][0]["attribute"].startswith("input"), evidence
+    assert "wrong tensor wired in" in fd.explanation and right in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_node_whose_right_input_was_dropped_is_fed_pytorchs_value(exporter):
+    """The last residual Add reads the stream before the block instead of the block's scaled output, whose
+    computation is then dead and gone: no tensor of the file holds the right value, PyTorch's op input does."""
+    model = _Residual().eval()
+    inputs = (torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(89)),)
+    proto = dc.export(model, inputs, exporter)
+    mul = next(n for n in proto.graph.node if n.op_type == "Mul" and any(
+        i.op_type == "Tanh" and i.output[0] in n.input for i in proto.graph.node))
+    add = next(n for n in proto.graph.node if n.op_type == "Add" and mul.output[0] in n.input)
+    other = next(t for t in add.input if t != mul.output[0])
+    first_tanh = next(n for n in proto.graph.node if n.op_type == "Tanh")
+    add.input[list(add.input).index(mul.output[0])] = first_tanh.output[0]
+    del other
+    _prune_dead(proto)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, add.name)
+    assert "no tensor of the file holds it" in fd.explanation, fd.explanation
+
+
+def test_a_float16_file_is_not_blamed_on_an_upstream_sum_its_rounding_only_made_up_for(tmp_path):
+    """PatchTSMixer's standard scaler in a float16 file (onnxconverter-common), the epsilon added before its
+    square root 0.7 where PyTorch's is 1e-05.  A sum upstream, rounded in float16 within the tolerance, must not
+    be named where the segment's error enters (feeding PyTorch's value there only made up for the fault
+    downstream)."""
+    import alignment_corpus
+    import sweep_models
+
+    model, inputs = sweep_models.build("patchtsmixer")
+    onnx.save(dc.export(model, inputs, "dynamo"), tmp_path / "float32.onnx")
+    alignment_corpus.fp16(tmp_path / "float32.onnx", tmp_path / "float16.onnx")
+    proto = onnx.load(tmp_path / "float16.onnx")
+    nodes = list(proto.graph.node)
+    sqrt = next(n for n in nodes if n.op_type == "Sqrt")
+    add = next(n for n in nodes if n.op_type == "Add" and sqrt.input[0] in n.output)
+    eps = next(n for n in nodes if n.op_type == "Constant" and n.output[0] in add.input) if not any(
+        i.name in add.input for i in proto.graph.initializer) else None
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(0.7, np.float16), "eps_planted"))
+    add.input[[i for i, t in enumerate(add.input) if eps is not None and t == eps.output[0]
+               or any(init.name == t for init in proto.graph.initializer)][0]] = "eps_planted"
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=proto, atol=0.01, rtol=0.01).first_divergence
+    evidence = _found(fd, add.name, cause="epsilon-mismatch")
+    assert evidence["mismatches"][0]["pytorch_eps"] == pytest.approx(1e-5), evidence
+
+
+class _MaskedScores(torch.nn.Module):
+    """Attention scores plus a causal mask held as a buffer (a constant in the file), softmax, values."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(90)
+        self.qkv, self.out = torch.nn.Linear(8, 24), torch.nn.Linear(8, 4)
+        self.register_buffer("mask", torch.triu(torch.full((6, 6), -1e4), diagonal=1))
+
+    def forward(self, x):  # (1, 6, 8)
+        q, k, v = self.qkv(x).split(8, dim=-1)
+        return self.out(torch.softmax(q @ k.transpose(1, 2) + self.mask, dim=-1) @ v)
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_constant_mask_transposed_is_named(exporter):
+    model = _MaskedScores().eval()
+    inputs = (torch.randn(1, 6, 8, generator=torch.Generator().manual_seed(91)),)
+    proto = dc.export(model, inputs, exporter)
+    mask = model.mask.numpy()
+    init = next(i for i in proto.graph.initializer if onnx.numpy_helper.to_array(i).shape == mask.shape)
+    init.CopyFrom(onnx.numpy_helper.from_array(np.ascontiguousarray(mask.T), init.name))
+    reader = next(n.name for n in proto.graph.node if init.name in n.input)
+    fd = _bisect(model, inputs, proto)
+    evidence = _found(fd, reader)
+    assert "transposed" in str(evidence["attributes"][0]["expected"]), evidence
+
+
+class _RotaryTables(torch.nn.Module):
+    """Rotary embedding as LLaMA computes it: cos and sin tables from an inverse-frequency buffer (folded into
+    constants at export), applied to a projection."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(92)
+        self.proj, self.out = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
+        self.rotary = _Tables()
+
+    def forward(self, x):  # (1, 6, 8)
+        h = self.proj(x)
+        cos, sin = self.rotary(x.shape[1])
+        rotated = torch.cat((-h[..., 4:], h[..., :4]), dim=-1)
+        return self.out(h * cos + rotated * sin)
+
+
+class _Tables(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, 8, 2).float() / 8)), persistent=False)
+
+    def forward(self, n: int):
+        angles = torch.outer(torch.arange(n).float(), self.inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)
+        return angles.cos(), angles.sin()
+
+
+def test_rotary_tables_one_position_off_are_named_against_pytorchs():
+    """The dynamo export folds the tables into initializers; both rolled by one position (a position offset)."""
+    model = _RotaryTables().eval()
+    inputs = (torch.randn(1, 6, 8, generator=torch.Generator().manual_seed(93)),)
+    proto = dc.export(model, inputs, "dynamo")
+    cos = model.rotary(6)[0].numpy()
+    tables = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer
+              if onnx.numpy_helper.to_array(i).size == cos.size and onnx.numpy_helper.to_array(i).dtype.kind == "f"}
+    assert len(tables) == 2, list(tables)
+    for init in proto.graph.initializer:
+        if init.name in tables:
+            init.CopyFrom(onnx.numpy_helper.from_array(np.roll(tables[init.name], 1, axis=-2), init.name))
+    readers = {n.name for n in proto.graph.node if set(n.input) & set(tables)}
+    fd = _bisect(model, inputs, proto)
+    assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert readers & set(fd.layer.segment) and len(fd.layer.segment) <= 12, (readers, fd.layer.segment)
+    assert "Constant tables differ" in fd.explanation, fd.explanation

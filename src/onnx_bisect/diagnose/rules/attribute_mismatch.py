@@ -11,7 +11,7 @@ import numpy as np
 from ..support import edits, layout
 from ..support.alternatives import (Alternative, alternatives, attribute_change, backed_perms, boundary_shapes,
                                     searched)
-from ..support.kind_alternatives import doubled_removals, kind_alternatives
+from ..support.kind_alternatives import doubled_removals, kind_alternatives, rewirings
 from ..support.op_alternatives import boundary_swaps
 from ...records import Cause, ModuleKind, module_kind
 from ...records.nest import informative
@@ -45,8 +45,7 @@ class AttributeMismatch(Rule):
             return _computes_nothing(ctx)
         rows = [{"onnx_node": a.node, "attribute": a.what, "onnx_value": _plain(a.have), "expected": _plain(a.want),
                  "source": a.source} for a in wrong]
-        listed = "; ".join(f"{a.node}.{a.what} = {_plain(a.have)} where {a.source} implies {_plain(a.want)}"
-                           for a in wrong)
+        listed = "; ".join(_said(a) for a in wrong)
         summary = f"Node attributes disagree with PyTorch: {listed}."
         if confirmed_by_search:
             summary += " With that value the segment reproduces PyTorch's output" + (
@@ -65,6 +64,16 @@ class AttributeMismatch(Rule):
                        changes=tuple(dict.fromkeys(n for a in wrong for n in (a.node, *a.shows_in))),
                        counterfactual=lambda c: _apply(c, wrong),
                        reference=reference)
+
+
+def _said(a: Alternative) -> str:
+    if a.what.startswith("input ") and a.feeds:  # the value no tensor of the file holds
+        return (f"{a.node} reads '{a.have}' as its {a.what} where {a.source} reads {a.want} (no tensor of the "
+                "file holds it: the node is wired to a wrong tensor and the right one's computation is missing)")
+    if a.what.startswith("input ") and isinstance(a.want, str):  # a rewiring: tensors, not values
+        return (f"{a.node} reads '{a.have}' as its {a.what} where {a.source} implies the tensor '{a.want}' (a "
+                "wrong tensor wired in: a graph edit, a fusion or an exporter's aliasing)")
+    return f"{a.node}.{a.what} = {_plain(a.have)} where {a.source} implies {_plain(a.want)}"
 
 
 def _trans_confidence(ctx: DiagnosisContext, wrong: list[Alternative]) -> float:
@@ -240,7 +249,8 @@ def _candidates(ctx: DiagnosisContext):
                             boundary_shapes(ctx), boundary_swaps(ctx, lambda *a: Alternative(*a[:6], feeds=a[6]))),
             itertools.chain(doubled_removals(ctx, protos, Alternative),
                             (alt for proto in protos for alt in kind_alternatives(ctx, proto, ctx.shape_of, Alternative))),
-            (alt for proto in protos for alt in searched(ctx, proto)))
+            (alt for proto in protos for alt in searched(ctx, proto)),
+            (alt for proto in protos for alt in rewirings(ctx, proto, Alternative)))
 
 
 def _is_scalar(alt: Alternative) -> bool:

@@ -104,6 +104,8 @@ def _sites(ctx: DiagnosisContext):
             if value is None or value.size != 1 or not np.isfinite(float(value.reshape(-1)[0])):
                 continue
             eps = float(value.reshape(-1)[0])
+            if float(np.asarray(torch_eps, value.dtype)) == eps:  # PyTorch's eps as stored (a float16 file's)
+                eps = torch_eps
             if before:
                 yield EpsSite(proto.name, f"constant '{tensor}' added before the square root", eps, torch_eps,
                               module, tensor, False if order == "after" else None, _root_after(ctx, proto))

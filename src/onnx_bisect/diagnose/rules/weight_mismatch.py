@@ -40,7 +40,7 @@ class WeightMismatch(Rule):
                 return offset
         if not differing:
             return (_bias_after(ctx) or _bias_missing(ctx, candidates) or _exchanged(ctx, candidates) or _relaid(ctx)
-                    or _scale_offset(ctx))
+                    or _scale_offset(ctx) or _stale_table(ctx))
         if not all(r.related for _, _, r, _ in differing):
             # numbers unlike the parameter they are named after may be another module's (two layers' weights
             # exchanged) or a folded weight in another layout (a BatchNorm folded into a kernel whose channels
@@ -287,7 +287,7 @@ def _constant_activations(ctx: DiagnosisContext, size: int) -> dict[str, np.ndar
     """Leaf-module outputs of ``size`` elements, by a name saying what the constant holding one would be."""
     if ctx.baseline.capture is None:
         return {}
-    return {f"the output of {a.module} (folded into a constant)": np.asarray(a.value, dtype=np.float64)
+    return {f"the output of {a.name} (folded into a constant)": np.asarray(a.value, dtype=np.float64)
             for a in ctx.baseline.capture.activations
             if a.is_leaf and a.module and a.value.size == size and a.value.dtype.kind == "f" and a.call == 0}
 
@@ -702,6 +702,71 @@ def _exchanged(ctx: DiagnosisContext, candidates) -> Finding | None:
             if ctx.compare(values[ctx.tensor], ctx.reference).ok:
                 return _exchanged_finding(ctx, name, value, elsewhere[0], pname, restored)
     return None
+
+
+#: constant tables tried in the place of a segment's constant, at most
+MAX_TABLES = 8
+
+
+def _stale_table(ctx: DiagnosisContext) -> Finding | None:
+    """Constants the segment reads (no layer's weight) holding other numbers than the module outputs they were
+    folded from (rotary cos and sin tables, a position table, a mask computed from buffers): with those outputs in
+    their place the segment reproduces PyTorch — tables built with another base or length, a stale buffer.  Each
+    constant is given its nearest such output (by correlation), all together first, then one at a time."""
+    graph, found = ctx.onnx.graph, []
+    for name in dict.fromkeys(t for p in ctx.segment_protos for t in p.input):
+        value = ctx.constant(name)
+        if value is None or value.dtype.kind != "f" or value.size < 4 or graph.weighted_readers(name) \
+                or any(graph.nodes[c].op_type in PRODUCT_OPS for c in graph.consumers.get(name, ())):
+            continue
+        outputs = {**_constant_activations(ctx, value.size),  # and PyTorch's ops (a table gathered in a forward)
+                   **{f"{a.name} (folded into a constant)": np.asarray(a.value, np.float64) for a in ctx.ops
+                      if a.value.size == value.size and a.value.dtype.kind == "f"}}
+        tables = [(what, t.reshape(value.shape)) for what, t in outputs.items()]
+        tables = [(w, t) for w, t in tables if not np.allclose(t, value, rtol=1e-3, atol=1e-6)]
+        if tables:
+            what, table = max(tables, key=lambda p: _correlation(p[1], value))
+            found.append((name, value, what, table.astype(value.dtype)))
+    for chosen in ([found] if len(found) > 1 else []) + [[f] for f in found][:MAX_TABLES]:
+        model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
+        try:
+            for name, _, _, restored in chosen:
+                model, weights = edits.replace_array(model, weights, name, restored)
+            values = ctx.run_segment(model, weights)
+        except Exception:  # noqa: BLE001 - a table that does not fit or run is not the answer
+            continue
+        if ctx.compare(values[ctx.tensor], ctx.reference).ok:
+            return _table_finding(ctx, chosen)
+    return None
+
+
+def _correlation(a: np.ndarray, b: np.ndarray) -> float:
+    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
+    a, b = a - a.mean(), b - b.mean()
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
+
+
+def _table_finding(ctx: DiagnosisContext, chosen) -> Finding:
+    rows = [{"initializer": name, "parameter": what, "layout": "folded table",
+             "rel_l2": float(np.linalg.norm(value - restored) / (np.linalg.norm(restored) + 1e-30))}
+            for name, value, what, restored in chosen]
+    listed = "; ".join(f"'{r['initializer']}' is {r['parameter']} with other numbers (relative L2 {r['rel_l2']:.2g})"
+                       for r in rows)
+    summary = (f"Constant tables differ from what PyTorch computes: {listed}. With PyTorch's in their place the "
+               "segment reproduces PyTorch's output. The tables were computed with another configuration than the "
+               "model runs (a rotary base or a position offset, another length) or from a stale buffer.")
+    fix = ("Re-export with the configuration and buffers the model runs with (rope_theta, max positions), or "
+           "recompute the table in the graph instead of folding it.")
+    replaced = [(name, restored) for name, _, _, restored in chosen]
+
+    def counterfactual(c):
+        model, weights = edits.copy_model(c.onnx.skeleton), c.onnx.weights
+        for name, restored in replaced:
+            model, weights = edits.replace_array(model, weights, name, restored)
+        return FixedSegment(model, weights)
+
+    return Finding(Cause.WEIGHT_MISMATCH, 0.85, summary, fix, {"parameters": rows},
+                   changes=_readers(ctx, [name for name, _ in replaced]), counterfactual=counterfactual)
 
 
 def _exchanged_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, other: str, own: str,

@@ -107,7 +107,37 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
     elif op == "DepthToSpace":
         have = attribute(proto, "mode", "DCR")
         yield attribute_change(proto.name, "mode", have, "CRD" if have == "DCR" else "DCR", "the PyTorch output")
+    if op in MASKED_BY:
+        yield from _transposed_masks(ctx, proto)
     yield from op_alternatives(ctx, proto, shape_of, Alternative)
+
+
+#: ops that add or select by a mask or a bias table (an attention mask, a relative position bias)
+MASKED_BY = ("Add", "Where", "Mul")
+#: ops a mask constant passes through on its way to the node (a cast, a broadcast, a cut to the length)
+MASK_CARRIERS = ("Cast", "Unsqueeze", "Expand", "Slice", "Reshape", "Identity")
+
+
+def _transposed_masks(ctx, proto) -> Iterator[Alternative]:
+    """A constant the node reads (through casts, broadcasts and slices) that is square in its last two axes and
+    not symmetric, transposed there: a causal mask or a position bias built with query and key exchanged."""
+    graph = ctx.onnx.graph
+    for tensor in proto.input:
+        source, hops = tensor, 0
+        while not graph.is_constant(source) and hops < 3:
+            node = graph.node_of(source)
+            if node is None or node.op_type not in MASK_CARRIERS:
+                break
+            source, hops = node.inputs[0], hops + 1
+        value = ctx.constant(source) if graph.is_constant(source) else None
+        if value is None or value.ndim < 2 or value.shape[-1] != value.shape[-2] or value.shape[-1] < 2 \
+                or graph.weighted_readers(source):
+            continue
+        flipped = np.swapaxes(value, -1, -2)
+        if np.array_equal(flipped, value):
+            continue
+        yield Alternative(proto.name, f"constant input '{source}'", "as stored", "transposed in its last two axes "
+                          "(query and key exchanged)", "the PyTorch output", _replacement(source, flipped))
 
 
 #: ops whose 0/1 attributes change what they compute, with ONNX's defaults: each flipped, then all together

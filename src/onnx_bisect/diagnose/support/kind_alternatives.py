@@ -316,6 +316,107 @@ def _earlier_operands(ctx, proto) -> list[str]:
     return (paired + others)[:MAX_OPERANDS]
 
 
+#: earlier tensors of an input's shape tried in its place, per input of a node
+MAX_REWIRED = 6
+
+
+def rewirings(ctx, proto, make) -> Iterator:
+    """Each computed float input of the node read from another tensor of its shape and type computed before the
+    node (those paired with PyTorch values first, then the nearest): a graph edit, a fusion or a converter's
+    aliasing bug wiring the wrong tensor (the previous block's output for this one's, a sibling branch's) —
+    kept only when the segment then reproduces PyTorch.  The node's input must hold a right value (one of
+    PyTorch's) and the other a value unlike it: a value gone wrong upstream, or one rounded, is another fault."""
+    graph = ctx.onnx.graph
+    at = graph.producer.get(proto.output[0]) if proto.output and proto.output[0] else None
+    if at is None:
+        return
+    inside = {t for n in ctx.segment_nodes for t in n.outputs}
+    for i, tensor in enumerate(proto.input):
+        kind = graph.elem_types.get(tensor)
+        if not tensor or graph.is_constant(tensor) or kind not in FLOATS:
+            continue
+        shape = graph.shapes.get(tensor) or ctx.shape_of(tensor)
+        now = _value(ctx, [tensor]).get(tensor) if shape else None
+        if now is None or not _holds_a_value(ctx, now):
+            continue
+        others = _earlier_of(ctx, at, tuple(shape), kind, set(proto.input))
+        values = _value(ctx, others)
+        for other in others:
+            if other in values and not ctx.compare(values[other], now).ok:
+                yield make(proto.name, f"input {i}", tensor, other, "the PyTorch output",
+                           _input_read(proto.name, i, other))
+        if proto.output[0] == ctx.tensor or tensor not in inside:
+            # the node computing PyTorch's op, or one reading what enters the segment: the values PyTorch's op
+            # (or module) read, fed there
+            for op, value in _op_inputs(ctx, int(np.prod(shape))):
+                fed_value = value.reshape(shape).astype(_np_type(kind))
+                if ctx.compare(np.asarray(now), fed_value).ok:
+                    continue
+                fed = f"{proto.name}_input_{i}_as_pytorch"
+                yield make(proto.name, f"input {i}", tensor, f"PyTorch's {op} value", f"{ctx.layer.pair.activation.name}",
+                           _input_read(proto.name, i, fed), feeds={fed: fed_value})
+
+
+def _value(ctx, tensors: list[str]) -> dict[str, np.ndarray]:
+    """The tensors as the segment computes them from PyTorch's values (or as fed at its boundary); those it
+    cannot compute alone are left out."""
+    found = {t: np.asarray(ctx.cut.references[t]) for t in tensors if t in ctx.cut.references}
+    rest = [t for t in tensors if t not in found]
+    if rest:
+        try:
+            found.update({t: np.asarray(v) for t, v in ctx.run_segment(outputs=rest).items() if t in rest})
+        except Exception:  # noqa: BLE001 - a tensor the segment cannot compute alone holds nothing known
+            pass
+    return found
+
+
+def _holds_a_value(ctx, value: np.ndarray) -> bool:
+    """Whether a tensor's value holds the value of one of PyTorch's ops or a PyTorch reference: a right value in
+    the wrong place, where a node is wired to a wrong tensor — not a value gone wrong upstream."""
+    refs = [a.value for a in ctx.ops] + list(ctx.cut.references.values())
+    return any(np.asarray(r).size == value.size and np.asarray(r).dtype.kind == "f"
+               and ctx.compare(value, np.asarray(r).reshape(value.shape)).ok for r in refs)
+
+
+def _op_inputs(ctx, size: int) -> list[tuple[str, np.ndarray]]:
+    """``(name, value)`` of the values PyTorch's op or module (the divergent activation) read, of ``size`` elements: where no tensor of the file holds the value a node should read (its producer dropped with the
+    wiring), the value itself."""
+    activation = ctx.layer.pair.activation
+    by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
+    found = []
+    for i in activation.inputs:
+        a = by_index.get(i)
+        if a is not None and a.value.size == size and a.value.dtype.kind == "f":
+            found.append((a.name, np.asarray(a.value)))
+    return found[:MAX_REWIRED]
+
+
+def _np_type(kind: int) -> np.dtype:
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(kind)) if kind != onnx.TensorProto.BFLOAT16 else np.float32
+
+
+def _earlier_of(ctx, at: int, shape: tuple, kind: int, exclude: set[str]) -> list[str]:
+    """Tensors of ``shape`` and element type ``kind`` computed by the nodes before position ``at`` (a
+    topological order: none is computed from the node), nearest first: half of them paired with PyTorch values
+    (module outputs), half not (a split's chunk, an op's output inside a module)."""
+    graph = ctx.onnx.graph
+    paired, others, half = [], [], MAX_REWIRED // 2
+    for node in reversed(graph.nodes[:at]):
+        for t in node.outputs:
+            if t and t not in exclude and graph.elem_types.get(t) == kind and tuple(graph.shapes.get(t) or ()) == shape:
+                (paired if t in ctx.cut.references else others).append(t)
+        if len(paired) >= half and len(others) >= half:
+            break
+    return paired[:max(half, MAX_REWIRED - len(others))] + others[:max(half, MAX_REWIRED - len(paired))]
+
+
+def _input_read(node: str, index: int, tensor: str):
+    def edit(model, weights):
+        edits.node(model, node).input[index] = tensor
+        return model, weights
+    return edit
+
+
 #: ONNX float element types
 FLOATS = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE,
                     onnx.TensorProto.BFLOAT16})
