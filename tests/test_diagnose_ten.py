@@ -281,3 +281,44 @@ def test_rotary_tables_one_position_off_are_named_against_pytorchs():
     assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert readers & set(fd.layer.segment) and len(fd.layer.segment) <= 12, (readers, fd.layer.segment)
     assert "Constant tables differ" in fd.explanation, fd.explanation
+
+
+class _RmsNormed(torch.nn.Module):
+    """A hand-written RMSNorm (its weight a Mul's constant) between two Linear layers."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(94)
+        self.up, self.down = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+        self.norm = _Rms()
+
+    def forward(self, x):
+        return self.down(self.norm(self.up(x)))
+
+
+class _Rms(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.rand(16) + 0.5)
+
+    def forward(self, x):
+        return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+
+def test_a_per_channel_scale_collapsed_to_one_number_is_paired_by_its_module_in_a_renamed_file(tmp_path):
+    """No name says which parameter the constant is, and one number repeated relates to none by value: it is the
+    segment's only constant of its size and the module's only tensor of that size."""
+    from fault_sweep import rename
+
+    model = _RmsNormed().eval()
+    inputs = (torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(95)),)
+    onnx.save(dc.export(model, inputs, "dynamo"), tmp_path / "clean.onnx")
+    rename(tmp_path / "clean.onnx", tmp_path / "renamed.onnx")
+    proto = onnx.load(tmp_path / "renamed.onnx")
+    weight = model.norm.weight.detach().numpy()
+    init = next(i for i in proto.graph.initializer if np.array_equal(onnx.numpy_helper.to_array(i), weight))
+    init.CopyFrom(onnx.numpy_helper.from_array(np.full_like(weight, weight.mean()), init.name))
+    reader = next(n.name for n in proto.graph.node if init.name in n.input)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, reader, cause="weight-mismatch")
+    assert "holds one number" in fd.explanation and "norm.weight" in fd.explanation, fd.explanation

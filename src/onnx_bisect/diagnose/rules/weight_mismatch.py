@@ -73,6 +73,12 @@ class WeightMismatch(Rule):
             reordered = _reordered(ctx, differing)
             if reordered:
                 how = reordered
+            repeated = [f"'{n}' holds one number ({float(np.asarray(ctx.initializer(n)).ravel()[0]):.4g}) where {p} "
+                        "has one per channel" for n, p, _, t in differing
+                        if np.ptp(np.asarray(ctx.initializer(n), np.float64)) == 0 and np.ptp(np.asarray(t)) > 0]
+            if repeated:
+                how = ("; ".join(repeated) + ": a per-tensor value (a mean, a default) was written in the place of "
+                       "the per-channel one (a converter or quantizer collapsing the axis).")
             summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. "
                        + how + _other_owners(ctx, [p for _, p, _, _ in differing]))
             fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
@@ -119,8 +125,12 @@ def _differing(ctx: DiagnosisContext, candidates) -> list:
             continue
         best = _counterpart(ctx, name, value, candidates)
         if best is None or not best[1].equal and (not _same_tensor(best, name, value) or name in folded_biases):
-            best = _zeroed(ctx, name, value, candidates) or best
-        if best is None or best[1].equal or not (_same_tensor(best, name, value) or not np.any(value)):
+            owned = _owned(ctx, name, value, candidates)
+            best = _zeroed(ctx, name, value, candidates) or owned or best
+        else:
+            owned = None
+        if best is None or best[1].equal or not (_same_tensor(best, name, value) or not np.any(value)
+                                                 or best is owned):
             continue
         if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
             continue
@@ -201,6 +211,23 @@ def _zeroed(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
 def _corrupt(relation) -> bool:
     """Whether the differing values are garbage (non-finite, or a thousand times the parameter's norm)."""
     return not np.isfinite(relation.max_abs) or relation.rel_l2 > 1e3
+
+
+def _owned(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
+    """``(parameter, relation, tensor)`` for an initializer whose numbers relate to no parameter (one number
+    repeated where the module has a per-channel scale: a per-tensor value written for it) when it is the
+    segment's only initializer of its size and its module's only tensor of that size: paired by ownership, not
+    by value; None otherwise."""
+    if sum(1 for t in _segment_initializers(ctx) if (v := ctx.initializer(t)) is not None and v.size == value.size) != 1:
+        return None
+    own = _own_tensors(ctx, candidates, value.size)
+    if len(own) != 1:
+        return None
+    parameter, tensor = next(iter(own.items()))
+    relation = layout.relate(value, tensor)
+    if relation is None or relation.equal or np.ptp(np.asarray(value, np.float64)) > 0:
+        return None  # numbers of their own (noise, another layer's): the value pairing's case
+    return parameter, relation, tensor
 
 
 def _same_tensor(best, name: str, value: np.ndarray) -> bool:
