@@ -322,3 +322,32 @@ def test_a_per_channel_scale_collapsed_to_one_number_is_paired_by_its_module_in_
     fd = _bisect(model, inputs, proto)
     _found(fd, reader, cause="weight-mismatch")
     assert "holds one number" in fd.explanation and "norm.weight" in fd.explanation, fd.explanation
+
+
+class _Sine(torch.nn.Module):
+    """``sin(30 · (x W + b))`` with its own parameters (a SIREN layer: no Linear child to pair)."""
+
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(cout, cin).uniform_(-(6 / cin) ** 0.5 / 30, (6 / cin) ** 0.5 / 30))
+        self.bias = torch.nn.Parameter(torch.empty(cout).uniform_(-0.3, 0.3))
+
+    def forward(self, x):
+        return torch.sin(30.0 * torch.nn.functional.linear(x, self.weight, self.bias))
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_bias_dropped_inside_a_module_that_applies_ops_after_its_product_is_named(exporter):
+    torch.manual_seed(96)
+    model = torch.nn.Sequential(_Sine(2, 16), _Sine(16, 16), torch.nn.Linear(16, 3)).eval()
+    inputs = (torch.rand(2, 10, 2, generator=torch.Generator().manual_seed(97)) * 2 - 1,)
+    proto = dc.export(model, inputs, exporter)
+    matmuls = [n for n in proto.graph.node if n.op_type == "MatMul"]
+    product = matmuls[1]
+    add = next(n for n in proto.graph.node if n.op_type == "Add" and product.output[0] in n.input)
+    for n in proto.graph.node:
+        n.input[:] = [product.output[0] if t == add.output[0] else t for t in n.input]
+    proto.graph.node.remove(add)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, product.name, cause="weight-mismatch")
+    assert "without a bias" in fd.explanation and "1.bias" in fd.explanation, fd.explanation

@@ -1,6 +1,7 @@
 """Weights: an initializer the segment reads differs from the PyTorch parameter it was exported from."""
 from __future__ import annotations
 
+import dataclasses
 import enum
 import re
 
@@ -836,7 +837,7 @@ def _bias_missing(ctx: DiagnosisContext, candidates) -> Finding | None:
     Reshape / Transpose after it lays out."""
     product = _product_of(ctx, ctx.tensor)
     if product is None:
-        return None
+        return _bias_missing_inside(ctx)
     if product.op_type in ("Conv", "ConvTranspose", "Gemm") and len(product.inputs) > 2 and product.inputs[2]:
         return None  # it has a bias: a wrong one is a differing initializer
     own = _module_bias(ctx)
@@ -868,6 +869,57 @@ def _product_of(ctx: DiagnosisContext, tensor: str):
             return None
         node = ctx.onnx.graph.node_of(node.inputs[0])
     return None
+
+
+def _bias_missing_inside(ctx: DiagnosisContext) -> Finding | None:
+    """The module's bias missing from a product inside the segment, with ops after it (``sin(ω·(xW + b))``, an
+    activation the module applies itself): with the bias added to that product (an Add after it, or the node's
+    bias input) the segment reproduces PyTorch."""
+    bias = _module_bias(ctx)
+    if bias is None or not np.any(bias):
+        return None
+    graph = ctx.onnx.graph
+    for proto in ctx.segment_protos:
+        node = graph.node_of(proto.output[0]) if proto.output else None
+        if node is None or node.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul") or (
+                node.op_type != "MatMul" and len(node.inputs) > 2 and node.inputs[2]) \
+                or _adding_node(ctx, node.outputs[0], bias.size) is not None:
+            continue
+        shape = graph.shapes.get(node.outputs[0])
+        if not shape:
+            continue
+        axis = 1 if node.op_type in ("Conv", "ConvTranspose") else len(shape) - 1
+        if shape[axis] != bias.size:
+            continue
+        broadcast = [1] * len(shape)
+        broadcast[axis] = bias.size
+        fixed = _with_bias_after(ctx, node, broadcast, bias)
+        try:
+            values = ctx.run_segment(fixed.model, fixed.weights)
+        except Exception:  # noqa: BLE001 - a bias that does not fit or run is not the answer
+            continue
+        if ctx.compare(values[ctx.tensor], ctx.reference).ok:
+            finding = _bias_missing_finding(ctx, node, bias, _bias_name(ctx) or "the module's bias", broadcast)
+            return dataclasses.replace(finding, counterfactual=lambda c, n=node, b=broadcast: _with_bias_after(
+                c, n, b, bias))
+    return None
+
+
+def _with_bias_after(ctx: DiagnosisContext, product, shape: list[int], bias: np.ndarray) -> FixedSegment:
+    """The model with ``bias`` added to the product's output by an Add right after it (its readers read the sum)."""
+    model = edits.copy_model(ctx.onnx.skeleton)
+    out = product.outputs[0]
+    dtype = helper.tensor_dtype_to_np_dtype(ctx.onnx.graph.elem_types.get(out) or 1)
+    inner = f"{out}_without_bias"
+    nodes = list(model.graph.node)
+    at = next(i for i, n in enumerate(nodes) if n.name == product.name)
+    nodes[at].output[0] = inner
+    const = edits.add_initializer(model, f"{product.name}_restored_bias", bias.astype(dtype).reshape(shape))
+    add = helper.make_node("Add", [inner, const], [out], name=f"{product.name}_bias_add")
+    model.graph.ClearField("node")
+    model.graph.node.extend(nodes[:at + 1] + [add] + nodes[at + 1:])
+    edits.drop_value_info(model, {out, inner})
+    return FixedSegment(model, ctx.onnx.weights)
 
 
 def _bias_missing_finding(ctx: DiagnosisContext, product, bias: np.ndarray, param: str, shape: list[int]) -> Finding:
