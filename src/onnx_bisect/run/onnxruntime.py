@@ -64,8 +64,8 @@ class OnnxRuntimeSession:
 def _as_numpy(value: ort.OrtValue) -> np.ndarray:
     """The tensor as numpy; a bfloat16 one (numpy has no such type, and ``OrtValue.numpy`` refuses it) as the
     float32 numbers it holds exactly (its 16 bits are a float32's upper half)."""
-    if value.data_type() != "tensor(bfloat16)":
-        return value.numpy()
+    if value.data_type() != "tensor(bfloat16)" or value.device_name().lower() != "cpu":
+        return value.numpy()  # (a bfloat16 tensor on a device: numpy() says it cannot, as before)
     shape = tuple(value.shape())
     count = int(np.prod(shape, dtype=np.int64))
     raw = (np.ctypeslib.as_array((ctypes.c_uint16 * count).from_address(value.data_ptr())).copy() if count

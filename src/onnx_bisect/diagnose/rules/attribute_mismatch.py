@@ -68,8 +68,9 @@ class AttributeMismatch(Rule):
 
 def _said(a: Alternative) -> str:
     if a.what.startswith("input ") and a.feeds:  # the value no tensor of the file holds
-        return (f"{a.node} reads '{a.have}' as its {a.what} where {a.source} reads {a.want} (no tensor of the "
-                "file holds it: the node is wired to a wrong tensor and the right one's computation is missing)")
+        return (f"{a.node} reads '{a.have}' as its {a.what} (one of PyTorch's values, in the wrong place) where "
+                f"{a.source} reads {a.want}, which none of the earlier tensors tried holds: the node is wired to a "
+                "wrong tensor, and the right one may no longer be computed")
     if a.what.startswith("input ") and isinstance(a.want, str):  # a rewiring: tensors, not values
         return (f"{a.node} reads '{a.have}' as its {a.what} where {a.source} implies the tensor '{a.want}' (a "
                 "wrong tensor wired in: a graph edit, a fusion or an exporter's aliasing)")
@@ -224,7 +225,8 @@ def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None, Cal
         trials = 0                  # must not use up the families' turn
         for alt in phase:
             key = (alt.node, alt.what, repr(alt.want))
-            if key in seen or scalar is not None and _is_scalar(alt):
+            if key in seen or scalar is not None and (_is_scalar(alt) or alt.what.startswith("input ")):
+                # a rewiring absorbs any fault upstream of the input: it does not displace a fitted scalar
                 continue
             seen.add(key)
             trials += 1

@@ -74,8 +74,8 @@ def _said(site: EpsSite) -> str:
     text = f"{site.node} ({site.where}) uses {site.onnx_eps:g} where {site.module} has eps={site.torch_eps:g}"
     if site.placed_after is None:
         return text
-    side = ("after the square root, where PyTorch adds it before (sqrt(var + eps))" if site.placed_after else
-            "before the square root, where PyTorch adds it after (std + eps)")
+    side = ("after the square root, where PyTorch's ops add it before (sqrt(var + eps))" if site.placed_after else
+            "before the square root, where PyTorch's ops add it after (std + eps)")
     return f"{site.node} adds the epsilon {site.onnx_eps:g} {side}; {site.module} has eps={site.torch_eps:g}"
 
 
@@ -107,11 +107,12 @@ def _sites(ctx: DiagnosisContext):
             if float(np.asarray(torch_eps, value.dtype)) == eps:  # PyTorch's eps as stored (a float16 file's)
                 eps = torch_eps
             if before:
+                moved = order == "after" and len(ctx.onnx.graph.consumers.get(proto.output[0], ())) == 1
                 yield EpsSite(proto.name, f"constant '{tensor}' added before the square root", eps, torch_eps,
-                              module, tensor, False if order == "after" else None, _root_after(ctx, proto))
-            elif order != "after" and eps > 0:
+                              module, tensor, False if moved else None, _root_after(ctx, proto))
+            elif 0 < eps <= SMALL_EPS:  # a small positive scalar after a root: an epsilon, PyTorch's side or not
                 yield EpsSite(proto.name, f"constant '{tensor}' added after the square root {after}", eps,
-                              torch_eps, module, tensor, True, after)
+                              torch_eps, module, tensor, True if order == "before" else None, after)
 
 
 def _root_before(ctx: DiagnosisContext, add) -> str:

@@ -74,12 +74,7 @@ class WeightMismatch(Rule):
             reordered = _reordered(ctx, differing)
             if reordered:
                 how = reordered
-            repeated = [f"'{n}' holds one number ({float(np.asarray(ctx.initializer(n)).ravel()[0]):.4g}) where {p} "
-                        "has one per channel" for n, p, _, t in differing
-                        if np.ptp(np.asarray(ctx.initializer(n), np.float64)) == 0 and np.ptp(np.asarray(t)) > 0]
-            if repeated:
-                how = ("; ".join(repeated) + ": a per-tensor value (a mean, a default) was written in the place of "
-                       "the per-channel one (a converter or quantizer collapsing the axis).")
+            how = _repeated(ctx, differing) or how
             summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. "
                        + how + _other_owners(ctx, [p for _, p, _, _ in differing]))
             fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
@@ -90,6 +85,18 @@ class WeightMismatch(Rule):
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
                        changes=_readers(ctx, [n for n, _, _, _ in differing]),
                        counterfactual=lambda c: _restore(c, differing))
+
+
+def _repeated(ctx: DiagnosisContext, differing) -> str:
+    """A sentence naming the differing weights that hold one number repeated where their parameter has one per
+    channel, '' when none does."""
+    repeated = [f"'{n}' holds one number ({float(np.asarray(ctx.initializer(n)).ravel()[0]):.4g}) where {p} has one "
+                "per channel" for n, p, _, t in differing if t is not None and ctx.initializer(n) is not None
+                and np.ptp(np.asarray(ctx.initializer(n), np.float64)) == 0 and np.ptp(np.asarray(t)) > 0]
+    if not repeated:
+        return ""
+    return ("; ".join(repeated) + ": a per-tensor value (a mean, a default) was written in the place of the "
+            "per-channel one (a converter or quantizer collapsing the axis).")
 
 
 def _reordered(ctx: DiagnosisContext, differing) -> str:
@@ -741,19 +748,29 @@ def _stale_table(ctx: DiagnosisContext) -> Finding | None:
     folded from (rotary cos and sin tables, a position table, a mask computed from buffers): with those outputs in
     their place the segment reproduces PyTorch — tables built with another base or length, a stale buffer.  Each
     constant is given its nearest such output (by correlation), all together first, then one at a time."""
-    graph, found = ctx.onnx.graph, []
+    graph, found, fixed = ctx.onnx.graph, [], _input_free(ctx.ops)
+    candidates = layout.torch_candidates(ctx)
     for name in dict.fromkeys(t for p in ctx.segment_protos for t in p.input):
         value = ctx.constant(name)
         if value is None or value.dtype.kind != "f" or value.size < 4 or graph.weighted_readers(name) \
                 or any(graph.nodes[c].op_type in PRODUCT_OPS for c in graph.consumers.get(name, ())):
             continue
-        outputs = {**_constant_activations(ctx, value.size),  # and PyTorch's ops (a table gathered in a forward)
-                   **{f"{a.name} (folded into a constant)": np.asarray(a.value, np.float64) for a in ctx.ops
-                      if a.value.size == value.size and a.value.dtype.kind == "f"}}
-        tables = [(what, t.reshape(value.shape)) for what, t in outputs.items()]
+        if any((r := layout.relate(value, v)) is not None and r.equal for v in candidates.values()
+               if v.size == value.size):
+            continue  # a parameter's own numbers (a norm's scale, a bias): not a table
+        outputs = {**_constant_activations(ctx, value.size),  # and PyTorch's ops computed from no input (a table
+                   **{f"{a.name} (folded into a constant)": np.asarray(a.value, np.float64) for a in fixed  # gathered
+                      if a.value.size == value.size and a.value.dtype.kind == "f"}}  # from a buffer in a forward)
+        # in the constant's dtype, saturated as converters store them (float32's lowest is float16's in a mask)
+        span = np.finfo(value.dtype)
+        tables = [(what, np.clip(t.reshape(value.shape), span.min, span.max).astype(value.dtype))
+                  for what, t in outputs.items()]
         tables = [(w, t) for w, t in tables if not np.allclose(t, value, rtol=1e-3, atol=1e-6)]
         if tables:
             what, table = max(tables, key=lambda p: _correlation(p[1], value))
+            if value.ndim >= 2 and value.shape[-1] == value.shape[-2] and np.allclose(
+                    np.swapaxes(table, -1, -2), value, rtol=1e-3, atol=1e-6):
+                continue  # the table transposed (a mask with query and key exchanged): the attribute rule's case
             found.append((name, value, what, table.astype(value.dtype)))
     for chosen in ([found] if len(found) > 1 else []) + [[f] for f in found][:MAX_TABLES]:
         model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
@@ -768,6 +785,16 @@ def _stale_table(ctx: DiagnosisContext) -> Finding | None:
     return None
 
 
+def _input_free(ops) -> list:
+    """PyTorch's ops computed from no model input: those reading nothing captured (a range, a full, a buffer)
+    and those reading only such ops."""
+    free: set[int] = set()
+    for op in sorted(ops, key=lambda a: a.index):
+        if all(i in free for i in op.inputs):
+            free.add(op.index)
+    return [a for a in ops if a.index in free]
+
+
 def _correlation(a: np.ndarray, b: np.ndarray) -> float:
     a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
     a, b = a - a.mean(), b - b.mean()
@@ -776,13 +803,14 @@ def _correlation(a: np.ndarray, b: np.ndarray) -> float:
 
 def _table_finding(ctx: DiagnosisContext, chosen) -> Finding:
     rows = [{"initializer": name, "parameter": what, "layout": "folded table",
-             "rel_l2": float(np.linalg.norm(value - restored) / (np.linalg.norm(restored) + 1e-30))}
+             "fraction_differing": float(np.mean(~np.isclose(value, restored, rtol=1e-3, atol=1e-6)))}
             for name, value, what, restored in chosen]
-    listed = "; ".join(f"'{r['initializer']}' is {r['parameter']} with other numbers (relative L2 {r['rel_l2']:.2g})"
-                       for r in rows)
-    summary = (f"Constant tables differ from what PyTorch computes: {listed}. With PyTorch's in their place the "
-               "segment reproduces PyTorch's output. The tables were computed with another configuration than the "
-               "model runs (a rotary base or a position offset, another length) or from a stale buffer.")
+    listed = "; ".join(f"'{r['initializer']}' is {r['parameter']} with other numbers ({r['fraction_differing']:.0%} "
+                       "of its elements differ)" for r in rows)
+    summary = (f"Constant tables differ from what PyTorch computes: {listed} (each paired with the PyTorch value "
+               "nearest it by correlation among those computed from no input). With PyTorch's in their place the "
+               "segment reproduces PyTorch's output. The tables were perhaps computed with another configuration "
+               "than the model runs (a rotary base or a position offset, another length) or from a stale buffer.")
     fix = ("Re-export with the configuration and buffers the model runs with (rope_theta, max positions), or "
            "recompute the table in the graph instead of folding it.")
     replaced = [(name, restored) for name, _, _, restored in chosen]
@@ -909,7 +937,9 @@ def _with_bias_after(ctx: DiagnosisContext, product, shape: list[int], bias: np.
     """The model with ``bias`` added to the product's output by an Add right after it (its readers read the sum)."""
     model = edits.copy_model(ctx.onnx.skeleton)
     out = product.outputs[0]
-    dtype = helper.tensor_dtype_to_np_dtype(ctx.onnx.graph.elem_types.get(out) or 1)
+    weight = next((ctx.constant(t) for t in product.inputs[1:2] if ctx.constant(t) is not None), None)
+    kind = ctx.onnx.graph.elem_types.get(out)
+    dtype = helper.tensor_dtype_to_np_dtype(kind) if kind else (weight.dtype if weight is not None else np.float32)
     inner = f"{out}_without_bias"
     nodes = list(model.graph.node)
     at = next(i for i, n in enumerate(nodes) if n.name == product.name)

@@ -21,6 +21,7 @@ from ..context import attribute
 from . import edits
 from .alternative_edits import retyped, rewired, with_attributes, with_inputs
 from .value_alternatives import base_name, op_numbers
+from ...records.nest import informative
 
 #: families of ops with the same inputs, attributes and output shape, each member tried for the others
 FAMILIES = (
@@ -325,7 +326,8 @@ def rewirings(ctx, proto, make) -> Iterator:
     node (those paired with PyTorch values first, then the nearest): a graph edit, a fusion or a converter's
     aliasing bug wiring the wrong tensor (the previous block's output for this one's, a sibling branch's) —
     kept only when the segment then reproduces PyTorch.  The node's input must hold a right value (one of
-    PyTorch's) and the other a value unlike it: a value gone wrong upstream, or one rounded, is another fault."""
+    PyTorch's, more than one number) and the other a value unlike it: a value gone wrong upstream, or one
+    rounded, is another fault."""
     graph = ctx.onnx.graph
     at = graph.producer.get(proto.output[0]) if proto.output and proto.output[0] else None
     if at is None:
@@ -335,26 +337,31 @@ def rewirings(ctx, proto, make) -> Iterator:
         kind = graph.elem_types.get(tensor)
         if not tensor or graph.is_constant(tensor) or kind not in FLOATS:
             continue
-        shape = graph.shapes.get(tensor) or ctx.shape_of(tensor)
-        now = _value(ctx, [tensor]).get(tensor) if shape else None
-        if now is None or not _holds_a_value(ctx, now):
+        now = _value(ctx, [tensor]).get(tensor)
+        held = _held_by(ctx, now) if now is not None and informative(now) else None
+        if held is None:
             continue
-        others = _earlier_of(ctx, at, tuple(shape), kind, set(proto.input))
+        others = _earlier_of(ctx, at, tuple(now.shape), kind, set(proto.input))
         values = _value(ctx, others)
         for other in others:
             if other in values and not ctx.compare(values[other], now).ok:
                 yield make(proto.name, f"input {i}", tensor, other, "the PyTorch output",
                            _input_read(proto.name, i, other))
-        if proto.output[0] == ctx.tensor or tensor not in inside:
-            # the node computing PyTorch's op, or one reading what enters the segment: the values PyTorch's op
-            # (or module) read, fed there
-            for op, value in _op_inputs(ctx, int(np.prod(shape))):
-                fed_value = value.reshape(shape).astype(_np_type(kind))
-                if ctx.compare(np.asarray(now), fed_value).ok:
-                    continue
-                fed = f"{proto.name}_input_{i}_as_pytorch"
-                yield make(proto.name, f"input {i}", tensor, f"PyTorch's {op} value", f"{ctx.layer.pair.activation.name}",
-                           _input_read(proto.name, i, fed), feeds={fed: fed_value})
+        if (proto.output[0] == ctx.tensor or tensor not in inside) and kind != onnx.TensorProto.BFLOAT16:
+            yield from _fed_inputs(ctx, proto, i, tensor, now, held, make)
+
+
+def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) -> Iterator:
+    """PyTorch's own inputs of the divergent op (or module) fed at the node's input: where no tensor tried holds
+    the value the node should read.  Not when that value is computed from the one the node reads (an op between
+    them missing: another reading)."""
+    for op in _op_inputs(ctx, now.size):
+        fed_value = np.asarray(op.value).reshape(now.shape).astype(now.dtype)
+        if ctx.compare(now, fed_value).ok or held is not None and held in op.inputs:
+            continue
+        fed = f"{proto.name}_input_{i}_as_pytorch"
+        yield make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value", ctx.layer.pair.activation.name,
+                   _input_read(proto.name, i, fed), feeds={fed: fed_value})
 
 
 def _value(ctx, tensors: list[str]) -> dict[str, np.ndarray]:
@@ -370,29 +377,29 @@ def _value(ctx, tensors: list[str]) -> dict[str, np.ndarray]:
     return found
 
 
-def _holds_a_value(ctx, value: np.ndarray) -> bool:
-    """Whether a tensor's value holds the value of one of PyTorch's ops or a PyTorch reference: a right value in
-    the wrong place, where a node is wired to a wrong tensor — not a value gone wrong upstream."""
-    refs = [a.value for a in ctx.ops] + list(ctx.cut.references.values())
-    return any(np.asarray(r).size == value.size and np.asarray(r).dtype.kind == "f"
-               and ctx.compare(value, np.asarray(r).reshape(value.shape)).ok for r in refs)
+#: PyTorch values compared with a node's input to tell a right value in the wrong place, at most
+MAX_HELD_COMPARED = 256
 
 
-def _op_inputs(ctx, size: int) -> list[tuple[str, np.ndarray]]:
-    """``(name, value)`` of the values PyTorch's op or module (the divergent activation) read, of ``size`` elements: where no tensor of the file holds the value a node should read (its producer dropped with the
-    wiring), the value itself."""
+def _held_by(ctx, value: np.ndarray) -> int | None:
+    """The index of the PyTorch op (or -1 for a cut reference) whose value the tensor holds, None when it holds
+    none: a right value in the wrong place, where a node is wired to a wrong tensor — not a value gone wrong
+    upstream."""
+    refs = [(a.index, a.value) for a in ctx.ops] + [(-1, r) for r in ctx.cut.references.values()]
+    same = [(k, np.asarray(r)) for k, r in refs if np.asarray(r).size == value.size and np.asarray(r).dtype.kind == "f"]
+    return next((k for k, r in same[:MAX_HELD_COMPARED] if ctx.compare(value, r.reshape(value.shape)).ok), None)
+
+
+def _op_inputs(ctx, size: int) -> list:
+    """The values (activations) PyTorch's op or module (the divergent activation) read, of ``size`` elements."""
     activation = ctx.layer.pair.activation
     by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
-    found = []
-    for i in activation.inputs:
-        a = by_index.get(i)
-        if a is not None and a.value.size == size and a.value.dtype.kind == "f":
-            found.append((a.name, np.asarray(a.value)))
-    return found[:MAX_REWIRED]
+    found = [by_index[i] for i in activation.inputs if i in by_index]
+    return [a for a in found if a.value.size == size and a.value.dtype.kind == "f"][:MAX_REWIRED]
 
 
-def _np_type(kind: int) -> np.dtype:
-    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(kind)) if kind != onnx.TensorProto.BFLOAT16 else np.float32
+#: nodes walked back from a node for tensors of its input's shape, at most
+MAX_WALKED = 500
 
 
 def _earlier_of(ctx, at: int, shape: tuple, kind: int, exclude: set[str]) -> list[str]:
@@ -401,7 +408,7 @@ def _earlier_of(ctx, at: int, shape: tuple, kind: int, exclude: set[str]) -> lis
     (module outputs), half not (a split's chunk, an op's output inside a module)."""
     graph = ctx.onnx.graph
     paired, others, half = [], [], MAX_REWIRED // 2
-    for node in reversed(graph.nodes[:at]):
+    for node in reversed(graph.nodes[max(0, at - MAX_WALKED):at]):
         for t in node.outputs:
             if t and t not in exclude and graph.elem_types.get(t) == kind and tuple(graph.shapes.get(t) or ()) == shape:
                 (paired if t in ctx.cut.references else others).append(t)
