@@ -351,3 +351,47 @@ def test_a_bias_dropped_inside_a_module_that_applies_ops_after_its_product_is_na
     fd = _bisect(model, inputs, proto)
     _found(fd, product.name, cause="weight-mismatch")
     assert "without a bias" in fd.explanation and "1.bias" in fd.explanation, fd.explanation
+
+
+class _ScaledResidual(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(98)
+        self.lin, self.head = torch.nn.Linear(8, 8), torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(x + 0.37 * torch.tanh(self.lin(x)))
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_a_wrong_scale_before_a_residual_add_is_the_scale_not_a_rewiring(exporter):
+    """Feeding PyTorch's value at the Add's input would also clear the output: the scale is the finding."""
+    model = _ScaledResidual().eval()
+    inputs = (torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(99)),)
+    proto = dc.export(model, inputs, exporter)
+    mul = next(n for n in proto.graph.node if n.op_type == "Mul")
+    scale = next(t for t in mul.input if any(i.name == t for i in proto.graph.initializer)
+                 or any(c.op_type == "Constant" and c.output[0] == t for c in proto.graph.node))
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(1.0, np.float32), "scale_planted"))
+    mul.input[list(mul.input).index(scale)] = "scale_planted"
+    fd = _bisect(model, inputs, proto)
+    evidence = _found(fd, mul.name)
+    assert evidence["attributes"][0]["attribute"].startswith("constant input"), evidence
+
+
+def test_a_module_adding_its_epsilon_after_the_root_is_not_blamed_for_another_fault():
+    """``(x - mean) / (std + eps)`` exported as written, the output Linear's weights noised: a weight fault, no
+    epsilon placement."""
+    from test_diagnose_nine import _RootNorm
+
+    model = _RootNorm(after=True).eval()
+    inputs = (torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(100)),)
+    proto = dc.export(model, inputs, "torchscript")
+    weight = model.out.weight.detach().numpy()
+    init = next(i for i in proto.graph.initializer if np.array_equal(onnx.numpy_helper.to_array(i), weight.T)
+                or np.array_equal(onnx.numpy_helper.to_array(i), weight))
+    value = onnx.numpy_helper.to_array(init)
+    noisy = value + np.random.default_rng(0).normal(0, 0.3 * value.std(), value.shape).astype(value.dtype)
+    init.CopyFrom(onnx.numpy_helper.from_array(noisy, init.name))
+    fd = _bisect(model, inputs, proto)
+    assert fd is not None and fd.cause == "weight-mismatch", fd and (fd.cause, fd.explanation)
