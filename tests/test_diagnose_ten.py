@@ -18,6 +18,7 @@ import onnx_bisect
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 from planting import found as _found  # noqa: E402
+from test_diagnose_dropped import _prune_dead  # noqa: E402
 
 
 def _bisect(model, inputs, proto):
@@ -133,16 +134,6 @@ class _Residual(torch.nn.Module):
         h = x + torch.tanh(self.mlp1(self.norm1(x)))
         h = h + torch.tanh(self.mlp2(self.norm2(h))) * self.scale
         return self.head(h)
-
-
-def _prune_dead(proto: onnx.ModelProto) -> None:
-    while True:
-        read = {t for n in proto.graph.node for t in n.input} | {o.name for o in proto.graph.output}
-        dead = [n for n in proto.graph.node if not read & set(n.output)]
-        if not dead:
-            return
-        for n in dead:
-            proto.graph.node.remove(n)
 
 
 @pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])

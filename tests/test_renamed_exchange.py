@@ -62,17 +62,25 @@ def test_weights_exchanged_between_far_layers_of_a_renamed_file_are_found(export
     model = _TwoStacks().eval()
     g = torch.Generator().manual_seed(72)
     inputs = (torch.randn(1, 5, 8, generator=g), torch.randn(1, 5, 8, generator=g))
-    onnx.save(dc.export(model, inputs, exporter), tmp_path / "clean.onnx")
+    _exchanged_and_found(model, inputs, dc.export(model, inputs, exporter), tmp_path, "encoder.v.weight",
+                         "decoder.k.weight")
+
+
+def _exchanged_and_found(model, inputs, proto: onnx.ModelProto, tmp_path, first: str, second: str):
+    """The file renamed, the weights of parameters ``first`` and ``second`` exchanged, onnx-bisect run: the first
+    divergence, asserted at the node reading ``first``'s initializer, the other parameter named."""
+    onnx.save(proto, tmp_path / "clean.onnx")
     rename(tmp_path / "clean.onnx", tmp_path / "renamed.onnx")
     proto = onnx.load(tmp_path / "renamed.onnx")
-    a, b = _weight_of(proto, model, "encoder.v.weight"), _weight_of(proto, model, "decoder.k.weight")
+    a, b = _weight_of(proto, model, first), _weight_of(proto, model, second)
     _exchange(proto, a, b)
     reader = next(n.name for n in proto.graph.node if a in n.input)
     with dc.quiet():
         fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
     assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert reader in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
-    assert "decoder.k.weight" in fd.explanation
+    assert second in fd.explanation, fd.explanation
+    return fd
 
 
 def _exchange(proto: onnx.ModelProto, a: str, b: str) -> None:
@@ -95,16 +103,7 @@ def test_an_encoder_weight_exchanged_with_a_decoder_one_is_owned_by_the_encoder_
     import sweep_models
 
     model, inputs = sweep_models.build("pegasus")
-    onnx.save(dc.export(model, inputs, "dynamo"), tmp_path / "clean.onnx")
-    rename(tmp_path / "clean.onnx", tmp_path / "renamed.onnx")
-    proto = onnx.load(tmp_path / "renamed.onnx")
-    a = _weight_of(proto, model, "model.encoder.layers.0.self_attn.v_proj.weight")
-    b = _weight_of(proto, model, "model.decoder.layers.0.self_attn.k_proj.weight")
-    _exchange(proto, a, b)
-    reader = next(n.name for n in proto.graph.node if a in n.input)
-    with dc.quiet():
-        fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
-    assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, fd and fd.explanation
-    assert reader in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    fd = _exchanged_and_found(model, inputs, dc.export(model, inputs, "dynamo"), tmp_path,
+                              "model.encoder.layers.0.self_attn.v_proj.weight",
+                              "model.decoder.layers.0.self_attn.k_proj.weight")
     assert fd.layer.pair.activation.module == "model.encoder.layers.0.self_attn.v_proj", fd.layer.pair.activation
-    assert "model.decoder.layers.0.self_attn.k_proj.weight" in fd.explanation
