@@ -263,3 +263,5 @@ def test_an_epsilon_on_the_other_side_of_the_square_root_is_named(after, exporte
     evidence = _found(fd, name, cause="epsilon-mismatch")
     mismatch = evidence["mismatches"][0]
     assert mismatch["onnx_adds_after_root"] is (not after) and mismatch["pytorch_eps"] == pytest.approx(1e-5)
+    root = next(n.name for n in proto.graph.node if n.op_type == "Sqrt")
+    assert root in fd.layer.segment, fd.layer.segment  # the fix moves the Add across it: both are the place

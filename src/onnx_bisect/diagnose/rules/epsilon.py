@@ -52,7 +52,9 @@ class EpsilonMismatch(Rule):
         if any(s.placed_after is not None for s in wrong):
             fix = ("Add the epsilon where the module adds it (PyTorch computes sqrt(var + eps) or std + eps; the "
                    "ONNX graph does the other) with the module's value; re-exporting from the module gives both.")
-        return Finding(self.cause, 0.9, summary, fix, evidence, changes=tuple(dict.fromkeys(w.node for w in wrong)),
+        # a placement's fix moves the Add across the root: both nodes are the fault's place
+        changed = (n for w in wrong for n in (w.node, w.root if w.placed_after is not None else "") if n)
+        return Finding(self.cause, 0.9, summary, fix, evidence, changes=tuple(dict.fromkeys(changed)),
                        counterfactual=lambda c: _restore(c, wrong))
 
 
@@ -85,7 +87,8 @@ def _sites(ctx: DiagnosisContext):
     order = None
     for proto in ctx.segment_protos:
         torch_eps, module = _torch_eps(ctx, infos[proto.name], NORM_ATEN.get(proto.op_type, ANY_NORM_ATEN))
-        before, after = proto.op_type == "Add" and _feeds_root(ctx, proto), _root_before(ctx, proto)
+        after = _root_before(ctx, proto)  # between a Sqrt and its Reciprocal (rsqrt) the Add is after the root
+        before = proto.op_type == "Add" and not after and _feeds_root(ctx, proto)
         if torch_eps is None and (before or after):
             torch_eps, module = _added_eps(ctx) or (None, "")
         if torch_eps is None:
