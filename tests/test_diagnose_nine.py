@@ -206,10 +206,10 @@ def test_a_functional_leaky_relu_is_judged_by_the_slope_pytorch_s_op_ran_with(fa
 class _RootNorm(torch.nn.Module):
     """Hand-written statistics: ``x / sqrt(mean(x²) + eps)`` (RMS), or ``(x - mean) / (std + eps)`` (``after``)."""
 
-    def __init__(self, after: bool):
+    def __init__(self, after: bool, rsqrt: bool = False):
         super().__init__()
         torch.manual_seed(64)
-        self.after, self.eps = after, 1e-5
+        self.after, self.eps, self.rsqrt = after, 1e-5, rsqrt
         self.inp, self.out = torch.nn.Linear(8, 8), torch.nn.Linear(8, 4)
 
     def forward(self, x):
@@ -217,6 +217,8 @@ class _RootNorm(torch.nn.Module):
         if self.after:
             c = h - h.mean(-1, keepdim=True)
             return self.out(c / (torch.sqrt(c.pow(2).mean(-1, keepdim=True)) + self.eps))
+        if self.rsqrt:  # exported as a Sqrt and a Reciprocal
+            return self.out(h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps))
         return self.out(h / torch.sqrt(h.pow(2).mean(-1, keepdim=True) + self.eps))
 
 
@@ -265,3 +267,19 @@ def test_an_epsilon_on_the_other_side_of_the_square_root_is_named(after, exporte
     assert mismatch["onnx_adds_after_root"] is (not after) and mismatch["pytorch_eps"] == pytest.approx(1e-5)
     root = next(n.name for n in proto.graph.node if n.op_type == "Sqrt")
     assert root in fd.layer.segment, fd.layer.segment  # the fix moves the Add across it: both are the place
+
+
+def test_an_epsilon_moved_between_a_square_root_and_its_reciprocal_is_named_at_both():
+    """``rsqrt(v + eps)`` exported as Add, Sqrt, Reciprocal; the Add moved after the Sqrt: it now feeds the
+    Reciprocal (a root op too) but is after the root — a placement, the Sqrt and the Add its place."""
+    model = _RootNorm(False, rsqrt=True).eval()
+    inputs = (torch.randn(2, 3, 8, generator=torch.Generator().manual_seed(66)),)
+    proto = dc.export(model, inputs, "dynamo")
+    if not any(n.op_type == "Reciprocal" for n in proto.graph.node):
+        pytest.skip("rsqrt not exported as Sqrt and Reciprocal")
+    name = _swap_root_and_add(proto)
+    fd = _bisect(model, inputs, proto)
+    evidence = _found(fd, name, cause="epsilon-mismatch")
+    assert evidence["mismatches"][0]["onnx_adds_after_root"] is True, evidence
+    root = next(n.name for n in proto.graph.node if n.op_type == "Sqrt")
+    assert root in fd.layer.segment, fd.layer.segment
