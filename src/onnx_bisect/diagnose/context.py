@@ -279,6 +279,20 @@ class DiagnosisContext:
         value = self._segment_values.get(tensor)
         return None if value is None else tuple(value.shape)
 
+    def computed(self, tensors: list[str]) -> dict[str, np.ndarray]:
+        """``tensors`` as fed at the cut (PyTorch's values) or as the segment computes them from exact inputs (one
+        cached run for the segment's own tensors, one more for any others); those it cannot compute are left out."""
+        found = {t: np.asarray(self.cut.references[t]) for t in tensors if t in self.cut.references}
+        found.update({t: np.asarray(self._segment_values[t]) for t in tensors
+                      if t not in found and t in self._segment_values})
+        rest = [t for t in tensors if t not in found]
+        if rest:
+            try:
+                found.update({t: np.asarray(v) for t, v in self.run_segment(outputs=rest).items() if t in rest})
+            except Exception:  # noqa: BLE001 - a tensor the segment cannot compute alone holds nothing known
+                pass
+        return found
+
     @cached_property
     def _segment_values(self) -> dict[str, np.ndarray]:
         """Every tensor the segment's nodes read or compute, as the segment computes them from exact inputs."""

@@ -337,12 +337,12 @@ def rewirings(ctx, proto, make) -> Iterator:
         kind = graph.elem_types.get(tensor)
         if not tensor or graph.is_constant(tensor) or kind not in FLOATS:
             continue
-        now = _value(ctx, [tensor]).get(tensor)
+        now = ctx.computed([tensor]).get(tensor)
         held = _held_by(ctx, now) if now is not None and informative(now) else None
         if held is None:
             continue
         others = _earlier_of(ctx, at, tuple(now.shape), kind, set(proto.input))
-        values = _value(ctx, others)
+        values = ctx.computed(others)
         for other in others:
             if other in values and not ctx.compare(values[other], now).ok:
                 yield make(proto.name, f"input {i}", tensor, other, "the PyTorch output",
@@ -362,19 +362,6 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
         fed = f"{proto.name}_input_{i}_as_pytorch"
         yield make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value", ctx.layer.pair.activation.name,
                    _input_read(proto.name, i, fed), feeds={fed: fed_value})
-
-
-def _value(ctx, tensors: list[str]) -> dict[str, np.ndarray]:
-    """The tensors as the segment computes them from PyTorch's values (or as fed at its boundary); those it
-    cannot compute alone are left out."""
-    found = {t: np.asarray(ctx.cut.references[t]) for t in tensors if t in ctx.cut.references}
-    rest = [t for t in tensors if t not in found]
-    if rest:
-        try:
-            found.update({t: np.asarray(v) for t, v in ctx.run_segment(outputs=rest).items() if t in rest})
-        except Exception:  # noqa: BLE001 - a tensor the segment cannot compute alone holds nothing known
-            pass
-    return found
 
 
 #: PyTorch values compared with a node's input to tell a right value in the wrong place, at most
