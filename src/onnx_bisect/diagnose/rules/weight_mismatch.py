@@ -767,7 +767,7 @@ def _stale_table(ctx: DiagnosisContext) -> Finding | None:
                   for what, t in outputs.items()]
         tables = [(w, t) for w, t in tables if not np.allclose(t, value, rtol=1e-3, atol=1e-6)]
         if tables:
-            what, table = max(tables, key=lambda p: _correlation(p[1], value))
+            what, table = max(tables, key=lambda p: layout.relate(value, p[1]).correlation)
             if value.ndim >= 2 and value.shape[-1] == value.shape[-2] and np.allclose(
                     np.swapaxes(table, -1, -2), value, rtol=1e-3, atol=1e-6):
                 continue  # the table transposed (a mask with query and key exchanged): the attribute rule's case
@@ -793,12 +793,6 @@ def _input_free(ops) -> list:
         if all(i in free for i in op.inputs):
             free.add(op.index)
     return [a for a in ops if a.index in free]
-
-
-def _correlation(a: np.ndarray, b: np.ndarray) -> float:
-    a, b = np.asarray(a, np.float64).ravel(), np.asarray(b, np.float64).ravel()
-    a, b = a - a.mean(), b - b.mean()
-    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b) + 1e-30))
 
 
 def _table_finding(ctx: DiagnosisContext, chosen) -> Finding:
