@@ -20,13 +20,18 @@ WEIGHTED = PRODUCT_OPS
 CARRIERS = frozenset({"Transpose", "Cast", "DequantizeLinear", "Identity"})
 #: float16 rounding of a weight moves its sums by about this much (relative); a float32 copy by far less
 SIGNATURE_RTOL = 2e-3
+#: a layer called more often than this is not anchored call by call (a walk up the graph per call)
+MAX_SHARED_CALLS = 64
 
 
 def anchored_owners(acts: tuple[Activation, ...], graph: GraphIndex, signatures: Mapping[str, tuple],
                     initializers: Mapping[str, np.ndarray]) -> dict[str, float]:
     """``{output tensor of a layer's node: the layer's activation index − 0.5}`` for each leaf Linear / conv
-    called once whose weight signature matches exactly one float initializer read by exactly one weighted node
-    (the half: the layer's own tensor stays its own; an earlier activation's may not be computed from it)."""
+    whose weight signature matches exactly one float initializer (the half: the layer's own tensor stays its
+    own; an earlier activation's may not be computed from it).  A layer called once owns the one weighted node
+    reading it.  A layer called N times (a shared block: a neural ODE's field, ALBERT's layers) owns N readers
+    only when each is computed from the one before: data flow then fixes which call each is, whatever the
+    file's node order (independent calls, a siamese pair, give no order and no owner)."""
     calls: dict[str, list[Activation]] = {}
     for a in acts:
         if a.is_leaf and a.module in signatures and not a.op:
@@ -37,14 +42,37 @@ def anchored_owners(acts: tuple[Activation, ...], graph: GraphIndex, signatures:
             by_size.setdefault(int(value.size), []).append(name)
     owners: dict[str, float] = {}
     for module, called in calls.items():
-        if len(called) != 1:
+        if len(called) > MAX_SHARED_CALLS:
             continue
         found = [t for t in by_size.get(signatures[module][0], ()) if _same(signatures[module], initializers[t])]
-        node = _reader(graph, found[0]) if len(found) == 1 else None
-        if node is not None:
+        nodes = _chain(graph, _readers(graph, found[0])) if len(found) == 1 else []
+        if len(nodes) == len(called):
+            for a, node in zip(called, nodes):
+                for t in node.outputs:
+                    owners[t] = a.index - 0.5
+    return _consistent(graph, owners)
+
+
+def _consistent(graph: GraphIndex, owners: dict[str, float]) -> dict[str, float]:
+    """``owners`` less the anchors data flow contradicts: a node computed from the node of a layer PyTorch ran
+    after its own (two layers' weights exchanged in the file: each anchor points at the other's node) — both
+    are dropped."""
+    latest: dict[str, tuple[float, str]] = {}
+    wrong: set[str] = set()
+    for node in graph.nodes:
+        found = max((latest[i] for i in node.inputs if i in latest), default=None)
+        own = next((owners[t] for t in node.outputs if t in owners), None)
+        if own is not None and found is not None and found[0] > own:
+            wrong.update(o for o in node.outputs if o in owners)
+            wrong.add(found[1])
+        mark = max(filter(None, [found, (own, node.outputs[0]) if own is not None else None]), default=None)
+        if mark is not None:
             for t in node.outputs:
-                owners[t] = called[0].index - 0.5
-    return owners
+                latest[t] = mark
+    if not wrong:
+        return owners
+    dropped = {owners[t] for t in wrong if t in owners}
+    return {t: i for t, i in owners.items() if i not in dropped}
 
 
 def _same(signature: tuple, value: np.ndarray) -> bool:
@@ -54,8 +82,8 @@ def _same(signature: tuple, value: np.ndarray) -> bool:
         float((v * v).sum()) - squares) <= SIGNATURE_RTOL * squares
 
 
-def _reader(graph: GraphIndex, tensor: str):
-    """The one weighted node reading ``tensor`` (through carriers), or None."""
+def _readers(graph: GraphIndex, tensor: str) -> list:
+    """The weighted nodes reading ``tensor`` (through carriers)."""
     readers, frontier = [], [tensor]
     for _ in range(3):
         nxt = []
@@ -67,7 +95,32 @@ def _reader(graph: GraphIndex, tensor: str):
                 elif node.op_type in CARRIERS:
                     nxt.extend(node.outputs)
         frontier = nxt
-    return readers[0] if len(readers) == 1 else None
+    return list({id(n): n for n in readers}.values())
+
+
+def _chain(graph: GraphIndex, nodes: list) -> list:
+    """``nodes`` in data-flow order when each is computed from the one before it (a chain), else []."""
+    if len(nodes) <= 1:
+        return nodes
+    nodes = sorted(nodes, key=lambda n: graph.order_of(n.outputs[0]))
+    for before, after in zip(nodes, nodes[1:]):
+        if not set(before.outputs) & _upstream(graph, after):
+            return []
+    return nodes
+
+
+def _upstream(graph: GraphIndex, node) -> set[str]:
+    """Every tensor ``node`` is computed from."""
+    seen: set[str] = set()
+    stack = [i for i in node.inputs if i]
+    while stack:
+        t = stack.pop()
+        if t not in seen:
+            seen.add(t)
+            producer = graph.node_of(t)
+            if producer is not None:
+                stack.extend(i for i in producer.inputs if i and i not in seen)
+    return seen
 
 
 #: a reader's weight holding a PyTorch layer's weight divided by a folded factor: their sums of squares this near
