@@ -15,7 +15,14 @@ included — ``t0…``, every metadata_props and doc_string dropped), ``fp16``
 (onnxconverter-common, keep_io_types), ``ort-opt`` (ONNX Runtime ORT_ENABLE_EXTENDED
 offline optimization of a TorchScript export), ``qdq-int8`` (quantize_static, QDQ,
 seeded random calibration, on a TorchScript export), ``qdq-matmul`` (the same with only
-MatMul / Gemm / Conv quantized, weights per channel: the transformer recipe); a derived file falls back to
+MatMul / Gemm / Conv quantized, weights per channel: the transformer recipe), ``dynamic-int8``
+(quantize_dynamic, int8 weights: DynamicQuantizeLinear + MatMulInteger / ConvInteger, the BERT recipe, on a
+TorchScript export), ``qop-int8`` (quantize_static in the QOperator format: QLinearConv, QLinearMatMul,
+QLinearAdd ..., uint8 tensors between them, seeded random calibration), ``ort-all`` (ONNX Runtime ORT_ENABLE_ALL
+offline optimization: NCHWc layout and com.microsoft fused ops), ``torchscript-op14`` (a TorchScript export at
+opset 14: LayerNormalization and GELU decomposed), ``slim-shuffled`` (onnxslim, then ``shuffled``'s reorder and
+renaming), ``external-data`` (a dynamo export with every initializer in one ``clean.onnx.data`` beside it; the
+faulty files planted from it are saved whole); a derived file falls back to
 the other exporter when its base export or the conversion fails — the sweep:
 
 1. makes the clean file and picks its tolerance: fp32 files use onnx-bisect's defaults
@@ -153,9 +160,10 @@ def case_from_dict(d: dict) -> Case:
 # --------------------------------------------------------------------------- making files
 
 def export(model, inputs, exporter: str) -> onnx.ModelProto:
-    """``model`` exported by the dynamo exporter (its default opset) or TorchScript (opset 17); with
-    ``-dynamic``, every input axis dynamic (dynamo: ``Dim.AUTO``, the exporter keeps what it can; TorchScript:
-    ``dynamic_axes`` on every axis but a channel axis)."""
+    """``model`` exported by the dynamo exporter (its default opset) or TorchScript (opset 17; ``torchscript-op14``:
+    opset 14, LayerNormalization and GELU decomposed into primitive ops); with ``-dynamic``, every input axis
+    dynamic (dynamo: ``Dim.AUTO``, the exporter keeps what it can; TorchScript: ``dynamic_axes`` on every axis but a
+    channel axis)."""
     import io
 
     import torch
@@ -169,7 +177,8 @@ def export(model, inputs, exporter: str) -> onnx.ModelProto:
     axes = {n: {j: f"{n}_dim{j}" for j in range(t.dim()) if j != 1 or t.dim() == 2}
             for n, t in zip(names, inputs)} if dynamic else None
     buf = io.BytesIO()
-    torch.onnx.export(model, inputs, buf, dynamo=False, opset_version=17, input_names=names, dynamic_axes=axes)
+    opset = 14 if exporter.startswith("torchscript-op14") else 17
+    torch.onnx.export(model, inputs, buf, dynamo=False, opset_version=opset, input_names=names, dynamic_axes=axes)
     return onnx.load_from_string(buf.getvalue())
 
 
@@ -302,6 +311,80 @@ def qdq_matmul(arch: str) -> Callable[[Path, Path], None]:
                                  op_types=["MatMul", "Gemm", "Conv"])
 
 
+def dynamic_int8(src: Path, dst: Path) -> None:
+    """onnxruntime.quantization.quantize_dynamic, the usual BERT recipe: int8 weights (MatMul / Conv / Gather ... as
+    its registry quantizes them: DynamicQuantizeLinear + MatMulInteger / ConvInteger, scales computed at run time);
+    uint8 weights where ONNX Runtime's CPU kernels take no int8 ones (ConvInteger)."""
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    reasons = []
+    for weight_type in (QuantType.QInt8, QuantType.QUInt8):
+        quantize_dynamic(str(src), str(dst), weight_type=weight_type)
+        try:
+            ort.InferenceSession(str(dst), providers=["CPUExecutionProvider"])
+            return
+        except Exception as exc:  # noqa: BLE001 - e.g. ConvInteger has no int8-weight kernel on CPU
+            reasons.append(f"{weight_type.name}: {str(exc).splitlines()[0][:160]}")
+    raise RuntimeError("; ".join(reasons))
+
+
+def qop_int8(arch: str) -> Callable[[Path, Path], None]:
+    """onnxruntime.quantization.quantize_static in the QOperator format (QLinearConv, QLinearMatMul, QLinearAdd ...,
+    the tensors between them uint8), int8 weights, calibrated on seeded random inputs like ``qdq_int8``."""
+    calib = sweep_models.calibration(arch, 4)
+
+    def make(src: Path, dst: Path) -> None:
+        import onnxruntime as ort
+        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+        names = [i.name for i in ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).get_inputs()]
+
+        class Reader(CalibrationDataReader):
+            def __init__(self):
+                self.batches = iter([{n: t.numpy() for n, t in zip(names, batch)} for batch in calib])
+
+            def get_next(self):
+                return next(self.batches, None)
+
+        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QOperator,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+    return make
+
+
+def ort_all(src: Path, dst: Path) -> None:
+    """ONNX Runtime offline optimization at ORT_ENABLE_ALL, CPU (``optimized_model_filepath``): the extended level's
+    com.microsoft fusions plus the layout transforms (NCHWc Conv, ReorderInput / ReorderOutput)."""
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.optimized_model_filepath = str(dst)
+    so.intra_op_num_threads = 1
+    ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+    if not dst.exists():
+        raise RuntimeError("ONNX Runtime wrote no optimized model")
+
+
+def slim_shuffled(src: Path, dst: Path) -> None:
+    """onnxslim, then ``shuffle``: a slimmed file whose node order and names both differ from the exporter's."""
+    tmp = dst.with_suffix(".slim.onnx")
+    try:
+        alignment_corpus.slim(src, tmp)
+        shuffle(tmp, dst)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def external_data(src: Path, dst: Path) -> None:
+    """The export saved with every initializer in one external data file beside it (``<name>.data``,
+    ``size_threshold=0``), as large models are shipped."""
+    location = f"{dst.name}.data"
+    (dst.parent / location).unlink(missing_ok=True)  # onnx appends to an existing data file
+    onnx.save_model(onnx.load(src), dst, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=location, size_threshold=0)
+
+
 @dataclass(frozen=True)
 class Provenance:
     """How a provenance file is made: from which exports (in order of preference), by which conversion."""
@@ -329,6 +412,13 @@ PROVENANCES = {
     # added with the tenth held-out set
     "shuffled": Provenance(("dynamo", "torchscript"), lambda arch: shuffle),
     "gs-sanitize": Provenance(("torchscript", "dynamo"), lambda arch: gs_sanitize),
+    # added with the eleventh held-out set
+    "dynamic-int8": Provenance(("torchscript", "dynamo"), lambda arch: dynamic_int8, low_precision=True),
+    "qop-int8": Provenance(("torchscript", "dynamo"), qop_int8, low_precision=True),
+    "ort-all": Provenance(("torchscript", "dynamo"), lambda arch: ort_all),
+    "torchscript-op14": Provenance(("torchscript-op14",)),
+    "slim-shuffled": Provenance(("dynamo", "torchscript"), lambda arch: slim_shuffled),
+    "external-data": Provenance(("dynamo", "torchscript"), lambda arch: external_data),
 }
 
 
@@ -712,7 +802,7 @@ def parse_args(argv=None):
               "heldout3": sweep_models.HELDOUT3, "heldout4": sweep_models.HELDOUT4, "heldout5": sweep_models.HELDOUT5,
               "heldout6": sweep_models.HELDOUT6, "heldout7": sweep_models.HELDOUT7,
               "heldout8": sweep_models.HELDOUT8, "heldout9": sweep_models.HELDOUT9,
-              "heldout10": sweep_models.HELDOUT10}
+              "heldout10": sweep_models.HELDOUT10, "heldout11": sweep_models.HELDOUT11}
     a.archs = ([x for name in a.archs.split(",") for x in groups.get(name, (name,))] if a.archs
                else list(QUICK_ARCHS if a.quick else sweep_models.CORE))
     a.provenances, a.faults = a.provenances.split(","), a.faults.split(",")
