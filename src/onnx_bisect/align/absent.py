@@ -43,6 +43,10 @@ def unmatched(a: Activation, scopes, values) -> TensorPair:
                     "value nor are its only reshaped output")
         else:
             note = f"no ONNX tensor of shape {list(a.value.shape)} leaves this module's scope"
+    elif a.module in scopes.blocked:
+        note = ("its ONNX tensors are held in ONNX Runtime's channel-blocked NCHWc layout (a file saved after "
+                "ORT_ENABLE_ALL optimization on CPU): their memory is not the NCHW shape they declare, so they are "
+                "not compared; the comparison resumes after the ReorderOutput node")
     elif scopes.module_of:
         note = (f"{ABSENT}: no node carries this module's scope (pruned as unused or folded into a "
                 "constant) and no tensor with equal values was found")

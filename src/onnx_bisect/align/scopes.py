@@ -31,6 +31,8 @@ class ScopeMap:
     # node): the scope's real output may have been fused away, so such a tensor
     # is paired only when its values agree.
     weak: frozenset[str] = frozenset()
+    #: modules whose nodes write only tensors in a runtime's blocked layout (see GraphIndex.blocked_layout)
+    blocked: frozenset[str] = frozenset()
 
 
 def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
@@ -46,13 +48,16 @@ def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
             module_of[node.index] = resolved
     boundary: dict[str, list[str]] = defaultdict(list)
     weak: set[str] = set()
+    blocked: set[str] = set()
     outputs = set(graph.graph_outputs)
     for node in graph.nodes:
         q = module_of.get(node.index)
         if q is None:
             continue
         for t in node.outputs:
-            if not t:
+            if t and graph.blocked_layout(t):
+                blocked.add(q)
+            if not t or graph.blocked_layout(t):
                 continue
             consumer_scopes = [module_of.get(i) for i in _effective_consumers(graph, t, module_of)]
             if not graph.consumers.get(t) and t not in outputs:
@@ -67,7 +72,8 @@ def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
                     boundary[s].append(t)
                 else:
                     break
-    return ScopeMap(module_of=module_of, boundary={k: tuple(v) for k, v in boundary.items()}, weak=frozenset(weak))
+    return ScopeMap(module_of=module_of, boundary={k: tuple(v) for k, v in boundary.items()}, weak=frozenset(weak),
+                    blocked=frozenset(blocked - set(boundary)))
 
 
 #: nodes that converters insert around a tensor without changing what it means
@@ -151,7 +157,8 @@ def candidate_tensors(capture: Capture, graph: GraphIndex, scopes: ScopeMap) -> 
     summed |= {node.inputs[BIAS_INPUT[node.op_type]] for node in graph.nodes if node.op_type in BIAS_INPUT
                and len(node.inputs) > BIAS_INPUT[node.op_type] and node.inputs[BIAS_INPUT[node.op_type]]}
     names.update(dict.fromkeys(sorted(summed)))
-    found = [n for n in names if n not in graph.initializers and n not in graph.graph_inputs]
+    found = [n for n in names if n not in graph.initializers and n not in graph.graph_inputs
+             and not graph.blocked_layout(n)]
     # an activation that does not depend on the inputs (position embeddings) may be folded into a constant (one no
     # node reads is left out: ONNX Runtime drops unused initializers, and cannot hand them out)
     return found + sorted(t for t in graph.initializers if graph.elem_types.get(t) in FLOAT_TYPES and (

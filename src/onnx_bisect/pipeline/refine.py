@@ -282,9 +282,11 @@ class _Segment:
         self.references, self.model_feeds = references, model_feeds
 
     def produced(self) -> list[str]:
-        """The tensors the segment's nodes compute, in graph order."""
+        """The tensors the segment's nodes compute, in graph order (not those held in a runtime's blocked layout:
+        neither read against PyTorch's values nor fed them)."""
         names = set(self.layer.segment)
-        return [t for n in self.p.index.nodes if n.name in names for t in n.outputs if t]
+        return [t for n in self.p.index.nodes if n.name in names for t in n.outputs
+                if t and not self.p.index.blocked_layout(t)]
 
     def values(self, tensors: list[str], fed: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """``tensors`` as the segment computes them from the exact values at its inputs (and ``fed`` values cut

@@ -41,6 +41,10 @@ LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten
 CARRIER_OPS = frozenset({"Identity", "Cast", "QuantizeLinear", "DequantizeLinear"})
 
 
+#: ONNX Runtime's channel-blocked CPU ops (its NCHWc layout transformer)
+NCHWC_DOMAIN = "com.microsoft.nchwc"
+
+
 @dataclass(frozen=True)
 class GraphIndex:
     """Topologically ordered nodes and the wiring between them."""
@@ -63,6 +67,14 @@ class GraphIndex:
         """The node producing ``tensor``, or None for inputs and initializers."""
         i = self.producer.get(tensor)
         return None if i is None else self.nodes[i]
+
+    def blocked_layout(self, tensor: str) -> bool:
+        """Whether ``tensor`` is held in a runtime's blocked memory layout (ONNX Runtime's NCHWc: an ORT_ENABLE_ALL
+        file saved on CPU, between its ReorderInput and ReorderOutput): it declares the NCHW shape, but its
+        memory is channel-blocked, so its numbers cannot be read against PyTorch's, nor can PyTorch's be fed in
+        its place."""
+        node = self.node_of(tensor)
+        return node is not None and node.domain == NCHWC_DOMAIN and node.op_type != "ReorderOutput"
 
     def is_constant(self, tensor: str) -> bool:
         """Whether ``tensor`` is an initializer or a Constant node's output (a value no input changes)."""
