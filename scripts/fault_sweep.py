@@ -392,6 +392,7 @@ class Provenance:
     bases: tuple[str, ...]
     convert: Callable[[str], Callable[[Path, Path], None]] | None = None  # arch -> maker(src, dst)
     low_precision: bool = False
+    external: bool = False  # faulty files saved with external data too
 
 
 PROVENANCES = {
@@ -418,7 +419,7 @@ PROVENANCES = {
     "ort-all": Provenance(("torchscript", "dynamo"), lambda arch: ort_all),
     "torchscript-op14": Provenance(("torchscript-op14",)),
     "slim-shuffled": Provenance(("dynamo", "torchscript"), lambda arch: slim_shuffled),
-    "external-data": Provenance(("dynamo", "torchscript"), lambda arch: external_data),
+    "external-data": Provenance(("dynamo", "torchscript"), lambda arch: external_data, external=True),
 }
 
 
@@ -463,9 +464,22 @@ def pick_tolerance(ctx: sweep_faults.FileContext, low_precision: bool) -> tuple[
 
 
 def file_digest(path: Path) -> str:
+    """The file's digest, its external data file's (``<name>.data``) included."""
     import hashlib
 
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    data = path.parent / f"{path.name}.data"
+    return hashlib.sha256(path.read_bytes() + (data.read_bytes() if data.exists() else b"")).hexdigest()[:16]
+
+
+def save_like(model: onnx.ModelProto, path: Path, external: bool) -> None:
+    """``model`` saved at ``path``; with ``external``, its initializers in ``<name>.data`` beside it (a faulty file
+    keeps its provenance's form: the tool then reads external data on every run, not only the clean one)."""
+    if not external:
+        onnx.save(model, path)
+        return
+    (path.parent / f"{path.name}.data").unlink(missing_ok=True)  # onnx appends to an existing data file
+    onnx.save_model(model, path, save_as_external_data=True, all_tensors_to_one_file=True,
+                    location=f"{path.name}.data", size_threshold=0)
 
 
 def seeded(seed: int, *names: str) -> np.random.Generator:
@@ -535,7 +549,7 @@ def plan_cell(arch: str, prov: str, exports: dict, inputs, reference, args, cell
             continue
         for k, p in enumerate(planted):
             path = cell_dir / f"{name}.{k}.onnx"
-            onnx.save(p.model, path)
+            save_like(p.model, path, PROVENANCES[prov].external)
             on, off = (ctx.output_ratio(p.model, opt) for opt in (True, False))
             counted = min(on, off) >= COUNT_RATIO
             cases.append(Case(f"{base_id}/{name}/{k}", kind=name, site=k, status="counted" if counted else "silent",
