@@ -1801,3 +1801,7 @@ FAULTS.update({k.name: k for k in sweep_faults_nine.KINDS})
 import sweep_faults_ten  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_ten.KINDS})
+# the eleventh set (scripts/sweep_faults_eleven.py)
+import sweep_faults_eleven  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_eleven.KINDS})
