@@ -386,3 +386,53 @@ def test_a_module_adding_its_epsilon_after_the_root_is_not_blamed_for_another_fa
     init.CopyFrom(onnx.numpy_helper.from_array(noisy, init.name))
     fd = _bisect(model, inputs, proto)
     assert fd is not None and fd.cause == "weight-mismatch", fd and (fd.cause, fd.explanation)
+
+
+class _GroupedAttention(torch.nn.Module):
+    """Four query heads over two key/value heads (the keys normalised per head, as Qwen3's), repeated by expand and
+    reshape before the batched products."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(93)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(16, 16), torch.nn.Linear(16, 8), torch.nn.Linear(16, 8),
+                                          torch.nn.Linear(16, 16))
+        self.k_norm = torch.nn.LayerNorm(4)
+        torch.nn.init.uniform_(self.k_norm.weight, 0.5, 1.5), torch.nn.init.uniform_(self.k_norm.bias, -0.5, 0.5)
+
+    def forward(self, x):  # (2, 6, 16)
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, 4, 4).transpose(1, 2)
+        k, v = (h.transpose(1, 2)[:, :, None].expand(b, 2, 2, t, 4).reshape(b, 4, t, 4)
+                for h in (self.k_norm(self.k(x).view(b, t, 2, 4)), self.v(x).view(b, t, 2, 4)))
+        att = torch.softmax(q @ k.transpose(-1, -2) / 2.0, -1)
+        return self.o((att @ v).transpose(1, 2).reshape(b, t, 16))
+
+
+def test_a_value_head_read_from_the_keys_is_fed_the_value_pytorch_computes_several_ops_earlier():
+    """The values' head transpose reads the keys' head split (same shape, before the keys' norm) and the values'
+    projection is gone from the file: the value the node should read is PyTorch's a few ops before the divergent
+    product (the heads are repeated and reshaped in between), and feeding it there reproduces PyTorch."""
+    model = _GroupedAttention().eval()
+    inputs = (torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(94)),)
+    proto = dc.export(model, inputs, "dynamo")
+    want = {name: p.detach().numpy() for name, p in model.named_parameters()}
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+
+    def split_of(weight: str) -> onnx.NodeProto:  # the Reshape splitting a projection's output into heads
+        w = next(n for n, v in inits.items() if v.shape[::-1] == want[weight].shape and np.array_equal(v.T, want[weight])
+                 or v.shape == want[weight].shape and np.array_equal(v, want[weight]))
+        t = next(n for n in proto.graph.node if w in n.input).output[0]
+        while True:
+            node = next(n for n in proto.graph.node if t in n.input)
+            if node.op_type == "Reshape":
+                return node
+            t = node.output[0]
+
+    v_split, k_split = split_of("v.weight"), split_of("k.weight")
+    reader = next(n for n in proto.graph.node if v_split.output[0] in n.input)
+    reader.input[list(reader.input).index(v_split.output[0])] = k_split.output[0]
+    _prune_dead(proto)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, reader.name)
+    assert "none of the earlier tensors tried holds" in fd.explanation, fd.explanation

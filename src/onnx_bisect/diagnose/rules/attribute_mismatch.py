@@ -69,8 +69,8 @@ class AttributeMismatch(Rule):
 def _said(a: Alternative) -> str:
     if a.what.startswith("input ") and a.feeds:  # the value no tensor of the file holds
         return (f"{a.node} reads '{a.have}' as its {a.what} (one of PyTorch's values, in the wrong place) where "
-                f"{a.source} reads {a.want}, which none of the earlier tensors tried holds: the node is wired to a "
-                "wrong tensor, and the right one may no longer be computed")
+                f"{a.source} is computed from {a.want}, which none of the earlier tensors tried holds: the node is "
+                "wired to a wrong tensor, and the right one may no longer be computed")
     if a.what.startswith("input ") and isinstance(a.want, str):  # a rewiring: tensors, not values
         return (f"{a.node} reads '{a.have}' as its {a.what} where {a.source} implies the tensor '{a.want}' (a "
                 "wrong tensor wired in: a graph edit, a fusion or an exporter's aliasing)")

@@ -352,12 +352,14 @@ def rewirings(ctx, proto, make) -> Iterator:
 
 
 def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) -> Iterator:
-    """PyTorch's own inputs of the divergent op (or module) fed at the node's input: where no tensor tried holds
-    the value the node should read.  Not when that value is computed from the one the node reads (an op between
-    them missing: another reading)."""
-    for op in _op_inputs(ctx, now.size):
+    """PyTorch's values the divergent op (or module) is computed from — its inputs, then theirs — fed at the
+    node's input: where no tensor tried holds the value the node should read (its producer may be gone from the
+    file, and the value may lie several ops before the divergent one: an attention's values before their heads
+    are repeated and reshaped for a batched product).  Not when that value is computed from the one the node
+    reads (an op between them missing: another reading)."""
+    for op, upstream in _op_inputs(ctx, now.size):
         fed_value = np.asarray(op.value).reshape(now.shape).astype(now.dtype)
-        if ctx.compare(now, fed_value).ok or held is not None and held in op.inputs:
+        if ctx.compare(now, fed_value).ok or held is not None and held in upstream:
             continue
         fed = f"{proto.name}_input_{i}_as_pytorch"
         yield make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value", ctx.layer.pair.activation.name,
@@ -377,12 +379,25 @@ def _held_by(ctx, value: np.ndarray) -> int | None:
     return next((k for k, r in same[:MAX_HELD_COMPARED] if ctx.compare(value, r.reshape(value.shape)).ok), None)
 
 
+#: PyTorch ops walked back from the divergent op for values to feed: at most this many steps (views, expands
+#: and reshapes take one each)
+MAX_FED_DEPTH = 8
+
+
 def _op_inputs(ctx, size: int) -> list:
-    """The values (activations) PyTorch's op or module (the divergent activation) read, of ``size`` elements."""
+    """``(activation, the indices of its inputs)`` for the values of ``size`` elements PyTorch's op or module (the
+    divergent activation) is computed from, up to ``MAX_FED_DEPTH`` steps back, nearest first."""
     activation = ctx.layer.pair.activation
     by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
-    found = [by_index[i] for i in activation.inputs if i in by_index]
-    return [a for a in found if a.value.size == size and a.value.dtype.kind == "f"][:MAX_REWIRED]
+    found, seen, frontier = [], {activation.index}, [activation]
+    for _ in range(MAX_FED_DEPTH):
+        frontier = [by_index[i] for i in dict.fromkeys(i for a in frontier for i in a.inputs)
+                    if i in by_index and i not in seen]
+        seen.update(a.index for a in frontier)
+        found += [a for a in frontier if a.value.size == size and a.value.dtype.kind == "f"]
+        if len(found) >= MAX_REWIRED:
+            break
+    return [(a, set(a.inputs)) for a in found[:MAX_REWIRED]]
 
 
 #: nodes walked back from a node for tensors of its input's shape, at most
