@@ -74,6 +74,9 @@ def _said(a: Alternative) -> str:
     if a.what.startswith("input ") and isinstance(a.want, str):  # a rewiring: tensors, not values
         return (f"{a.node} reads '{a.have}' as its {a.what} where {a.source} implies the tensor '{a.want}' (a "
                 "wrong tensor wired in: a graph edit, a fusion or an exporter's aliasing)")
+    if a.what == "window":  # two Slices of one tensor exchanged
+        return (f"{a.node} and {a.have} take each other's window of '{a.want}' (two Slices of one tensor exchanged: "
+                "its chunks or halves read in another order)")
     return f"{a.node}.{a.what} = {_plain(a.have)} where {a.source} implies {_plain(a.want)}"
 
 

@@ -66,6 +66,19 @@ def outputs_swapped(node: str, i: int, j: int):
     return edit
 
 
+def slices_swapped(first: str, second: str):
+    """Slices ``first`` and ``second`` (of one tensor) taking each other's window: their starts, ends, axes and
+    steps exchanged."""
+    def edit(model, weights):
+        a, b = edits.node(model, first), edits.node(model, second)
+        rest_a, rest_b = list(a.input[1:]), list(b.input[1:])
+        del a.input[1:], b.input[1:]
+        a.input.extend(rest_b)
+        b.input.extend(rest_a)
+        return model, weights
+    return edit
+
+
 def rewired(node: str, inputs: list[str]):
     """The node reading ``inputs`` (the same tensors in another order)."""
     def edit(model, weights):

@@ -11,6 +11,7 @@ a node outside the segment makes fed the other way round.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterator
 
 import numpy as np
@@ -18,7 +19,7 @@ import onnx
 
 from ...records.graph import CARRIER_OPS
 from ..context import attribute
-from .alternative_edits import node_value, outputs_swapped, rewired, with_attributes, with_inputs
+from .alternative_edits import node_value, outputs_swapped, rewired, slices_swapped, with_attributes, with_inputs
 from .value_alternatives import DEFAULTS, activation, gemm_scalars, mask_values, norm_axis
 
 #: reductions whose axes are tried at others
@@ -373,3 +374,25 @@ def boundary_swaps(ctx, make_fed) -> Iterator:
             i, j = producer.outputs.index(a), producer.outputs.index(b)
             yield make_fed(name, "output order", [i, j], [j, i], "the PyTorch output", outputs_swapped(name, i, j),
                            {a: feeds[b], b: feeds[a]})
+    yield from _sibling_slices(ctx, feeds, make_fed)
+
+
+def _sibling_slices(ctx, feeds, make_fed) -> Iterator:
+    """Two Slices of one tensor whose outputs (of one shape) the segment reads, fed the other way round: each
+    takes the other's window (a fused projection's chunks, or rotate_half's halves, in another order).  Named at
+    the earlier Slice, shown in both."""
+    graph = ctx.onnx.graph
+    by_data: dict[str, list[str]] = {}
+    for t, value in feeds.items():
+        node = graph.node_of(t)
+        if node is not None and node.op_type == "Slice" and np.issubdtype(np.asarray(value).dtype, np.floating):
+            by_data.setdefault(node.inputs[0], []).append(t)
+    for data, tensors in by_data.items():
+        tensors = sorted(tensors, key=graph.order_of)
+        pairs = [(a, b) for i, a in enumerate(tensors) for b in tensors[i + 1:]
+                 if np.shape(feeds[a]) == np.shape(feeds[b]) and not np.array_equal(feeds[a], feeds[b])]
+        for a, b in pairs[:MAX_SWAPPED_INPUTS]:
+            first, second = graph.node_of(a).name, graph.node_of(b).name
+            alt = make_fed(first, "window", second, data, "the PyTorch output", slices_swapped(first, second),
+                           {a: feeds[b], b: feeds[a]})
+            yield dataclasses.replace(alt, shows_in=(second,))
