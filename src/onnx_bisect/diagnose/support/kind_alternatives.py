@@ -356,14 +356,62 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
     node's input: where no tensor tried holds the value the node should read (its producer may be gone from the
     file, and the value may lie several ops before the divergent one: an attention's values before their heads
     are repeated and reshaped for a batched product).  Not when that value is computed from the one the node
-    reads (an op between them missing: another reading)."""
+    reads (an op between them missing: another reading), nor when another kind of op computes it from the same
+    input (siblings: a max pool where an average pool belongs — the op that computed the value read is wrong, not
+    the wiring; a key head split read for the value one is a wiring)."""
+    by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
+    siblings = _near_sources(by_index, held) if held is not None and held >= 0 else set()
     for op, upstream in _op_inputs(ctx, now.size):
         fed_value = np.asarray(op.value).reshape(now.shape).astype(now.dtype)
-        if ctx.compare(now, fed_value).ok or held is not None and held in upstream:
+        if ctx.compare(now, fed_value).ok or held is not None and held in upstream or siblings and _op_kind(
+                by_index, held) != _op_kind(by_index, op.index) and _share_a_source(
+                    by_index, _near_sources(by_index, op.index), siblings):
             continue
         fed = f"{proto.name}_input_{i}_as_pytorch"
         yield make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value", ctx.layer.pair.activation.name,
                    _input_read(proto.name, i, fed), feeds={fed: fed_value})
+
+
+#: ops walked back to tell siblings: two values computed from one source within this many ops
+SIBLING_STEPS = 3
+
+
+#: ATen ops that only lay out or select numbers: looked through to the op that computed them
+LAYOUT_ATEN = frozenset({"aten.view", "aten._unsafe_view", "aten.reshape", "aten.transpose", "aten.permute",
+                         "aten.expand", "aten.unsqueeze", "aten.squeeze", "aten.clone", "aten.contiguous", "aten.t",
+                         "aten.slice", "aten.select", "aten.alias", "aten.flatten"})
+
+
+def _op_kind(by_index, index: int) -> str:
+    """The ATen op (``aten.max_pool2d_with_indices``, overload dropped) that computed activation ``index``'s numbers,
+    looking through layout ops (a view of a projection is the projection's); a module's type for a module."""
+    activation = by_index[index]
+    for _ in range(SIBLING_STEPS + 3):
+        kind = ".".join(activation.module_type.split(".")[:2])
+        sources = [by_index[i] for i in activation.inputs if i in by_index]
+        if kind not in LAYOUT_ATEN or len(sources) != 1:
+            return kind
+        activation = sources[0]
+    return kind
+
+
+def _share_a_source(by_index, mine: set[int], theirs: set[int]) -> bool:
+    """Whether two sets of PyTorch activations share one, or two hold the very same numbers (the same tensor
+    unsqueezed twice for two pools)."""
+    if mine & theirs:
+        return True
+    values = [np.asarray(by_index[i].value) for i in theirs if i in by_index]
+    return any(np.asarray(by_index[i].value).shape == v.shape and np.array_equal(by_index[i].value, v)
+               for i in mine if i in by_index for v in values)
+
+
+def _near_sources(by_index, index: int) -> set[int]:
+    """What PyTorch's activation ``index`` is computed from within ``SIBLING_STEPS`` ops (its inputs, theirs…)."""
+    found, frontier = set(), [index]
+    for _ in range(SIBLING_STEPS):
+        frontier = [i for j in frontier if j in by_index for i in by_index[j].inputs if i not in found]
+        found.update(frontier)
+    return found
 
 
 #: PyTorch values compared with a node's input to tell a right value in the wrong place, at most
