@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -60,3 +61,45 @@ def test_two_slices_taking_each_others_halves_are_named_together(exporter, renam
     fd = _bisect(model, inputs, proto)
     _found(fd, first.name)
     assert second.name in fd.layer.segment and "take each other's window" in fd.explanation, fd.explanation
+
+
+class _TwoLinears(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(97)
+        self.up, self.down = torch.nn.Linear(8, 12), torch.nn.Linear(12, 5)
+
+    def forward(self, x):  # (2, 4, 8)
+        return self.down(torch.tanh(self.up(x)))
+
+
+def _weight_initializer(proto: onnx.ModelProto, weight: torch.Tensor) -> onnx.TensorProto:
+    """The initializer holding ``weight`` transposed (a MatMul's [in, out])."""
+    want = weight.detach().numpy().T
+    return next(i for i in proto.graph.initializer
+                if tuple(i.dims) == want.shape and np.array_equal(onnx.numpy_helper.to_array(i), want))
+
+
+@pytest.mark.parametrize("arrangement", ["reshaped", "permuted"])
+def test_a_weight_holding_its_parameters_numbers_rearranged_is_laid_out_back(arrangement):
+    """The up projection's MatMul weight holds PyTorch's numbers reshaped where a transpose belongs (a [out, in]
+    matrix read as [in, out]), or with its output channels permuted together with the bias (a converter's head
+    permutation): the same numbers, in no layout a transpose explains."""
+    model = _TwoLinears().eval()
+    inputs = (torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(98)),)
+    proto = dc.export(model, inputs, "dynamo")
+    init = _weight_initializer(proto, model.up.weight)
+    weight = model.up.weight.detach().numpy()
+    if arrangement == "reshaped":
+        planted = weight.reshape(8, 12)
+    else:
+        perm = np.random.default_rng(99).permutation(12)
+        planted = weight.T[:, perm]
+        bias = next(i for i in proto.graph.initializer if tuple(i.dims) == (12,))
+        bias.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(bias)[perm], bias.name))
+    init.CopyFrom(onnx.numpy_helper.from_array(np.ascontiguousarray(planted), init.name))
+    reader = next(n.name for n in proto.graph.node if init.name in n.input)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, reader, cause="weight-mismatch")
+    said = "output channels permuted" if arrangement == "permuted" else "reshape where a transpose belongs"
+    assert said in fd.explanation and "up.weight" in fd.explanation, fd.explanation

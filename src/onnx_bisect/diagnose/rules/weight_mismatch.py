@@ -41,12 +41,12 @@ class WeightMismatch(Rule):
                 return offset
         if not differing:
             return (_bias_after(ctx) or _bias_missing(ctx, candidates) or _exchanged(ctx, candidates) or _relaid(ctx)
-                    or _scale_offset(ctx) or _stale_table(ctx))
+                    or _scale_offset(ctx) or _stale_table(ctx) or _rearranged(ctx))
         if not all(r.related for _, _, r, _ in differing):
             # numbers unlike the parameter they are named after may be another module's (two layers' weights
-            # exchanged) or a folded weight in another layout (a BatchNorm folded into a kernel whose channels
-            # were then reversed): a confirmed reading says more
-            found = _exchanged(ctx, candidates) or _relaid(ctx)
+            # exchanged), a folded weight in another layout (a BatchNorm folded into a kernel whose channels
+            # were then reversed) or the parameter's own numbers rearranged: a confirmed reading says more
+            found = _exchanged(ctx, candidates) or _relaid(ctx) or _rearranged(ctx)
             if found is not None:
                 return found
         rows = [{"initializer": n, "parameter": p, "layout": r.layout.value, "max_abs": r.max_abs, "rel_l2": r.rel_l2,
@@ -504,6 +504,112 @@ def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: Re
                    changes=_readers(ctx, [name]),
                    counterfactual=lambda c, n=name, v=relaid: FixedSegment(
                        *edits.replace_array(edits.copy_model(c.onnx.skeleton), c.onnx.weights, n, v)))
+
+
+#: weights whose numbers are a parameter's own rearranged, tried per diagnosis
+MAX_REARRANGED = 4
+
+
+def _rearranged(ctx: DiagnosisContext) -> Finding | None:
+    """A weight holding exactly a PyTorch parameter's numbers, arranged otherwise than any transpose of it: a
+    kernel stored in another framework's layout and reshaped where a transpose belongs (``[in, out]`` read as
+    ``[out, in]``, HWIO as OIHW), or its output channels permuted (a converter's rotary head permutation applied
+    to a checkpoint that had it already) — with the bias that goes with them.  Laid out as the parameter is for
+    the node (MatMul reads it transposed), and the bias permuted back alike, the segment must reproduce PyTorch:
+    only a confirmed arrangement is named."""
+    arrays = _model_arrays(ctx)
+    tried = 0
+    for name in _segment_initializers(ctx):
+        value = ctx.initializer(name)
+        if value is None or value.dtype.kind != "f" or value.ndim < 2 or value.size < 4 or tried >= MAX_REARRANGED:
+            continue
+        ordered = np.sort(np.asarray(value, np.float64).ravel())
+        for param, tensor in arrays.items():
+            if tensor.size != value.size or tensor.ndim < 2 or not np.array_equal(
+                    np.sort(np.asarray(tensor, np.float64).ravel()), ordered):
+                continue
+            for laid in _layouts_for(tensor, value.shape):
+                if np.array_equal(laid, value):
+                    continue
+                tried += 1
+                fixed, permuted = _with_bias_unpermuted(ctx, name, value, laid)
+                model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
+                for n, v in fixed.items():
+                    model, weights = edits.replace_array(model, weights, n, v)
+                try:
+                    values = ctx.run_segment(model, weights)
+                except Exception:  # noqa: BLE001 - an arrangement the runtime rejects is not the answer
+                    continue
+                if ctx.compare(values[ctx.tensor], ctx.reference).ok:
+                    return _rearranged_finding(ctx, name, value, param, fixed, permuted)
+    return None
+
+
+def _layouts_for(tensor: np.ndarray, shape: tuple) -> list[np.ndarray]:
+    """``tensor`` in the layouts a node of weight shape ``shape`` may read it: as it is, or transposed (a matrix)."""
+    found = [tensor.reshape(shape)] if tensor.shape == tuple(shape) else []
+    if tensor.ndim == 2 and tensor.T.shape == tuple(shape):
+        found.append(np.ascontiguousarray(tensor.T))
+    return found
+
+
+def _with_bias_unpermuted(ctx: DiagnosisContext, name: str, value: np.ndarray, laid: np.ndarray) -> tuple[dict, bool]:
+    """``({initializer: value}, permuted)``: the weight laid out as PyTorch's, and — when the file's weight is
+    PyTorch's with its output channels (a Conv's axis 0, a MatMul's last axis) permuted — every 1-D constant of the
+    segment of that many channels (the bias) permuted back alike."""
+    fixed = {name: laid}
+    axis = 0 if value.ndim > 2 else value.ndim - 1
+    perm = _channel_permutation(np.moveaxis(value, axis, 0), np.moveaxis(laid, axis, 0))
+    if perm is None:
+        return fixed, False
+    back = np.argsort(perm)
+    for other in _segment_initializers(ctx):
+        bias = ctx.initializer(other)
+        if other != name and bias is not None and bias.dtype.kind == "f" and bias.ndim == 1 \
+                and bias.size == len(perm):
+            fixed[other] = bias[back]
+    return fixed, True
+
+
+def _channel_permutation(have: np.ndarray, want: np.ndarray) -> np.ndarray | None:
+    """``perm`` with ``have[k] == want[perm[k]]`` for every channel (axis 0), None when no exact one exists or it is
+    the identity."""
+    index: dict[bytes, list[int]] = {}
+    for k in range(want.shape[0]):
+        index.setdefault(np.ascontiguousarray(want[k]).tobytes(), []).append(k)
+    perm = []
+    for k in range(have.shape[0]):
+        slot = index.get(np.ascontiguousarray(have[k]).tobytes())
+        if not slot:
+            return None
+        perm.append(slot.pop(0))
+    perm = np.array(perm)
+    return None if np.array_equal(perm, np.arange(len(perm))) else perm
+
+
+def _rearranged_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, param: str, fixed: dict,
+                        permuted: bool) -> Finding:
+    biases = [n for n in fixed if n != name]
+    how = ("its output channels permuted" + (" (and the bias " + ", ".join(f"'{b}'" for b in biases) + " alike)"
+                                             if biases else "") if permuted else
+           "arranged otherwise (not a transpose of it: a reshape where a transpose belongs)")
+    summary = (f"The weight '{name}' {tuple(value.shape)} holds exactly the numbers of PyTorch's {param}, but {how}: "
+               f"laid out as {param} is for this node, the segment reproduces PyTorch's output.")
+    fix = ("Write the weight from the checkpoint in the node's layout (ONNX MatMul takes x @ B, so a Linear's weight "
+           "goes in transposed; a Conv kernel is [out, in/groups, kh, kw]): a converter reshaped a kernel of another "
+           "layout, or permuted channels (a rotary head permutation applied twice, a channel order) — check it.")
+    return Finding(Cause.WEIGHT_MISMATCH, 0.9, summary, fix,
+                   {"parameters": [{"initializer": name, "parameter": param, "layout": "rearranged",
+                                    "also_fixed": biases}]},
+                   changes=_readers(ctx, list(fixed)),
+                   counterfactual=lambda c, f=fixed: _replaced(c, f))
+
+
+def _replaced(ctx: DiagnosisContext, fixed: dict) -> FixedSegment:
+    model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
+    for n, v in fixed.items():
+        model, weights = edits.replace_array(model, weights, n, v)
+    return FixedSegment(model, weights)
 
 
 def _spatial(value: np.ndarray) -> tuple[int, ...]:
