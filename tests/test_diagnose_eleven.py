@@ -103,3 +103,32 @@ def test_a_weight_holding_its_parameters_numbers_rearranged_is_laid_out_back(arr
     _found(fd, reader, cause="weight-mismatch")
     said = "output channels permuted" if arrangement == "permuted" else "reshape where a transpose belongs"
     assert said in fd.explanation and "up.weight" in fd.explanation, fd.explanation
+
+
+def test_a_weight_quantized_with_a_clipping_scale_is_a_quantization_fault():
+    """The up projection's weight stored as int8 with a per-tensor scale a quarter of max |w| / 127 (a symmetric
+    quantizer: ±127): a third of it saturates.  Quantizing PyTorch's weight with that scale gives exactly these
+    integers, so the numbers are no other checkpoint's: the scale is at fault, and PyTorch's float weight fixes
+    the segment."""
+    from onnx import TensorProto, helper
+
+    model = _TwoLinears().eval()
+    inputs = (torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(100)),)
+    proto = dc.export(model, inputs, "dynamo")
+    init = _weight_initializer(proto, model.up.weight)
+    w = onnx.numpy_helper.to_array(init)
+    scale = np.float32(np.abs(w).max() / 127 / 4)
+    q = np.clip(np.round(w / scale), -127, 127).astype(np.int8)
+    proto.graph.initializer.extend([onnx.numpy_helper.from_array(q, "up_q"),
+                                    onnx.numpy_helper.from_array(np.array(scale, np.float32), "up_scale")])
+    reader = next(n for n in proto.graph.node if init.name in n.input)
+    dq = helper.make_node("DequantizeLinear", ["up_q", "up_scale"], ["up_w"], name="up_dq")
+    reader.input[list(reader.input).index(init.name)] = "up_w"
+    nodes = [dq, *proto.graph.node]
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
+    proto.graph.initializer.remove(init)
+    assert TensorProto.INT8 == proto.graph.initializer[-2].data_type
+    fd = _bisect(model, inputs, proto)
+    _found(fd, reader.name, cause="quantization")
+    assert "clipped at the integer bounds" in fd.explanation and "up_q" in fd.fix, (fd.explanation, fd.fix)

@@ -34,6 +34,8 @@ class Quantization(Rule):
         parts = [f"{a['node']}: {a['clip_fraction']:.1%} of the activation clipped, SQNR {a['sqnr_db']:.1f} dB" for a in acts]
         parts += [f"{w['initializer']} ({'per-channel' if w['per_channel'] else 'per-tensor'}): "
                   + ("no float weight to compare with" if w["sqnr_db"] is None else f"SQNR {w['sqnr_db']:.1f} dB")
+                  + (f", {w['clip_fraction']:.1%} of the weight clipped at the integer bounds"
+                     if w.get("clip_fraction", 0) > 0.001 else "")
                   + (f", per-channel would give {w['sqnr_db_per_channel']:.1f} dB" if w.get("sqnr_db_per_channel") else "")
                   for w in weights]
         summary = (f"The segment computing {ctx.layer.pair.activation.name} is quantized ({len(protos)} Q/DQ node(s)): "
@@ -106,7 +108,8 @@ def _weight(ctx: DiagnosisContext, dq) -> dict | None:
     if match is None:
         return {"initializer": dq.input[0], "per_channel": scale.size > 1, "sqnr_db": None}
     name, ref = match
-    out = {"initializer": dq.input[0], "parameter": name, "per_channel": scale.size > 1, "sqnr_db": _sqnr(ref, w)}
+    out = {"initializer": dq.input[0], "parameter": name, "per_channel": scale.size > 1, "sqnr_db": _sqnr(ref, w),
+           "clip_fraction": weight_clip_fraction(ctx, dq, w, ref)}
     if scale.size == 1 and ref.ndim >= 2:
         out["sqnr_db_per_channel"] = max(_sqnr(ref, _symmetric(ref, a)) for a in (0, ref.ndim - 1))
     return out
@@ -144,10 +147,26 @@ def beyond_rounding(ctx: DiagnosisContext, dq, w: np.ndarray, ref: np.ndarray) -
     q = ctx.initializer(dq.input[0])
     scale = np.abs(ctx.constant(dq.input[1]).astype(np.float64))
     step = scale.reshape(_scale_shape(dq, q, scale))
-    low, high = RANGES.get(q.dtype, (None, None))
-    clipped = (q == low) | (q == high) if low is not None else np.zeros(q.shape, bool)
     beyond = np.abs(w - ref) > 0.5 * step * (1 + 1e-3) + 1e-12
-    return float(np.mean(beyond & ~clipped))
+    return float(np.mean(beyond & ~_at_bounds(q)))
+
+
+def _at_bounds(q: np.ndarray) -> np.ndarray:
+    """Where integer weights sit at their type's bounds — for signed types the symmetric ones too (±127: what a
+    symmetric weight quantizer clamps to): values clipped there."""
+    low, high = RANGES.get(q.dtype, (None, None))
+    if low is None:
+        return np.zeros(q.shape, bool)
+    return (q == low) | (q == high) | ((q == -high) if low < 0 else False)
+
+
+def weight_clip_fraction(ctx: DiagnosisContext, dq, w: np.ndarray, ref: np.ndarray) -> float:
+    """The fraction of a quantized weight's elements clipped: at the integer bounds where PyTorch's value lies
+    beyond them by more than half a step (the scale too small for the weight's range)."""
+    q = ctx.initializer(dq.input[0])
+    scale = np.abs(ctx.constant(dq.input[1]).astype(np.float64))
+    step = scale.reshape(_scale_shape(dq, q, scale))
+    return float(np.mean(_at_bounds(q) & (np.abs(ref) > np.abs(w) + 0.5 * step * (1 + 1e-3) + 1e-12)))
 
 
 def dequantized_weights(ctx: DiagnosisContext) -> list[tuple[np.ndarray, object]]:
@@ -221,6 +240,10 @@ def _advice(acts: list[dict], weights: list[dict], compute: list[str]) -> str:
     elif any(a["sqnr_db"] < 30 for a in acts):
         steps.append("use a tighter calibration (CalibrationMethod.Percentile) or 16-bit activations: the range is "
                      "wide for the values")
+    if any(w.get("clip_fraction", 0) > 0.001 for w in weights):
+        worst = max(weights, key=lambda w: w.get("clip_fraction", 0))
+        steps.append(f"requantize {worst['initializer']} with a scale that covers its range (max |w| / 127 for int8: "
+                     f"{worst['clip_fraction']:.1%} of it clips now)")
     if any(w.get("sqnr_db_per_channel") and w["sqnr_db"] is not None and w["sqnr_db_per_channel"] > w["sqnr_db"] + 3
            for w in weights):
         steps.append("quantize weights per channel (quantize_static(..., per_channel=True))")
