@@ -132,3 +132,24 @@ def test_a_weight_quantized_with_a_clipping_scale_is_a_quantization_fault():
     fd = _bisect(model, inputs, proto)
     _found(fd, reader.name, cause="quantization")
     assert "clipped at the integer bounds" in fd.explanation and "up_q" in fd.fix, (fd.explanation, fd.fix)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_an_unsqueeze_over_the_wrong_axis_before_a_broadcast_is_named(exporter):
+    """Grouped key/value heads repeated by ``[:, :, None].expand(...)``: the Unsqueeze's axis moved from 2 to 1 still
+    broadcasts to the same shape, over the wrong axis (heads interleaved where they were tiled)."""
+    from test_diagnose_ten import _GroupedAttention
+
+    model = _GroupedAttention().eval()
+    inputs = (torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(101)),)
+    proto = dc.export(model, inputs, exporter)
+    consts = {i.name: i for i in proto.graph.initializer}
+    consts.update({n.output[0]: n.attribute[0].t for n in proto.graph.node if n.op_type == "Constant"})
+    expands = {i for n in proto.graph.node if n.op_type == "Expand" for i in n.input}
+    node = next(n for n in proto.graph.node if n.op_type == "Unsqueeze" and n.output[0] in expands
+                and onnx.numpy_helper.to_array(consts[n.input[1]]).tolist() == [2])
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array([1], np.int64), "axes_planted"))
+    node.input[1] = "axes_planted"
+    fd = _bisect(model, inputs, proto)
+    _found(fd, node.name)
+    assert "axes = [1] where the PyTorch output implies [2]" in fd.explanation, fd.explanation

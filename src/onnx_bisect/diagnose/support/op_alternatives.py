@@ -44,6 +44,9 @@ def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
     op = proto.op_type
     if op == "Gather":
         yield from _gather(ctx, proto, make)
+        yield from _gather_axis(ctx, proto, shape_of, make)
+    elif op in ("Unsqueeze", "Squeeze"):
+        yield from _moved_axes(ctx, proto, shape_of, make)
     elif op == "Slice":
         yield from _slice(ctx, proto, shape_of, make)
     elif op in REDUCE_OPS:
@@ -103,6 +106,52 @@ def _gather(ctx, proto, make) -> Iterator:
                 yield make(proto.name, "indices", indices.tolist(), want.reshape(indices.shape).tolist(),
                            "the PyTorch output",
                            with_inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
+
+
+def _gather_axis(ctx, proto, shape_of, make) -> Iterator:
+    """The Gather over another axis of the same length (the output's shape kept): indices taken along the
+    wrong axis of a square tensor."""
+    shape = shape_of(proto.input[0]) if proto.input else None
+    if not shape or any(not isinstance(d, int) for d in shape):
+        return
+    have = attribute(proto, "axis", 0) % len(shape)
+    for want in range(len(shape)):
+        if want != have and shape[want] == shape[have]:
+            yield make(proto.name, "axis", have, want, "the PyTorch output", with_attributes(proto.name, {"axis": want}))
+
+
+def _moved_axes(ctx, proto, shape_of, make) -> Iterator:
+    """An Unsqueeze's or Squeeze's axes, each in turn moved to another valid axis (a broadcast over the wrong axis:
+    ``[:, :, None]`` written ``[:, None]``); a Squeeze only to axes of length 1."""
+    shape = shape_of(proto.input[0]) if proto.input else None
+    as_input = len(proto.input) > 1 and bool(proto.input[1])
+    axes = ctx.constant(proto.input[1]) if as_input else attribute(proto, "axes")
+    if not shape or axes is None:
+        return
+    have = [int(a) for a in np.asarray(axes).reshape(-1)]
+    rank = len(shape) + len(have) if proto.op_type == "Unsqueeze" else len(shape)
+    have = sorted(a % rank for a in have)
+    wants = [sorted(have[:i] + [b] + have[i + 1:]) for i in range(len(have)) for b in range(rank)
+             if b not in have and not (proto.op_type == "Squeeze" and shape[b] != 1)]
+    # an Unsqueeze keeps its elements' order whatever its axes: where its own output is PyTorch's divergent value,
+    # only the shape tells, so the axes giving PyTorch's shape come first
+    if proto.output and proto.output[0] == ctx.tensor:  # PyTorch's own shape (the file's value info may be stale)
+        torch_shape = tuple(np.shape(ctx.layer.pair.activation.value))
+        wants.sort(key=lambda w: _squeezed_shape(proto.op_type, shape, w) != torch_shape)
+    for want in wants:
+        edit = (with_inputs(proto.name, {1: np.array(want, dtype=np.int64)}) if as_input
+                else with_attributes(proto.name, {"axes": want}))
+        yield make(proto.name, "axes", have, want, "the PyTorch output", edit)
+
+
+def _squeezed_shape(op: str, shape, axes: list[int]) -> tuple:
+    """The output shape of an Unsqueeze (or Squeeze) of ``shape`` over ``axes``."""
+    if op == "Squeeze":
+        return tuple(d for k, d in enumerate(shape) if k not in axes)
+    out, rest = [], iter(shape)
+    for k in range(len(shape) + len(axes)):
+        out.append(1 if k in axes else next(rest))
+    return tuple(out)
 
 
 #: a single constant index is tried at every position of an axis up to this long
