@@ -153,3 +153,33 @@ def test_an_unsqueeze_over_the_wrong_axis_before_a_broadcast_is_named(exporter):
     fd = _bisect(model, inputs, proto)
     _found(fd, node.name)
     assert "axes = [1] where the PyTorch output implies [2]" in fd.explanation, fd.explanation
+
+
+class _CausalAttention(torch.nn.Module):
+    """One head of causal self-attention, its mask a constant (0 on and below the diagonal, -1e4 above)."""
+
+    def __init__(self, t=6):
+        super().__init__()
+        torch.manual_seed(102)
+        self.qkv, self.out = torch.nn.Linear(8, 24), torch.nn.Linear(8, 3)
+        self.register_buffer("mask", torch.triu(torch.full((t, t), -1e4), 1))
+
+    def forward(self, x):  # (2, 6, 8)
+        q, k, v = self.qkv(x).chunk(3, -1)
+        return self.out(torch.softmax(q @ k.transpose(1, 2) + self.mask, -1) @ v)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_causal_mask_shifted_by_one_diagonal_is_named(exporter):
+    """The constant causal mask rebuilt one diagonal off: each query sees one future key."""
+    model = _CausalAttention().eval()
+    inputs = (torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(103)),)
+    proto = dc.export(model, inputs, exporter)
+    mask = model.mask.numpy()
+    init = next(i for i in proto.graph.initializer if tuple(i.dims) == mask.shape
+                and np.array_equal(onnx.numpy_helper.to_array(i), mask))
+    init.CopyFrom(onnx.numpy_helper.from_array(np.triu(np.full((6, 6), -1e4, np.float32), 2), init.name))
+    reader = next(n.name for n in proto.graph.node if init.name in n.input)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, reader)
+    assert "diagonal" in fd.explanation, fd.explanation

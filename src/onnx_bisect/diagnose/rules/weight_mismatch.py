@@ -519,18 +519,21 @@ def _rearranged(ctx: DiagnosisContext) -> Finding | None:
     only a confirmed arrangement is named."""
     arrays = _model_arrays(ctx)
     tried = 0
+    weights = {p.input[1] for p in ctx.segment_protos if p.op_type in PRODUCT_OPS and len(p.input) > 1}
     for name in _segment_initializers(ctx):
         value = ctx.initializer(name)
-        if value is None or value.dtype.kind != "f" or value.ndim < 2 or value.size < 4 or tried >= MAX_REARRANGED:
+        if name not in weights or value is None or value.dtype.kind != "f" or value.ndim < 2 or value.size < 4 \
+                or tried >= MAX_REARRANGED:
             continue
         ordered = np.sort(np.asarray(value, np.float64).ravel())
         for param, tensor in arrays.items():
             if tensor.size != value.size or tensor.ndim < 2 or not np.array_equal(
                     np.sort(np.asarray(tensor, np.float64).ravel()), ordered):
                 continue
+            if any(np.array_equal(laid, value) for laid in _layouts_for(tensor, value.shape)) or (
+                    tensor.ndim == value.ndim and np.array_equal(np.swapaxes(tensor, 0, 1), value)):
+                continue  # PyTorch's layout, or its first two axes swapped (the _relaid reading)
             for laid in _layouts_for(tensor, value.shape):
-                if np.array_equal(laid, value):
-                    continue
                 tried += 1
                 fixed, permuted = _with_bias_unpermuted(ctx, name, value, laid)
                 model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights

@@ -109,6 +109,7 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
         yield attribute_change(proto.name, "mode", have, "CRD" if have == "DCR" else "DCR", "the PyTorch output")
     if op in MASKED_BY:
         yield from _transposed_masks(ctx, proto)
+        yield from _shifted_masks(ctx, proto)
     yield from op_alternatives(ctx, proto, shape_of, Alternative)
 
 
@@ -118,9 +119,9 @@ MASKED_BY = ("Add", "Where", "Mul")
 MASK_CARRIERS = ("Cast", "Unsqueeze", "Expand", "Slice", "Reshape", "Identity")
 
 
-def _transposed_masks(ctx, proto) -> Iterator[Alternative]:
-    """A constant the node reads (through casts, broadcasts and slices) that is square in its last two axes and
-    not symmetric, transposed there: a causal mask or a position bias built with query and key exchanged."""
+def _square_constants(ctx, proto) -> Iterator[tuple[str, np.ndarray]]:
+    """``(constant, value)`` for each constant the node reads (through casts, broadcasts and slices) that is square
+    in its last two axes and no weight: a mask or a position bias."""
     graph = ctx.onnx.graph
     for tensor in proto.input:
         source, hops = tensor, 0
@@ -133,6 +134,58 @@ def _transposed_masks(ctx, proto) -> Iterator[Alternative]:
         if value is None or value.ndim < 2 or value.shape[-1] != value.shape[-2] or value.shape[-1] < 2 \
                 or graph.weighted_readers(source):
             continue
+        yield source, value
+
+
+#: triangular masks are read up to this size (a diagonal searched in full)
+MAX_MASK_SIDE = 256
+
+
+def _shifted_masks(ctx, proto) -> Iterator[Alternative]:
+    """A constant triangular mask the node reads (two values, the same in every leading slice), its diagonal moved
+    one step either way: a causal mask letting a query see one future key (or not itself)."""
+    for source, value in _square_constants(ctx, proto):
+        found = _triangle(value)
+        if found is None:
+            continue
+        lower, k, inside, outside = found
+        n = value.shape[-1]
+        for step in (1, -1):
+            if -n < k + step < n:
+                tri = (np.tril if lower else np.triu)(np.ones((n, n), bool), k + step)
+                shifted = np.broadcast_to(np.where(tri, inside, outside).astype(value.dtype), value.shape).copy()
+                yield Alternative(proto.name, f"constant input '{source}'", f"a {'lower' if lower else 'upper'} "
+                                  f"triangle from diagonal {k}", f"from diagonal {k + step}", "the PyTorch output",
+                                  _replacement(source, shifted))
+
+
+def _triangle(value: np.ndarray) -> tuple[bool, int, object, object] | None:
+    """``(lower, diagonal, value inside, value outside)`` when ``value`` is one triangular two-valued matrix in its
+    last two axes (repeated over the leading ones), else None."""
+    n = value.shape[-1]
+    if n > MAX_MASK_SIDE:
+        return None
+    slices = value.reshape(-1, n, n)
+    first = slices[0]
+    values = np.unique(first)
+    if values.size != 2 or not all(np.array_equal(first, m) for m in slices[1:]):
+        return None
+    for lower in (True, False):
+        for inside, outside in ((values[0], values[1]), (values[1], values[0])):
+            held = first == inside
+            # the diagonal is where the inside region's edge lies in the first row (lower) or column (upper)
+            edge = np.flatnonzero(held[0] if lower else held[:, 0])
+            k = (int(edge.max()) if lower else -int(edge.max())) if edge.size else (-n if lower else n)
+            tri = (np.tril if lower else np.triu)(np.ones((n, n), bool), k)
+            if np.array_equal(held, tri):
+                return lower, k, inside, outside
+    return None
+
+
+def _transposed_masks(ctx, proto) -> Iterator[Alternative]:
+    """A constant the node reads (through casts, broadcasts and slices) that is square in its last two axes and
+    not symmetric, transposed there: a causal mask or a position bias built with query and key exchanged."""
+    for source, value in _square_constants(ctx, proto):
         flipped = np.swapaxes(value, -1, -2)
         if np.array_equal(flipped, value):
             continue
