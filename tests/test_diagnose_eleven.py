@@ -183,3 +183,42 @@ def test_a_causal_mask_shifted_by_one_diagonal_is_named(exporter):
     fd = _bisect(model, inputs, proto)
     _found(fd, reader)
     assert "diagonal" in fd.explanation, fd.explanation
+
+
+class _Heads(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(104)
+        self.q, self.k, self.o = torch.nn.Linear(32, 32), torch.nn.Linear(32, 32), torch.nn.Linear(32, 32)
+
+    def forward(self, x):  # (1, 16, 32)
+        b, t, _ = x.shape
+        q = self.q(x).view(b, t, 4, 8).permute(0, 2, 1, 3)
+        k = self.k(x).view(b, t, 4, 8).permute(0, 2, 1, 3)
+        att = torch.softmax(q @ k.transpose(-1, -2), -1)
+        return self.o((att @ k).permute(0, 2, 1, 3).reshape(b, t, 32))
+
+
+def test_a_cast_pair_through_bfloat16_in_a_float32_file_is_precision_not_the_reshape_after_it():
+    """A projection's output rounded through bfloat16 (a Cast pair inserted in a float32 file), then split into
+    heads: keeping those two nodes in float32 removes the error, and no other edit of the segment may be named."""
+    from onnx import TensorProto, helper
+
+    model = _Heads().eval()
+    inputs = (torch.randn(1, 16, 32, generator=torch.Generator().manual_seed(105)),)
+    proto = dc.export(model, inputs, "dynamo")
+    mm = next(n for n in proto.graph.node if n.op_type in ("MatMul", "Gemm"))
+    reader = next(n for n in proto.graph.node if mm.output[0] in n.input)
+    node = reader if reader.op_type == "Add" else mm
+    out = node.output[0]
+    to = helper.make_node("Cast", [out], [out + "_bf"], to=TensorProto.BFLOAT16, name="to_bf16")
+    back = helper.make_node("Cast", [out + "_bf"], [out + "_back"], to=TensorProto.FLOAT, name="from_bf16")
+    for n in proto.graph.node:
+        n.input[:] = [out + "_back" if x == out else x for x in n.input]
+    nodes = list(proto.graph.node)
+    nodes[nodes.index(node) + 1:nodes.index(node) + 1] = [to, back]
+    del proto.graph.node[:]
+    proto.graph.node.extend(nodes)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, "to_bf16", cause="precision")
+    assert "bfloat16" in fd.explanation, fd.explanation
