@@ -104,18 +104,19 @@ def _chain(graph: GraphIndex, nodes: list) -> list:
         return nodes
     nodes = sorted(nodes, key=lambda n: graph.order_of(n.outputs[0]))
     for before, after in zip(nodes, nodes[1:]):
-        if not set(before.outputs) & _upstream(graph, after):
+        if not set(before.outputs) & _upstream(graph, after, graph.order_of(before.outputs[0])):
             return []
     return nodes
 
 
-def _upstream(graph: GraphIndex, node) -> set[str]:
-    """Every tensor ``node`` is computed from."""
+def _upstream(graph: GraphIndex, node, floor: int) -> set[str]:
+    """The tensors ``node`` is computed from, computed at graph position ``floor`` or later (the walk stops before
+    it: only the graph between two calls is read)."""
     seen: set[str] = set()
     stack = [i for i in node.inputs if i]
     while stack:
         t = stack.pop()
-        if t not in seen:
+        if t not in seen and graph.order_of(t) >= floor:
             seen.add(t)
             producer = graph.node_of(t)
             if producer is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import onnx
 
@@ -73,8 +74,17 @@ class GraphIndex:
         file saved on CPU, between its ReorderInput and ReorderOutput): it declares the NCHW shape, but its
         memory is channel-blocked, so its numbers cannot be read against PyTorch's, nor can PyTorch's be fed in
         its place."""
-        node = self.node_of(tensor)
-        return node is not None and node.domain == NCHWC_DOMAIN and node.op_type != "ReorderOutput"
+        return tensor in self._blocked
+
+    @cached_property
+    def _blocked(self) -> frozenset[str]:
+        """The outputs of the nchwc ops (ReorderOutput aside) and of every op computing on them: ONNX Runtime runs
+        elementwise ops (a Gelu, a residual Add) on the blocked tensors as they are, until a ReorderOutput."""
+        found: set[str] = set()
+        for node in self.nodes:
+            if node.op_type != "ReorderOutput" and (node.domain == NCHWC_DOMAIN or any(i in found for i in node.inputs)):
+                found.update(o for o in node.outputs if o)
+        return frozenset(found)
 
     def is_constant(self, tensor: str) -> bool:
         """Whether ``tensor`` is an initializer or a Constant node's output (a value no input changes)."""

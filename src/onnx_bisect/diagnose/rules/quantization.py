@@ -148,16 +148,18 @@ def beyond_rounding(ctx: DiagnosisContext, dq, w: np.ndarray, ref: np.ndarray) -
     scale = np.abs(ctx.constant(dq.input[1]).astype(np.float64))
     step = scale.reshape(_scale_shape(dq, q, scale))
     beyond = np.abs(w - ref) > 0.5 * step * (1 + 1e-3) + 1e-12
-    return float(np.mean(beyond & ~_at_bounds(q)))
+    return float(np.mean(beyond & ~_at_bounds(ctx, dq, q)))
 
 
-def _at_bounds(q: np.ndarray) -> np.ndarray:
-    """Where integer weights sit at their type's bounds — for signed types the symmetric ones too (±127: what a
-    symmetric weight quantizer clamps to): values clipped there."""
+def _at_bounds(ctx: DiagnosisContext, dq, q: np.ndarray) -> np.ndarray:
+    """Where integer weights sit at their type's bounds — for a signed type with a zero point of 0 the symmetric
+    ones too (±127: what a symmetric weight quantizer clamps to): values clipped there."""
     low, high = RANGES.get(q.dtype, (None, None))
     if low is None:
         return np.zeros(q.shape, bool)
-    return (q == low) | (q == high) | ((q == -high) if low < 0 else False)
+    zp = ctx.constant(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else None
+    symmetric = low < 0 and (zp is None or not np.any(zp))
+    return (q == low) | (q == high) | ((q == -high) if symmetric else False)
 
 
 def weight_clip_fraction(ctx: DiagnosisContext, dq, w: np.ndarray, ref: np.ndarray) -> float:
@@ -166,7 +168,7 @@ def weight_clip_fraction(ctx: DiagnosisContext, dq, w: np.ndarray, ref: np.ndarr
     q = ctx.initializer(dq.input[0])
     scale = np.abs(ctx.constant(dq.input[1]).astype(np.float64))
     step = scale.reshape(_scale_shape(dq, q, scale))
-    return float(np.mean(_at_bounds(q) & (np.abs(ref) > np.abs(w) + 0.5 * step * (1 + 1e-3) + 1e-12)))
+    return float(np.mean(_at_bounds(ctx, dq, q) & (np.abs(ref) > np.abs(w) + 0.5 * step * (1 + 1e-3) + 1e-12)))
 
 
 def dequantized_weights(ctx: DiagnosisContext) -> list[tuple[np.ndarray, object]]:

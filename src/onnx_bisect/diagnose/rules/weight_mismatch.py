@@ -13,7 +13,7 @@ from ..support import edits, layout
 from ..support.alternative_edits import with_inputs
 from ...records import Cause, Layout
 from ...records.graph import LAYOUT_OPS, PRODUCT_OPS
-from ..context import DiagnosisContext, Finding, FixedSegment, Rule
+from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 from . import attribute_mismatch, quantization
 
 QDQ_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
@@ -516,36 +516,53 @@ def _rearranged(ctx: DiagnosisContext) -> Finding | None:
     ``[out, in]``, HWIO as OIHW), or its output channels permuted (a converter's rotary head permutation applied
     to a checkpoint that had it already) — with the bias that goes with them.  Laid out as the parameter is for
     the node (MatMul reads it transposed), and the bias permuted back alike, the segment must reproduce PyTorch:
-    only a confirmed arrangement is named."""
-    arrays = _model_arrays(ctx)
+    only a confirmed arrangement is named.  The parameters compared are those of the divergent module (all of
+    them for the root), same size, same sum first: no sort of the whole model's weights."""
     tried = 0
-    weights = {p.input[1] for p in ctx.segment_protos if p.op_type in PRODUCT_OPS and len(p.input) > 1}
-    for name in _segment_initializers(ctx):
-        value = ctx.initializer(name)
-        if name not in weights or value is None or value.dtype.kind != "f" or value.ndim < 2 or value.size < 4 \
-                or tried >= MAX_REARRANGED:
+    for proto in ctx.segment_protos:
+        name = proto.input[1] if proto.op_type in PRODUCT_OPS and len(proto.input) > 1 else None
+        value = ctx.initializer(name) if name else None
+        if value is None or value.dtype.kind != "f" or value.ndim < 2 or value.size < 4 or tried >= MAX_REARRANGED:
             continue
-        ordered = np.sort(np.asarray(value, np.float64).ravel())
-        for param, tensor in arrays.items():
-            if tensor.size != value.size or tensor.ndim < 2 or not np.array_equal(
-                    np.sort(np.asarray(tensor, np.float64).ravel()), ordered):
-                continue
+        for param, tensor in _same_numbers(ctx, value):
             if any(np.array_equal(laid, value) for laid in _layouts_for(tensor, value.shape)) or (
                     tensor.ndim == value.ndim and np.array_equal(np.swapaxes(tensor, 0, 1), value)):
                 continue  # PyTorch's layout, or its first two axes swapped (the _relaid reading)
             for laid in _layouts_for(tensor, value.shape):
                 tried += 1
-                fixed, permuted = _with_bias_unpermuted(ctx, name, value, laid)
-                model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
-                for n, v in fixed.items():
-                    model, weights = edits.replace_array(model, weights, n, v)
+                fixed, permuted = _with_bias_unpermuted(ctx, proto, value, laid)
+                fixed_segment = _replaced(ctx, fixed)
                 try:
-                    values = ctx.run_segment(model, weights)
+                    values = ctx.run_segment(fixed_segment.model, fixed_segment.weights)
                 except Exception:  # noqa: BLE001 - an arrangement the runtime rejects is not the answer
                     continue
                 if ctx.compare(values[ctx.tensor], ctx.reference).ok:
-                    return _rearranged_finding(ctx, name, value, param, fixed, permuted)
+                    reshaped = any(np.array_equal(value, t.reshape(value.shape)) for t in (tensor, tensor.T))
+                    return _rearranged_finding(ctx, name, value, param, fixed, permuted, reshaped)
     return None
+
+
+#: the parameters compared with a weight's sorted numbers: at most this many elements in all
+MAX_REARRANGED_ELEMENTS = 50_000_000
+
+
+def _same_numbers(ctx: DiagnosisContext, value: np.ndarray):
+    """``(parameter, tensor)`` for the divergent module's parameters (every one's, for the root) holding exactly
+    ``value``'s numbers in some order: same size and sum (float32 sums of one multiset may differ by rounding:
+    compared loosely) before the full sort."""
+    module = ctx.layer.pair.activation.module
+    arrays = {n: t for n, t in _model_arrays(ctx).items() if t.size == value.size and t.ndim >= 2
+              and (not module or n.startswith(module + "."))}
+    if sum(t.size for t in arrays.values()) > MAX_REARRANGED_ELEMENTS:
+        return
+    total, ordered = float(np.sum(value, dtype=np.float64)), None
+    scale = float(np.sum(np.abs(value), dtype=np.float64)) + 1e-12
+    for param, tensor in arrays.items():
+        if abs(float(np.sum(tensor, dtype=np.float64)) - total) > 1e-6 * scale:
+            continue
+        ordered = np.sort(value.ravel()) if ordered is None else ordered
+        if np.array_equal(np.sort(tensor.ravel()), ordered):
+            yield param, tensor
 
 
 def _layouts_for(tensor: np.ndarray, shape: tuple) -> list[np.ndarray]:
@@ -556,22 +573,45 @@ def _layouts_for(tensor: np.ndarray, shape: tuple) -> list[np.ndarray]:
     return found
 
 
-def _with_bias_unpermuted(ctx: DiagnosisContext, name: str, value: np.ndarray, laid: np.ndarray) -> tuple[dict, bool]:
+def _with_bias_unpermuted(ctx: DiagnosisContext, proto, value: np.ndarray, laid: np.ndarray) -> tuple[dict, bool]:
     """``({initializer: value}, permuted)``: the weight laid out as PyTorch's, and — when the file's weight is
-    PyTorch's with its output channels (a Conv's axis 0, a MatMul's last axis) permuted — every 1-D constant of the
-    segment of that many channels (the bias) permuted back alike."""
+    PyTorch's with its output channels permuted — the product's own bias (a Conv's / Gemm's third input, or the
+    constant an Add right after a MatMul adds) permuted back alike."""
+    name = proto.input[1]
     fixed = {name: laid}
-    axis = 0 if value.ndim > 2 else value.ndim - 1
+    axis = _output_axis(proto, value)
     perm = _channel_permutation(np.moveaxis(value, axis, 0), np.moveaxis(laid, axis, 0))
     if perm is None:
         return fixed, False
-    back = np.argsort(perm)
-    for other in _segment_initializers(ctx):
-        bias = ctx.initializer(other)
-        if other != name and bias is not None and bias.dtype.kind == "f" and bias.ndim == 1 \
-                and bias.size == len(perm):
-            fixed[other] = bias[back]
+    bias = _bias_of(ctx, proto)
+    value_b = ctx.initializer(bias) if bias else None
+    if value_b is not None and value_b.dtype.kind == "f" and value_b.size == len(perm):
+        fixed[bias] = value_b.reshape(-1)[np.argsort(perm)].reshape(value_b.shape)
     return fixed, True
+
+
+def _output_axis(proto, value: np.ndarray) -> int:
+    """The axis of a product's weight that indexes its output channels."""
+    if proto.op_type in ("Conv", "FusedConv"):
+        return 0
+    if proto.op_type == "ConvTranspose":
+        return 1
+    if proto.op_type in ("Gemm", "FusedGemm"):
+        return 0 if attribute(proto, "transB", 0) else 1
+    return value.ndim - 1  # MatMul: x @ B, B's last axis
+
+
+def _bias_of(ctx: DiagnosisContext, proto) -> str | None:
+    """The constant a product adds as its bias: its third input (Conv, Gemm), or the constant of the one Add that
+    reads a MatMul's output."""
+    if proto.op_type != "MatMul" and len(proto.input) > 2 and proto.input[2]:
+        return proto.input[2]
+    graph = ctx.onnx.graph
+    readers = [graph.nodes[c] for c in graph.consumers.get(proto.output[0], ())] if proto.output else []
+    if len(readers) == 1 and readers[0].op_type == "Add":
+        other = [i for i in readers[0].inputs if i != proto.output[0]]
+        return other[0] if len(other) == 1 and graph.is_constant(other[0]) else None
+    return None
 
 
 def _channel_permutation(have: np.ndarray, want: np.ndarray) -> np.ndarray | None:
@@ -591,11 +631,12 @@ def _channel_permutation(have: np.ndarray, want: np.ndarray) -> np.ndarray | Non
 
 
 def _rearranged_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, param: str, fixed: dict,
-                        permuted: bool) -> Finding:
+                        permuted: bool, reshaped: bool) -> Finding:
     biases = [n for n in fixed if n != name]
     how = ("its output channels permuted" + (" (and the bias " + ", ".join(f"'{b}'" for b in biases) + " alike)"
                                              if biases else "") if permuted else
-           "arranged otherwise (not a transpose of it: a reshape where a transpose belongs)")
+           "arranged otherwise (not a transpose of it: a reshape where a transpose belongs)" if reshaped else
+           "its elements in another order (no transpose, reshape or channel permutation of it)")
     summary = (f"The weight '{name}' {tuple(value.shape)} holds exactly the numbers of PyTorch's {param}, but {how}: "
                f"laid out as {param} is for this node, the segment reproduces PyTorch's output.")
     fix = ("Write the weight from the checkpoint in the node's layout (ONNX MatMul takes x @ B, so a Linear's weight "

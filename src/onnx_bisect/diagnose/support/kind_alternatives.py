@@ -355,8 +355,9 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
     """PyTorch's values the divergent op (or module) is computed from — its inputs, then theirs — fed at the
     node's input: where no tensor tried holds the value the node should read (its producer may be gone from the
     file, and the value may lie several ops before the divergent one: an attention's values before their heads
-    are repeated and reshaped for a batched product).  Not when that value is computed from the one the node
-    reads (an op between them missing: another reading), nor when another kind of op computes it from the same
+    are repeated and reshaped for a batched product).  Not when that value is computed directly from the one the
+    node reads (an op between them missing: another reading — directly only: in a residual network everything
+    later is computed from everything earlier), nor when another kind of op computes it from the same
     input (siblings: a max pool where an average pool belongs — the op that computed the value read is wrong, not
     the wiring; a key head split read for the value one is a wiring)."""
     by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}

@@ -109,8 +109,8 @@ def _gather(ctx, proto, make) -> Iterator:
 
 
 def _gather_axis(ctx, proto, shape_of, make) -> Iterator:
-    """The Gather over another axis of the same length (the output's shape kept): indices taken along the
-    wrong axis of a square tensor."""
+    """The Gather over another axis of the same length: indices taken along the wrong axis of a square tensor
+    (the output's shape is kept only for scalar indices; any other is judged by re-running)."""
     shape = shape_of(proto.input[0]) if proto.input else None
     if not shape or any(not isinstance(d, int) for d in shape):
         return
@@ -406,8 +406,9 @@ def _split_sizes(ctx, proto, shape_of, make) -> Iterator:
 def boundary_swaps(ctx, make_fed) -> Iterator:
     """Two tensors the segment reads that one node outside it produces in one shape (a Split's chunks) fed the
     other way round: the node's outputs exchanged (q and k taken in another order — by value each chunk pairs
-    with its own module, so only the segment reading them shows it).  ``make_fed(node, what, have, want,
-    source, edit, feeds)`` builds the alternative."""
+    with its own module, so only the segment reading them shows it); then two sibling Slices' outputs alike
+    (:func:`_sibling_slices`).  ``make_fed(node, what, have, want, source, edit, feeds)`` builds the
+    alternative."""
     feeds = ctx.segment_feeds()
     graph = ctx.onnx.graph
     by_producer: dict[str, list[str]] = {}
@@ -434,7 +435,8 @@ def _sibling_slices(ctx, feeds, make_fed) -> Iterator:
     by_data: dict[str, list[str]] = {}
     for t, value in feeds.items():
         node = graph.node_of(t)
-        if node is not None and node.op_type == "Slice" and np.issubdtype(np.asarray(value).dtype, np.floating):
+        if node is not None and node.op_type == "Slice" and len(node.inputs) >= 3 \
+                and np.issubdtype(np.asarray(value).dtype, np.floating):  # (starts and ends as inputs: opset ≥ 10)
             by_data.setdefault(node.inputs[0], []).append(t)
     for data, tensors in by_data.items():
         tensors = sorted(tensors, key=graph.order_of)
