@@ -210,11 +210,12 @@ def fp16(src: Path, dst: Path) -> None:
     onnx.save(float16.convert_float_to_float16(onnx.load(src), keep_io_types=True), dst)
 
 
-def int8(calib: list[tuple], per_channel: bool = False, op_types: list[str] | None = None
+def int8(calib: list[tuple], per_channel: bool = False, op_types: list[str] | None = None, qoperator: bool = False
          ) -> Callable[[Path, Path], None]:
     """quantize_static (QDQ, uint8 activations, int8 weights) calibrated on ``calib``; ``per_channel`` and
     ``op_types`` (only these ops quantized: the usual recipe for transformers, MatMul / Gemm / Conv) as
-    onnxruntime.quantization takes them."""
+    onnxruntime.quantization takes them; ``qoperator``: the QOperator format instead (QLinearConv,
+    QLinearMatMul …, the tensors between them uint8)."""
     def make(src: Path, dst: Path) -> None:
         import onnxruntime as ort
         from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
@@ -228,7 +229,8 @@ def int8(calib: list[tuple], per_channel: bool = False, op_types: list[str] | No
             def get_next(self):
                 return next(self.batches, None)
 
-        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QOperator if qoperator else
+                        QuantFormat.QDQ, per_channel=per_channel,
                         op_types_to_quantize=op_types, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
     return make
 

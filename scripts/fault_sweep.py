@@ -332,24 +332,7 @@ def dynamic_int8(src: Path, dst: Path) -> None:
 def qop_int8(arch: str) -> Callable[[Path, Path], None]:
     """onnxruntime.quantization.quantize_static in the QOperator format (QLinearConv, QLinearMatMul, QLinearAdd ...,
     the tensors between them uint8), int8 weights, calibrated on seeded random inputs like ``qdq_int8``."""
-    calib = sweep_models.calibration(arch, 4)
-
-    def make(src: Path, dst: Path) -> None:
-        import onnxruntime as ort
-        from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
-
-        names = [i.name for i in ort.InferenceSession(str(src), providers=["CPUExecutionProvider"]).get_inputs()]
-
-        class Reader(CalibrationDataReader):
-            def __init__(self):
-                self.batches = iter([{n: t.numpy() for n, t in zip(names, batch)} for batch in calib])
-
-            def get_next(self):
-                return next(self.batches, None)
-
-        quantize_static(str(src), str(dst), Reader(), quant_format=QuantFormat.QOperator,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
-    return make
+    return alignment_corpus.int8(sweep_models.calibration(arch, 4), qoperator=True)
 
 
 def ort_all(src: Path, dst: Path) -> None:

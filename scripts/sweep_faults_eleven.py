@@ -40,7 +40,7 @@ from sweep_faults import (FaultKind, FileContext, NoVariant, Planted, Site, attr
                           unique_name, weight_input, with_argument, with_initializer, with_own_constant)
 from sweep_faults_nine import _finite_outputs, _onnx, _pick
 from sweep_faults_ops import _usable
-from sweep_faults_ten import _checked, _dynamic, _from_input, _named, _value
+from sweep_faults_ten import _checked, _constant_root, _dynamic, _from_input, _named, _value
 
 #: nodes with a weight whose output channels the weight kinds change (a private copy of the shared tuple)
 PRODUCT_OPS = ("MatMul", "Gemm", "Conv", "ConvTranspose", "FusedMatMul", "FusedGemm", "FusedConv")
@@ -445,18 +445,6 @@ MASK_PASS_OPS = ("Cast", "Identity", "Unsqueeze", "Squeeze", "Expand", "Slice", 
 MASK_MIN = -1e4
 
 
-def _constant_root(ctx: FileContext, tensor: str) -> str | None:
-    for _ in range(6):
-        if constant(ctx.proto, tensor) is not None:
-            return tensor
-        node = producer(ctx.proto, tensor)
-        if node is None or node.op_type not in MASK_PASS_OPS or not _onnx(node.domain):
-            return None
-        if any(folded(ctx, t) is None for t in node.input[1:] if t):
-            return None
-        tensor = node.input[0]
-    return None
-
 
 def _triangle(value: np.ndarray) -> tuple[int, bool, object, object] | None:
     """(diagonal k, lower, kept value, masked value) when every 2-D slice of ``value`` is the same two-valued
@@ -502,7 +490,7 @@ def mask_shift_sites(ctx: FileContext) -> list[Site]:
         else:
             continue
         for k in ks:
-            root = _constant_root(ctx, n.input[k])
+            root = _constant_root(ctx, n.input[k], MASK_PASS_OPS)
             if root is None or any(r.op_type in PRODUCT_OPS for r in readers(ctx.proto, root)):
                 continue
             value = folded(ctx, n.input[k])

@@ -693,14 +693,14 @@ MASK_PASS_OPS = ("Cast", "Identity", "Unsqueeze", "Squeeze", "Expand", "Slice")
 MASK_DIFF_MIN = 0.01  # share of the entries the transpose must change
 
 
-def _constant_root(ctx: FileContext, tensor: str) -> str | None:
-    """The initializer / Constant output ``tensor`` is, or comes from through ``MASK_PASS_OPS`` (their other
-    inputs constant too); None when it is computed (a Trilu, arithmetic, anything depending on the inputs)."""
+def _constant_root(ctx: FileContext, tensor: str, through: tuple[str, ...] = MASK_PASS_OPS) -> str | None:
+    """The initializer / Constant output ``tensor`` is, or comes from through ``through`` ops (their other inputs
+    constant too); None when it is computed (a Trilu, arithmetic, anything depending on the inputs)."""
     for _ in range(6):
         if constant(ctx.proto, tensor) is not None:
             return tensor
         node = producer(ctx.proto, tensor)
-        if node is None or node.op_type not in MASK_PASS_OPS or not _onnx(node.domain):
+        if node is None or node.op_type not in through or not _onnx(node.domain):
             return None
         if any(folded(ctx, t) is None for t in node.input[1:] if t):
             return None
