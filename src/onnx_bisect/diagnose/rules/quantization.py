@@ -144,11 +144,16 @@ def beyond_rounding(ctx: DiagnosisContext, dq, w: np.ndarray, ref: np.ndarray) -
     """The fraction of a quantized weight's elements whose dequantized value ``w`` lies further from PyTorch's
     ``ref`` (in ``w``'s layout) than rounding to the grid explains (half a step), clipped elements aside: what
     quantizing PyTorch's weight cannot produce (a weight from another checkpoint, noise written into it)."""
+    q, half_step = _half_step(ctx, dq)
+    return float(np.mean((np.abs(w - ref) > half_step) & ~_at_bounds(ctx, dq, q)))
+
+
+def _half_step(ctx: DiagnosisContext, dq) -> tuple[np.ndarray, np.ndarray]:
+    """``(integers, half a quantization step)`` of a quantized weight, the step broadcast over the integers (a
+    hair wider: rounding to the grid moves a value by at most half a step)."""
     q = ctx.initializer(dq.input[0])
     scale = np.abs(ctx.constant(dq.input[1]).astype(np.float64))
-    step = scale.reshape(_scale_shape(dq, q, scale))
-    beyond = np.abs(w - ref) > 0.5 * step * (1 + 1e-3) + 1e-12
-    return float(np.mean(beyond & ~_at_bounds(ctx, dq, q)))
+    return q, 0.5 * scale.reshape(_scale_shape(dq, q, scale)) * (1 + 1e-3) + 1e-12
 
 
 def _at_bounds(ctx: DiagnosisContext, dq, q: np.ndarray) -> np.ndarray:
@@ -165,10 +170,8 @@ def _at_bounds(ctx: DiagnosisContext, dq, q: np.ndarray) -> np.ndarray:
 def weight_clip_fraction(ctx: DiagnosisContext, dq, w: np.ndarray, ref: np.ndarray) -> float:
     """The fraction of a quantized weight's elements clipped: at the integer bounds where PyTorch's value lies
     beyond them by more than half a step (the scale too small for the weight's range)."""
-    q = ctx.initializer(dq.input[0])
-    scale = np.abs(ctx.constant(dq.input[1]).astype(np.float64))
-    step = scale.reshape(_scale_shape(dq, q, scale))
-    return float(np.mean(_at_bounds(ctx, dq, q) & (np.abs(ref) > np.abs(w) + 0.5 * step * (1 + 1e-3) + 1e-12)))
+    q, half_step = _half_step(ctx, dq)
+    return float(np.mean(_at_bounds(ctx, dq, q) & (np.abs(ref) > np.abs(w) + half_step)))
 
 
 def dequantized_weights(ctx: DiagnosisContext) -> list[tuple[np.ndarray, object]]:

@@ -454,15 +454,19 @@ def _relaid(ctx: DiagnosisContext) -> Finding | None:
         # a weight holding no PyTorch tensor's numbers (a BatchNorm folded into a Conv's kernel) is still tried:
         # its layout reproducing PyTorch is the evidence (no weight but a re-laid one does that)
         tried[how] = tried.get(how, 0) + 1
-        model, weights = edits.replace_array(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights, name, relaid)
-        try:
-            values = ctx.run_segment(model, weights)
-        except Exception:  # noqa: BLE001 - a layout the runtime rejects is not the answer
-            continue
-        if not ctx.compare(values[ctx.tensor], ctx.reference).ok:
-            continue
-        return _relaid_finding(ctx, name, value, how, axis, relaid)
+        if _reproduces(ctx, _replaced(ctx, {name: relaid})):
+            return _relaid_finding(ctx, name, value, how, axis, relaid)
     return None
+
+
+def _reproduces(ctx: DiagnosisContext, fixed: FixedSegment) -> bool:
+    """Whether the segment, re-run with ``fixed``'s graph and weights, computes PyTorch's value (a graph the runtime
+    rejects does not)."""
+    try:
+        values = ctx.run_segment(fixed.model, fixed.weights)
+    except Exception:  # noqa: BLE001 - a layout the runtime rejects is not the answer
+        return False
+    return ctx.tensor in values and ctx.compare(values[ctx.tensor], ctx.reference).ok
 
 
 def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: Relayout, axis: int | None,
@@ -531,12 +535,7 @@ def _rearranged(ctx: DiagnosisContext) -> Finding | None:
             for laid in _layouts_for(tensor, value.shape):
                 tried += 1
                 fixed, permuted = _with_bias_unpermuted(ctx, proto, value, laid)
-                fixed_segment = _replaced(ctx, fixed)
-                try:
-                    values = ctx.run_segment(fixed_segment.model, fixed_segment.weights)
-                except Exception:  # noqa: BLE001 - an arrangement the runtime rejects is not the answer
-                    continue
-                if ctx.compare(values[ctx.tensor], ctx.reference).ok:
+                if _reproduces(ctx, _replaced(ctx, fixed)):
                     reshaped = any(np.array_equal(value, t.reshape(value.shape)) for t in (tensor, tensor.T))
                     return _rearranged_finding(ctx, name, value, param, fixed, permuted, reshaped)
     return None

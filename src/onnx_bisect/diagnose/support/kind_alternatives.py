@@ -361,12 +361,9 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
     input (siblings: a max pool where an average pool belongs — the op that computed the value read is wrong, not
     the wiring; a key head split read for the value one is a wiring)."""
     by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
-    siblings = _near_sources(by_index, held) if held is not None and held >= 0 else set()
-    for op, upstream in _op_inputs(ctx, now.size):
+    for op in _op_inputs(ctx.layer.pair.activation, by_index, now.size):
         fed_value = np.asarray(op.value).reshape(now.shape).astype(now.dtype)
-        if ctx.compare(now, fed_value).ok or held is not None and held in upstream or siblings and _op_kind(
-                by_index, held) != _op_kind(by_index, op.index) and _share_a_source(
-                    by_index, _near_sources(by_index, op.index), siblings):
+        if ctx.compare(now, fed_value).ok or held in op.inputs or _a_sibling(by_index, held, op.index):
             continue
         fed = f"{proto.name}_input_{i}_as_pytorch"
         yield make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value", ctx.layer.pair.activation.name,
@@ -394,6 +391,14 @@ def _op_kind(by_index, index: int) -> str:
             return kind
         activation = sources[0]
     return kind
+
+
+def _a_sibling(by_index, held: int, index: int) -> bool:
+    """Whether PyTorch's activation ``index`` is a sibling of ``held`` (a cut reference, -1, has none): another
+    kind of op computing from the same numbers within ``SIBLING_STEPS`` ops."""
+    if held < 0 or _op_kind(by_index, held) == _op_kind(by_index, index):
+        return False
+    return _share_a_source(by_index, _near_sources(by_index, index), _near_sources(by_index, held))
 
 
 def _share_a_source(by_index, mine: set[int], theirs: set[int]) -> bool:
@@ -433,11 +438,9 @@ def _held_by(ctx, value: np.ndarray) -> int | None:
 MAX_FED_DEPTH = 8
 
 
-def _op_inputs(ctx, size: int) -> list:
-    """``(activation, the indices of its inputs)`` for the values of ``size`` elements PyTorch's op or module (the
-    divergent activation) is computed from, up to ``MAX_FED_DEPTH`` steps back, nearest first."""
-    activation = ctx.layer.pair.activation
-    by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
+def _op_inputs(activation, by_index, size: int) -> list:
+    """The values of ``size`` elements PyTorch's op or module ``activation`` (the divergent one) is computed from,
+    up to ``MAX_FED_DEPTH`` steps back, nearest first."""
     found, seen, frontier = [], {activation.index}, [activation]
     for _ in range(MAX_FED_DEPTH):
         frontier = [by_index[i] for i in dict.fromkeys(i for a in frontier for i in a.inputs)
@@ -446,7 +449,7 @@ def _op_inputs(ctx, size: int) -> list:
         found += [a for a in frontier if a.value.size == size and a.value.dtype.kind == "f"]
         if len(found) >= MAX_REWIRED:
             break
-    return [(a, set(a.inputs)) for a in found[:MAX_REWIRED]]
+    return found[:MAX_REWIRED]
 
 
 #: nodes walked back from a node for tensors of its input's shape, at most
