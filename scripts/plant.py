@@ -362,6 +362,30 @@ def quantize_static_qdq(model: onnx.ModelProto, feeds: dict[str, np.ndarray]) ->
         return onnx.load(target)
 
 
+def quantize_dynamic(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` quantized by onnxruntime.quantization.quantize_dynamic (DynamicQuantizeLinear + ConvInteger /
+    MatMulInteger, int8 weights, uint8 where ONNX Runtime's CPU kernels take no int8 ones): a real quantizer's
+    output."""
+    import os
+    import tempfile
+
+    import onnxruntime as ort
+    from onnxruntime.quantization import QuantType
+    from onnxruntime.quantization import quantize_dynamic as _quantize
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source, target = os.path.join(tmp, "float.onnx"), os.path.join(tmp, "dynamic.onnx")
+        onnx.save(model, source)
+        for weight_type in (QuantType.QInt8, QuantType.QUInt8):
+            _quantize(source, target, weight_type=weight_type)
+            try:
+                ort.InferenceSession(target, providers=["CPUExecutionProvider"])
+                break
+            except Exception:  # noqa: BLE001 - ConvInteger has no int8-weight kernel on CPU
+                continue
+        return onnx.load(target)
+
+
 def insert_offset(model: onnx.ModelProto, tensor: str, offset: np.ndarray) -> onnx.ModelProto:
     """Copy of ``model`` whose consumers of ``tensor`` read ``tensor + offset``: a fault none of the known
     causes explains (a stray constant from a hand edit)."""

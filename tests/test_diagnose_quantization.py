@@ -193,3 +193,51 @@ def test_noise_in_a_quantized_weight_is_a_weight_fault_where_activation_rounding
     assert not report.ok and fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert fd.evidence["parameters"][0]["initializer"] == init.name and "float computation" in fd.explanation
     assert fd.layer.segment[-1] == "/0/MatMul" and len(fd.layer.segment) <= 2, fd.layer.segment
+
+
+def _dynamic(arch: str):
+    model, inputs, proto = dc.clean(arch, "torchscript")
+    with dc.quiet():
+        return model, inputs, plant.quantize_dynamic(proto)
+
+
+def test_a_clean_dynamically_quantized_model_is_not_said_to_hide_a_fault():
+    """quantize_dynamic's files quantize each activation at run time (DynamicQuantizeLinear, then ConvInteger or
+    MatMulInteger, a Cast and a Mul by the two scales): at a tolerance the outputs meet but some layer's own
+    rounding exceeds, those layers are re-run with the integer products computed in float and marked
+    ``quantized`` — no hidden-fault warning."""
+    for arch in ("cnn", "transformer"):
+        model, inputs, quantized = _dynamic(arch)
+        assert any(n.op_type in ("ConvInteger", "MatMulInteger") for n in quantized.graph.node)
+        with dc.quiet():
+            strict = onnx_bisect.bisect(model, inputs, onnx=quantized, atol=1e-9, rtol=0)
+            loose = onnx_bisect.bisect(model, inputs, onnx=quantized,
+                                       atol=1.2 * max(o.diff.max_abs for o in strict.outputs), rtol=0.0)
+        assert loose.ok, arch
+        beyond = [r for r in loose.layers if r.diff is not None and not r.diff.ok]
+        assert beyond, f"{arch}: the tolerance leaves no layer beyond it: the case tests nothing"
+        assert all(r.status is Status.QUANTIZED for r in beyond), \
+            [(arch, r.pair.activation.name, r.status) for r in beyond]
+        assert not loose.warnings, loose.warnings
+
+
+def test_noise_in_a_dynamically_quantized_weight_is_still_the_weights_fault():
+    """The same file made from a checkpoint whose conv2 weight carries noise: re-run in float the segment still
+    differs (the integer weight is beyond rounding of PyTorch's), so it is no quantization noise: the first
+    divergence is conv2's, a weight mismatch."""
+    import numpy as np
+    import onnx
+
+    model, inputs, proto = dc.clean("cnn", "torchscript")
+    proto = plant._copy(proto)  # the clean export is cached: plant into a copy
+    conv = next(n for n in plant.find_nodes(proto, "Conv", "conv2"))
+    init = next(i for i in proto.graph.initializer if i.name == conv.input[1])
+    w = onnx.numpy_helper.to_array(init)
+    noisy = w + np.random.default_rng(3).normal(0, 0.3 * w.std(), w.shape).astype(w.dtype)
+    init.CopyFrom(onnx.numpy_helper.from_array(noisy, init.name))
+    with dc.quiet():
+        quantized = plant.quantize_dynamic(proto)
+        report = onnx_bisect.bisect(model, inputs, onnx=quantized, atol=0.05, rtol=0.05)
+    fd = report.first_divergence
+    assert not report.ok and fd.layer.pair.activation.module == "conv2", fd.layer.pair.activation
+    assert fd.cause == "weight-mismatch", fd.explanation

@@ -274,7 +274,7 @@ MAX_QUANTIZED_RERUNS = 64
 
 
 def _quantized(p: Prepared) -> bool:
-    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in p.index.nodes)
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear") for n in p.index.nodes)
 
 
 #: at most this many layers of a diverging quantized model are re-run without their quantization to find the

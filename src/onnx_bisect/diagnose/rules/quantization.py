@@ -1,7 +1,10 @@
 """Quantization: QuantizeLinear/DequantizeLinear on the segment's path clip or coarsen the values."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import onnx
 
 from ..support import edits, layout
 from ...records import Cause
@@ -25,7 +28,9 @@ class Quantization(Rule):
             return None
         quantizers = [p for p in protos if p.op_type == "QuantizeLinear"]
         acts = _activations(ctx, quantizers)
-        weights = [w for w in (_weight(ctx, p) for p in protos if p.op_type == "DequantizeLinear") if w is not None]
+        dequantizers = [p for p in protos if p.op_type == "DequantizeLinear"]
+        dequantizers += [product.dequantizer for product in integer_products(ctx, protos)]
+        weights = [w for w in (_weight(ctx, p) for p in dequantizers) if w is not None]
         inside = set(ctx.layer.segment)
         compute = sorted({ctx.onnx.graph.nodes[i].name for p in protos if p.op_type == "DequantizeLinear"
                           for i in ctx.onnx.graph.consumers.get(p.output[0], ())
@@ -175,9 +180,11 @@ def weight_clip_fraction(ctx: DiagnosisContext, dq, w: np.ndarray, ref: np.ndarr
 
 
 def dequantized_weights(ctx: DiagnosisContext) -> list[tuple[np.ndarray, object]]:
-    """``(float weight, DequantizeLinear node)`` of the segment's integer initializers."""
+    """``(float weight, DequantizeLinear node)`` of the segment's integer initializers (an integer product's: the
+    DequantizeLinear its weight stands for)."""
     out = []
-    for dq in (p for p in ctx.segment_protos if p.op_type == "DequantizeLinear"):
+    dequantizers = [p for p in ctx.segment_protos if p.op_type == "DequantizeLinear"]
+    for dq in dequantizers + [product.dequantizer for product in integer_products(ctx)]:
         w = dequantized_weight(ctx, dq)
         if w is not None and w.size >= 2:
             out.append((w, dq))
@@ -258,9 +265,12 @@ def _advice(acts: list[dict], weights: list[dict], compute: list[str]) -> str:
     return text[0].upper() + text[1:] + "."
 
 
-def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset()) -> FixedSegment:
+def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset(),
+                 values: dict[str, np.ndarray] | None = None) -> FixedSegment:
     """The segment with its activation Q/DQ pairs made identities (a Relu where the pair absorbed one) and its
-    quantized weights replaced by PyTorch's (or the reference model's) where rounding explains the difference."""
+    quantized weights replaced by PyTorch's (or the reference model's) where rounding explains the difference
+    (dynamic quantization's integer products computed in float; ``values``: float weights to use for given
+    integer initializers of those)."""
     model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
     for q in (p for p in protos if p.op_type == "QuantizeLinear"):
         for i in ctx.onnx.graph.consumers.get(q.output[0], ()):
@@ -280,7 +290,78 @@ def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset()) ->
             float_weight(model, dq.name, match[1])
         elif w is not None and (value := _op_value(ctx, dq, w)) is not None:
             float_weight(model, dq.name, value)
+    _integer_products_in_float(ctx, model, protos, values or {})
     return FixedSegment(model, weights)
+
+
+#: dynamic quantization's integer products and the float op each approximates
+INTEGER_PRODUCTS = {"ConvInteger": "Conv", "MatMulInteger": "MatMul"}
+
+
+@dataclass(frozen=True)
+class IntegerProduct:
+    """A ConvInteger / MatMulInteger that dynamic quantization made: DynamicQuantizeLinear on its input (``source``
+    reads the float value), the integer product, a Cast, then ``rescale`` (a Mul by the input's and the weight's
+    scales); ``dequantizer`` is the DequantizeLinear its integer weight stands for."""
+
+    op: object
+    source: object
+    rescale: object
+    dequantizer: onnx.NodeProto
+
+
+def integer_products(ctx: DiagnosisContext, protos=None) -> list[IntegerProduct]:
+    """The segment's integer products of dynamic quantization (of ``protos`` when given)."""
+    out = []
+    for op in (p for p in (ctx.segment_protos if protos is None else protos) if p.op_type in INTEGER_PRODUCTS):
+        source, rescale = ctx.onnx.graph.node_of(op.input[0]), _rescaling(ctx, op)
+        weight = ctx.initializer(op.input[1])
+        if source is None or source.op_type != "DynamicQuantizeLinear" or rescale is None or weight is None:
+            continue
+        mul, w_scale = rescale
+        zero_point = [op.input[3]] if len(op.input) > 3 and op.input[3] else []
+        dq = onnx.helper.make_node("DequantizeLinear", [op.input[1], w_scale, *zero_point], [f"{op.name}_w"],
+                                   name=f"{op.name}_w", axis=0 if op.op_type == "ConvInteger" else weight.ndim - 1)
+        out.append(IntegerProduct(op, source, mul, dq))
+    return out
+
+
+def _integer_products_in_float(ctx: DiagnosisContext, model, protos, values: dict[str, np.ndarray]) -> None:
+    """Each integer product of the segment computed in float: the Mul that rescales it becomes the float op on the
+    unquantized input and the weight — ``values``' where given (by integer initializer), else PyTorch's where
+    rounding explains the file's, else the file's dequantized (in place on a copy)."""
+    for product in integer_products(ctx, protos):
+        op, dq = product.op, product.dequantizer
+        value = values.get(op.input[1])
+        if value is None:
+            w = dequantized_weight(ctx, dq)
+            match = _torch_weight(ctx, w, op.input[1])
+            value = match[1] if match is not None and beyond_rounding(ctx, dq, w, match[1]) <= BEYOND_ROUNDING else w
+        node = edits.node(model, product.rescale.name)
+        node.op_type, node.domain = INTEGER_PRODUCTS[op.op_type], ""
+        del node.input[:]
+        node.input.extend([product.source.inputs[0],
+                           edits.add_initializer(model, f"{op.name}_float_weight", value.astype(np.float32))])
+        del node.attribute[:]
+        node.attribute.extend(op.attribute)
+
+
+def _rescaling(ctx: DiagnosisContext, op):
+    """``(Mul node, weight scale)``: the Mul scaling integer product ``op``'s cast result by the product of the
+    input's and the weight's scales, and the weight scale's name; None when the graph does not read so."""
+    g = ctx.onnx.graph
+    for cast in (g.nodes[i] for i in g.consumers.get(op.output[0], ())):
+        if cast.op_type != "Cast":
+            continue
+        for mul in (g.nodes[i] for i in g.consumers.get(cast.outputs[0], ())):
+            if mul.op_type != "Mul":
+                continue
+            scales = next((g.node_of(x) for x in mul.inputs if x != cast.outputs[0]), None)
+            if scales is not None and scales.op_type == "Mul":
+                w_scale = next((x for x in scales.inputs if ctx.constant(x) is not None), None)
+                if w_scale is not None:
+                    return mul, w_scale
+    return None
 
 
 def _identity(model, node_name: str, source: str, op_type: str = "Identity") -> None:
@@ -293,12 +374,13 @@ def _identity(model, node_name: str, source: str, op_type: str = "Identity") -> 
     del node.attribute[:]
 
 
-def float_twin(ctx: DiagnosisContext) -> FixedSegment | None:
+def float_twin(ctx: DiagnosisContext, values: dict[str, np.ndarray] | None = None) -> FixedSegment | None:
     """The model with the segment's quantization undone (its activation Q/DQ pairs made identities, its quantized
-    weights replaced by PyTorch's): the float computation the quantized segment approximates, whose tensors pair
-    with PyTorch's ops at float noise.  None when the segment holds no Q/DQ node."""
+    weights replaced by PyTorch's, its integer products computed in float — with ``values``' weights where given):
+    the float computation the quantized segment approximates, whose tensors pair with PyTorch's ops at float
+    noise.  None when the segment holds no Q/DQ node."""
     protos = [p for p in ctx.segment_protos if p.op_type in QUANT_OPS]
-    return _dequantized(ctx, protos, _absorbing_relu(ctx, protos)) if protos else None
+    return _dequantized(ctx, protos, _absorbing_relu(ctx, protos), values) if protos else None
 
 
 def explained_by_quantization(ctx: DiagnosisContext) -> bool:

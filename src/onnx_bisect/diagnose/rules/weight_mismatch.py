@@ -397,22 +397,24 @@ def _dequantizes_activations(ctx: DiagnosisContext) -> bool:
 
 def _restore(ctx: DiagnosisContext, differing) -> FixedSegment:
     """PyTorch's weights in place of the differing ones; in a segment that (de)quantizes activations, in its
-    float computation (its Q/DQ pairs undone as the quantization rule's fix undoes them): the activations'
-    rounding alone exceeds the tolerance there, and only together with the weights does the segment agree."""
+    float computation (its Q/DQ pairs undone as the quantization rule's fix undoes them, its integer products
+    computed in float): the activations' rounding alone exceeds the tolerance there, and only together with the
+    weights does the segment agree."""
+    values = {name: rel.layout.apply(tensor, ctx.initializer(name).shape) for name, _, rel, tensor in differing}
+    integer = {product.op.input[1] for product in quantization.integer_products(ctx)}
     if _dequantizes_activations(ctx):
-        base = quantization.float_twin(ctx)
+        base = quantization.float_twin(ctx, {name: v for name, v in values.items() if name in integer})
         model, weights = base.model, base.weights
     else:
         model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
     quantized = {p.input[0]: p for p in ctx.segment_protos if p.op_type == "DequantizeLinear"}
-    for name, _, rel, tensor in differing:
-        if name in quantized:  # a quantized weight: its DequantizeLinear hands on PyTorch's float weight
-            dq = quantized[name]
-            quantization.float_weight(model, dq.name, rel.layout.apply(tensor, ctx.initializer(name).shape))
+    for name, value in values.items():
+        if name in integer:  # an integer product's weight: the float twin computes with PyTorch's
             continue
-        onnx_value = ctx.initializer(name)
-        fixed = rel.layout.apply(tensor, onnx_value.shape)
-        model, weights = edits.replace_array(model, weights, name, fixed)
+        if name in quantized:  # a quantized weight: its DequantizeLinear hands on PyTorch's float weight
+            quantization.float_weight(model, quantized[name].name, value)
+            continue
+        model, weights = edits.replace_array(model, weights, name, value)
     return FixedSegment(model, weights)
 
 
