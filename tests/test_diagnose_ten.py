@@ -436,3 +436,44 @@ def test_a_value_head_read_from_the_keys_is_fed_the_value_pytorch_computes_sever
     fd = _bisect(model, inputs, proto)
     _found(fd, reader.name)
     assert "none of the earlier tensors tried holds" in fd.explanation, fd.explanation
+
+
+class _GatedMlp(torch.nn.Module):
+    """A pre-norm SwiGLU block: down(silu(gate(x)) * up(x)), the product an op of the block, not a module."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(95)
+        self.norm = torch.nn.LayerNorm(12)
+        self.gate, self.up, self.down = torch.nn.Linear(12, 24), torch.nn.Linear(12, 24), torch.nn.Linear(24, 12)
+        self.act, self.head = torch.nn.SiLU(), torch.nn.Linear(12, 3)
+
+    def forward(self, x):  # (2, 5, 12)
+        h = self.norm(x)
+        return self.head(x + self.down(self.act(self.gate(h)) * self.up(h)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_down_projection_reading_the_up_projection_is_fed_the_gated_product(exporter):
+    """The down projection reads the up projection's output, the gate branch gone from the file: PyTorch's
+    module read ``act(gate) * up`` — an op's value, not another module's, so the module records no input; the
+    value is what its own ops read from outside it.  Not one op missing (the product combines the value read with
+    the gate's): a wiring, and feeding PyTorch's product there reproduces PyTorch."""
+    model = _GatedMlp().eval()
+    inputs = (torch.randn(2, 5, 12, generator=torch.Generator().manual_seed(96)),)
+    proto = dc.export(model, inputs, exporter)
+    producer = {t: n for n in proto.graph.node for t in n.output}
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+    down = model.down.weight.detach().numpy()
+    reader = next(n for n in proto.graph.node if n.op_type in ("MatMul", "Gemm") and any(
+        t in inits and inits[t].size == down.size and (np.array_equal(inits[t], down) or np.array_equal(inits[t].T, down))
+        for t in n.input))
+    gated = producer[reader.input[0]]
+    assert gated.op_type == "Mul", gated
+    up_out = next(t for t in gated.input if producer[t].op_type in ("Add", "MatMul", "Gemm"))
+    reader.input[0] = up_out
+    _prune_dead(proto)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, reader.name)
+    assert "none of the earlier tensors tried holds" in fd.explanation and "aten.mul" in fd.explanation, \
+        fd.explanation

@@ -347,6 +347,9 @@ def rewirings(ctx, proto, make) -> Iterator:
             if other in values and not ctx.compare(values[other], now).ok:
                 yield make(proto.name, f"input {i}", tensor, other, "the PyTorch output",
                            _input_read(proto.name, i, other))
+        source = graph.node_of(tensor)
+        if source is not None and source.op_type == "Identity" and tensor in inside:
+            continue  # an op left as an Identity in the segment: the Identity's readings name it there
         if (proto.output[0] == ctx.tensor or tensor not in inside) and kind != onnx.TensorProto.BFLOAT16:
             yield from _fed_inputs(ctx, proto, i, tensor, now, held, make)
 
@@ -356,18 +359,26 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
     node's input: where no tensor tried holds the value the node should read (its producer may be gone from the
     file, and the value may lie several ops before the divergent one: an attention's values before their heads
     are repeated and reshaped for a batched product).  Not when that value is computed directly from the one the
-    node reads (an op between them missing: another reading — directly only: in a residual network everything
-    later is computed from everything earlier), nor when another kind of op computes it from the same
+    node reads alone (an op between them missing: another reading — directly only: in a residual network
+    everything later is computed from everything earlier), nor when another kind of op computes it from the same
     input (siblings: a max pool where an average pool belongs — the op that computed the value read is wrong, not
     the wiring; a key head split read for the value one is a wiring)."""
     by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
-    for op in _op_inputs(ctx.layer.pair.activation, by_index, now.size):
+    for op in _op_inputs(ctx.layer.pair.activation, by_index, now.size, ctx.ops):
         fed_value = np.asarray(op.value).reshape(now.shape).astype(now.dtype)
-        if ctx.compare(now, fed_value).ok or held in op.inputs or _a_sibling(by_index, held, op.index):
+        if ctx.compare(now, fed_value).ok or _one_op_on(by_index, op, held) or _a_sibling(by_index, held, op.index):
             continue
         fed = f"{proto.name}_input_{i}_as_pytorch"
         yield make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value", ctx.layer.pair.activation.name,
                    _input_read(proto.name, i, fed), feeds={fed: fed_value})
+
+
+def _one_op_on(by_index, op, held: int) -> bool:
+    """Whether PyTorch's ``op`` computes from the value the node reads (``held``) and no other activation: one op
+    missing between them (an activation left out, a scale by a parameter), another reading.  An op combining it
+    with a value computed elsewhere (a gated MLP's ``act(gate) * up`` where the file's down projection reads ``up``,
+    the gate branch gone) is a wiring: no single op restores it."""
+    return held in op.inputs and not any(i != held and i in by_index for i in op.inputs)
 
 
 #: ops walked back to tell siblings: two values computed from one source within this many ops
@@ -438,10 +449,14 @@ def _held_by(ctx, value: np.ndarray) -> int | None:
 MAX_FED_DEPTH = 8
 
 
-def _op_inputs(activation, by_index, size: int) -> list:
+def _op_inputs(activation, by_index, size: int, ops=()) -> list:
     """The values of ``size`` elements PyTorch's op or module ``activation`` (the divergent one) is computed from,
-    up to ``MAX_FED_DEPTH`` steps back, nearest first."""
-    found, seen, frontier = [], {activation.index}, [activation]
+    up to ``MAX_FED_DEPTH`` steps back, nearest first.  A module's output recorded with no inputs (it read an op's
+    value, not another module's) is computed from what its own ops (``ops``: the narrowing's) read outside it."""
+    frontier = [activation]
+    if not activation.inputs and not activation.op:
+        frontier = [o for o in ops if o.module == activation.module] or frontier
+    found, seen = [], {activation.index, *(a.index for a in frontier)}
     for _ in range(MAX_FED_DEPTH):
         frontier = [by_index[i] for i in dict.fromkeys(i for a in frontier for i in a.inputs)
                     if i in by_index and i not in seen]
