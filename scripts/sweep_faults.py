@@ -1805,3 +1805,7 @@ FAULTS.update({k.name: k for k in sweep_faults_ten.KINDS})
 import sweep_faults_eleven  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_eleven.KINDS})
+# the twelfth set (scripts/sweep_faults_twelve.py)
+import sweep_faults_twelve  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_twelve.KINDS})
