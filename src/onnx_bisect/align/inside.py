@@ -114,6 +114,7 @@ def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activat
     # the node stays inside the segment after it (where it should have computed something, a dropped op shows)
     aliases = {t for t in matched if _alias(t, matched, graph)}
     matched = {t: m for t, m in matched.items() if t not in aliases and not _handed_on(t, aliases, matched, graph)}
+    matched = {t: m for t, m in matched.items() if t not in _twins(matched, graph)}
     good = dict(matched)
     # a value that is one number repeated (zeros for an initial state, a mask of ones) matches every op holding
     # it: which one it stands for is a guess, and a guess must not drop the matches computed from it
@@ -161,6 +162,18 @@ TORCH_VIEWS = frozenset({"aten.view", "aten._unsafe_view", "aten.reshape", "aten
 #: ops that hand a tensor on as it is (a cast to the type it has): an output of theirs holding what their input holds
 #: is an alias
 ALIASING = frozenset({"Identity", "Cast", "CastLike"})
+
+
+def _twins(matched: dict[str, Match], graph: GraphIndex) -> set[str]:
+    """Tensors two or more nodes compute alike (one op type on the same inputs) and that hold one op's value: a
+    file computing the same thing twice where PyTorch computes two things (a rotary table's ``sin`` made a second
+    ``cos``) — which of PyTorch's values each stands for is a guess, so neither is a match."""
+    groups: dict[tuple, list[str]] = {}
+    for t, m in matched.items():
+        node = graph.node_of(t)
+        if node is not None and node.op_type not in LAYOUT_OPS and node.inputs:
+            groups.setdefault((node.op_type, node.domain, tuple(node.inputs), m.op.index), []).append(t)
+    return {t for ts in groups.values() if len({graph.producer.get(t) for t in ts}) > 1 for t in ts}
 
 
 def _alias(tensor: str, matched: dict[str, Match], graph: GraphIndex) -> bool:

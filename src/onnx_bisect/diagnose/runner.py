@@ -7,7 +7,7 @@ from .rules.baked_shape import BakedShape
 from .rules.batch_mixing import BatchMixing
 from .context import DiagnosisContext, Finding, FixedSegment, Rule
 from .rules.batchnorm_fold import BatchNormFold
-from .rules.dtype import Float64Cast
+from .rules.dtype import Float64Cast, IntegerRoundTrip
 from .rules.epsilon import EpsilonMismatch
 from .rules.gelu import GeluApproximation
 from .rules.precision import LowPrecision
@@ -22,7 +22,8 @@ from .rules.weight_mismatch import WeightMismatch
 #: every rule class; a new cause is one new module and one line here
 RULES: list[type[Rule]] = [
     RuntimeOptimization, GeluApproximation, EpsilonMismatch, BatchNormFold, WeightMismatch,
-    AttributeMismatch, ResizeMode, LowPrecision, Quantization, TrainingMode, Float64Cast, NondeterministicReference,
+    AttributeMismatch, ResizeMode, LowPrecision, Quantization, TrainingMode, Float64Cast, IntegerRoundTrip,
+    NondeterministicReference,
     BakedShape, BatchMixing, NumericalStability,
 ]
 

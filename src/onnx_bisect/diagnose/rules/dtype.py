@@ -90,3 +90,67 @@ def _float64(ctx: DiagnosisContext, inputs: dict, params: dict) -> FixedSegment:
     feeds = {t: v.astype(np.float64) for t, v in ctx.segment_feeds().items() if v.dtype == np.float32}
     feeds.update(inputs)
     return FixedSegment(model, weights, feeds)
+
+
+#: ONNX integer element types a float value may be cast through
+INTEGERS = {TensorProto.INT8: "int8", TensorProto.INT16: "int16", TensorProto.INT32: "int32",
+            TensorProto.INT64: "int64", TensorProto.UINT8: "uint8", TensorProto.UINT16: "uint16",
+            TensorProto.UINT32: "uint32", TensorProto.UINT64: "uint64"}
+#: ONNX float element types
+FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+class IntegerRoundTrip(Rule):
+    """A float value cast to an integer type and straight back to float inside the segment (an exporter's or a
+    converter's integer cast where PyTorch kept the float, a ``.long()`` on a value that was not an index): every
+    fraction is cut off.  Measured on the segment's own values; the fix keeps the value in float."""
+
+    cause = Cause.DTYPE
+
+    def match(self, ctx: DiagnosisContext) -> Finding | None:
+        if not ctx.significant(ctx.layer.local):
+            return None
+        trips = _round_trips(ctx)
+        values = ctx.computed([down.input[0] for down in trips])
+        lost = {down.name: float(np.max(np.abs(v - np.trunc(v)))) for down in trips
+                if (v := values.get(down.input[0])) is not None and v.size and np.isfinite(v).all()}
+        lossy = [down for down in trips if lost.get(down.name, 0.0) > 0]
+        if not lossy:
+            return None
+        worst = max(lossy, key=lambda d: lost[d.name])
+        kind = INTEGERS[int(next(a.i for a in worst.attribute if a.name == "to"))]
+        summary = (f"{worst.name} casts the float value {worst.input[0]} to {kind} and the segment casts it back to "
+                   f"float: its fractions are cut off (up to {lost[worst.name]:.3g}), where PyTorch keeps the value in "
+                   f"float. The segment differs by {ctx.layer.local.max_abs:.2g}.")
+        fix = (f"Keep {worst.input[0]} in float: remove the Cast pair around it (or make {worst.name} cast to the "
+               "float type), and in PyTorch look for an integer cast (.long(), .int(), torch.floor_divide) the export "
+               "kept where the model does not.")
+        evidence = {"casts_to_integer": [d.name for d in lossy], "fraction_lost_max": lost,
+                    "local_max_abs": ctx.layer.local.max_abs}
+        names = [d.name for d in lossy]
+        return Finding(self.cause, 0.9, summary, fix, evidence, changes=tuple(names),
+                       counterfactual=lambda c: _kept_in_float(c, names))
+
+
+def _round_trips(ctx: DiagnosisContext) -> list:
+    """The segment's Casts from a float type to an integer type whose every reader is a Cast back to a float type."""
+    graph, found = ctx.onnx.graph, []
+    for down in ctx.segment_protos:
+        to = next((a.i for a in down.attribute if a.name == "to"), None)
+        if down.op_type != "Cast" or to not in INTEGERS or graph.elem_types.get(down.input[0]) not in FLOATS:
+            continue
+        readers = [graph.nodes[i] for i in graph.consumers.get(down.output[0], ())]
+        if readers and all(r.op_type == "Cast" and graph.elem_types.get(r.outputs[0]) in FLOATS for r in readers):
+            found.append(down)
+    return found
+
+
+def _kept_in_float(ctx: DiagnosisContext, names: list[str]) -> FixedSegment:
+    """The segment with each of the named casts to an integer type an Identity (its readers, Casts to float, then
+    cast a float)."""
+    model = edits.copy_model(ctx.onnx.skeleton)
+    for name in names:
+        node = edits.node(model, name)
+        node.op_type = "Identity"
+        del node.attribute[:]
+    return FixedSegment(model, ctx.onnx.weights)

@@ -33,6 +33,7 @@ FAMILIES = (
     ("Floor", "Ceil", "Round"),
     ("GlobalAveragePool", "GlobalMaxPool"),
     ("ArgMax", "ArgMin"),
+    ("Sin", "Cos"),  # a rotary or sinusoidal table's sin for its cos
 )
 #: arithmetic ops and their inverses, tried on two tensors that are not scalar constants
 INVERSES = {"Add": "Sub", "Sub": "Add", "Mul": "Div", "Div": "Mul"}
@@ -101,6 +102,8 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
                    rewired(proto.name, [proto.input[1], proto.input[0]]))
     elif op == "Conv":
         yield from _dilations(proto, shape_of, make)
+    elif op == "Einsum":
+        yield from _einsum_equations(proto, shape_of, make)
     elif op in AFFINE_NORMS and len(proto.input) >= 3 and proto.input[2]:
         inputs = list(proto.input)
         inputs[1], inputs[2] = proto.input[2], proto.input[1]
@@ -204,6 +207,42 @@ def _dilations(proto, shape_of, make) -> Iterator:
         new[i] = want
         yield make(proto.name, "dilations, pads", [dilations, pads], [new, new_pads], "the PyTorch output",
                    with_attributes(proto.name, {"dilations": new, "pads": new_pads}))
+
+
+#: equations tried per Einsum, at most
+MAX_EQUATIONS = 24
+
+
+def _einsum_equations(proto, shape_of, make) -> Iterator:
+    """The Einsum's equation with two letters of one term exchanged where their sizes agree (the output keeps its
+    shape): a converter or hand-written equation reading an operand's axes in the other order (``bhqd,bhkd`` for
+    ``bhqd,bhdk``, a transposed output term)."""
+    equation = attribute(proto, "equation", "")
+    equation = equation.decode() if isinstance(equation, bytes) else equation
+    if "->" not in equation or "." in equation:
+        return
+    left, out = equation.replace(" ", "").split("->")
+    terms = left.split(",") + [out]
+    sizes = {}
+    for term, tensor in zip(terms, proto.input):
+        shape = shape_of(tensor)
+        if not shape or len(shape) != len(term):
+            return
+        sizes.update({letter: int(d) for letter, d in zip(term, shape) if isinstance(d, (int, np.integer))})
+    tried = 0
+    for k, term in enumerate(terms):
+        for i in range(len(term)):
+            for j in range(i + 1, len(term)):
+                a, b = term[i], term[j]
+                if a == b or sizes.get(a) is None or sizes.get(a) != sizes.get(b) or tried >= MAX_EQUATIONS:
+                    continue
+                swapped = list(term)
+                swapped[i], swapped[j] = b, a
+                new_terms = terms[:k] + ["".join(swapped)] + terms[k + 1:]
+                want = ",".join(new_terms[:-1]) + "->" + new_terms[-1]
+                tried += 1
+                yield make(proto.name, "equation", equation, want, "the PyTorch output",
+                           with_attributes(proto.name, {"equation": want}))
 
 
 # --------------------------------------------------------------------------- integer constants
