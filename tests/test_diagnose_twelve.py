@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -102,3 +103,39 @@ def test_an_einsum_reading_its_attention_transposed_is_named_with_the_equation(e
     fd = _bisect(model, inputs, proto)
     _found(fd, einsum.name)
     assert f"equation = {planted} where the PyTorch output implies {equation}" in fd.explanation, fd.explanation
+
+
+class _MaskedAttention(torch.nn.Module):
+    """Causal attention through scaled_dot_product_attention with a boolean mask: the dynamo exporter writes
+    PyTorch's safe softmax, a Softmax then a Where putting zeros where it gave NaN."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(126)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(16, 16) for _ in range(4))
+
+    def forward(self, x):  # (1, 6, 16)
+        b, t, _ = x.shape
+        q, k, v = (f(x).view(b, t, 2, 8).transpose(1, 2) for f in (self.q, self.k, self.v))
+        mask = torch.ones(t, t, dtype=torch.bool).tril()
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.o(y.transpose(1, 2).reshape(b, t, 16))
+
+
+def test_a_node_that_computed_nothing_on_these_inputs_does_not_unpair_what_follows_it():
+    """The safe softmax's Where changed nothing here (no row was all masked), so its output holds the softmax's
+    value: that node is no match of its own, but the attention computed from it still pairs with PyTorch's
+    ops — a stray offset added to the attention's output (no cause explains it) is narrowed to its own node, not
+    the whole attention."""
+    model = _MaskedAttention().eval()
+    inputs = (torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(127)),)
+    proto = dc.export(model, inputs, "dynamo")
+    assert any(n.op_type == "IsNaN" for n in proto.graph.node), "the export writes no safe softmax"
+    where = next(n for n in proto.graph.node if n.op_type == "Where" and any(
+        i.op_type == "IsNaN" and i.output[0] in n.input for i in proto.graph.node))
+    product = next(n for n in proto.graph.node if n.op_type == "MatMul" and where.output[0] in n.input)
+    offset = np.random.default_rng(128).normal(0, 0.5, (1, 2, 6, 8)).astype(np.float32)
+    bad = dc.plant.insert_offset(proto, product.output[0], offset)
+    planted = next(n.name for n in bad.graph.node if n.name.endswith("_stray_Add"))
+    fd = _bisect(model, inputs, bad)
+    assert planted in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment

@@ -121,9 +121,14 @@ def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activat
     vague = {t for t, m in matched.items() if not _informative(m.op.value)}
     upstream = {t: _matched_ancestors(t, matched, graph, within) - vague
                 for t in tensors if t in matched}  # fixed
-    for t in list(good):
-        if t not in vague and _did_nothing(t, upstream[t], good, graph, lineage):
-            del good[t]
+    nothing = {t for t in list(good) if t not in vague and _did_nothing(t, upstream[t], good, graph, lineage)}
+    for t in nothing:
+        del good[t]
+    # a node that computed nothing hands its input's value on: what is computed from it is computed from that
+    # input (a softmax's NaN guard, a Where that kept every entry), and stays matched when it holds PyTorch's
+    for t in upstream:
+        if upstream[t] & nothing:
+            upstream[t] = (upstream[t] - nothing) | {i for n in upstream[t] & nothing for i in upstream[n]}
     changed = True
     while changed:
         changed = False
