@@ -16,6 +16,7 @@ import onnx_bisect
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 from planting import found as _found  # noqa: E402
+from test_diagnose_dropped import _prune_dead  # noqa: E402
 
 
 def _bisect(model, inputs, proto):
@@ -139,3 +140,59 @@ def test_a_node_that_computed_nothing_on_these_inputs_does_not_unpair_what_follo
     planted = next(n.name for n in bad.graph.node if n.name.endswith("_stray_Add"))
     fd = _bisect(model, inputs, bad)
     assert planted in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+
+
+def _linear_output(proto, weight: np.ndarray) -> str:
+    """The tensor a Linear whose weight is ``weight`` writes (its MatMul or Gemm, then its bias Add)."""
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+    name = next(n for n, v in inits.items() if v.shape in (weight.shape, weight.T.shape)
+                and (np.array_equal(v, weight) or np.array_equal(v, weight.T)))
+    t = next(n for n in proto.graph.node if name in n.input).output[0]
+    readers = [n for n in proto.graph.node if t in n.input]
+    if len(readers) == 1 and readers[0].op_type == "Add" and any(i in inits for i in readers[0].input):
+        t = readers[0].output[0]
+    return t
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_head_split_reading_the_keys_where_the_value_projection_was_pruned_is_fed_its_value(exporter):
+    """The values' head split reads the key projection's output and the value projection is gone from the file:
+    no tensor holds the value module's output.  Fed PyTorch's value where the attention's product reads the heads,
+    the segment reproduces PyTorch, and the Reshape and Transpose carrying the keys there are named with it: the
+    first of them read the wrong tensor."""
+    model = _MaskedAttention().eval()
+    inputs = (torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(129)),)
+    proto = dc.export(model, inputs, exporter)
+    k_out = _linear_output(proto, model.k.weight.detach().numpy())
+    v_out = _linear_output(proto, model.v.weight.detach().numpy())
+    readers = [n for n in proto.graph.node if v_out in n.input]
+    for n in readers:
+        n.input[:] = [k_out if t == v_out else t for t in n.input]
+    _prune_dead(proto)
+    fd = _bisect(model, inputs, proto)
+    assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
+    assert {n.name for n in readers} & set(fd.layer.segment) and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert "none of the earlier tensors tried holds" in fd.explanation, fd.explanation
+
+
+def test_a_value_projection_pruned_from_a_slimmed_decoder_is_fed_at_the_head_split_reading_the_keys():
+    """StarCoder2 (random weights) through onnxslim, the second layer's value head split reading the key
+    projection and the value projection gone: the segment runs from the projections to the final norm (the
+    value module has no tensor), and the ops walked back from the norm never reach it — the unpaired leaf
+    module's value, fed at the head split's input, reproduces PyTorch there."""
+    import onnxslim
+    import sweep_models
+
+    model, inputs = sweep_models.build("starcoder2")
+    proto = onnxslim.slim(dc.export(model, inputs, "dynamo"))
+    attn = model.model.layers[1].self_attn
+    k_out = _linear_output(proto, attn.k_proj.weight.detach().numpy())
+    v_out = _linear_output(proto, attn.v_proj.weight.detach().numpy())
+    readers = [n for n in proto.graph.node if v_out in n.input]
+    for n in readers:
+        n.input[:] = [k_out if t == v_out else t for t in n.input]
+    _prune_dead(proto)
+    fd = _bisect(model, inputs, proto)
+    assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
+    assert {n.name for n in readers} <= set(fd.layer.segment) and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert "v_proj value" in fd.explanation, fd.explanation

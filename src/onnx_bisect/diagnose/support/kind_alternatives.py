@@ -11,6 +11,7 @@ and an integer constant (a position offset, index arithmetic) one more or one le
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Iterator
 
 import numpy as np
@@ -403,13 +404,50 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
     input (siblings: a max pool where an average pool belongs — the op that computed the value read is wrong, not
     the wiring; a key head split read for the value one is a wiring)."""
     by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
-    for op in _op_inputs(ctx.layer.pair.activation, by_index, now.size, ctx.ops):
+    fed_ops = _op_inputs(ctx.layer.pair.activation, by_index, now.size, ctx.ops)
+    for op in fed_ops + _unpaired(ctx, now.size, {a.index for a in fed_ops}):
         fed_value = np.asarray(op.value).reshape(now.shape).astype(now.dtype)
         if ctx.compare(now, fed_value).ok or _one_op_on(by_index, op, held) or _a_sibling(by_index, held, op.index):
             continue
         fed = f"{proto.name}_input_{i}_as_pytorch"
-        yield make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value", ctx.layer.pair.activation.name,
-                   _input_read(proto.name, i, fed), feeds={fed: fed_value})
+        alternative = make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value",
+                           ctx.layer.pair.activation.name, _input_read(proto.name, i, fed), feeds={fed: fed_value})
+        chain = _layout_chain(ctx.onnx.graph, tensor)
+        yield dataclasses.replace(alternative, shows_in=chain) if chain and alternative is not None else alternative
+
+
+#: layout ops walked back from a rewired input to the node that read the wrong tensor, at most
+MAX_CHAIN = 4
+#: ops that lay a value out without computing: a wrong tensor read before them is carried through them
+CHAIN_OPS = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Expand", "Identity"})
+
+
+def _layout_chain(graph, tensor: str) -> tuple[str, ...]:
+    """The layout nodes (Reshape, Transpose ...) that hand ``tensor`` on from the tensor they read first, nearest
+    last: where a node is wired to a wrong tensor through them, the first of them read it (a head split reading
+    the keys for the values, its transpose carrying them on)."""
+    chain, node = [], graph.node_of(tensor)
+    while node is not None and node.op_type in CHAIN_OPS and len(chain) < MAX_CHAIN:
+        chain.append(node.name)
+        node = graph.node_of(node.inputs[0]) if node.inputs else None
+    return tuple(reversed(chain))
+
+
+#: leaf modules no tensor of the file holds, tried as a node's input, at most
+MAX_UNPAIRED = 3
+
+
+def _unpaired(ctx, size: int, tried: set[int]) -> list:
+    """PyTorch's outputs of ``size`` elements of leaf modules that no tensor of the file holds (their computation
+    gone, another tensor read in its place: a value projection pruned where its head split reads the keys), the
+    nearest the divergent layer first."""
+    from ...records import Status
+
+    at = ctx.layer.pair.activation.index
+    found = [r.pair.activation for r in ctx.layers if r.status is Status.UNMATCHED and r.pair.absent is None
+             and r.pair.activation.is_leaf and not r.pair.activation.op and r.pair.activation.index not in tried
+             and r.pair.activation.value.size == size and r.pair.activation.value.dtype.kind == "f"]
+    return sorted(found, key=lambda a: abs(a.index - at))[:MAX_UNPAIRED]
 
 
 def _one_op_on(by_index, op, held: int) -> bool:
