@@ -196,3 +196,70 @@ def test_a_value_projection_pruned_from_a_slimmed_decoder_is_fed_at_the_head_spl
     assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
     assert {n.name for n in readers} <= set(fd.layer.segment) and len(fd.layer.segment) <= 3, fd.layer.segment
     assert "v_proj value" in fd.explanation, fd.explanation
+
+
+class _Blocks(torch.nn.Module):
+    """Blocks of a sequence selected and concatenated in another order (a block-sparse attention's gathered
+    keys), then a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(130)
+        self.proj, self.head = torch.nn.Linear(8, 8), torch.nn.Linear(8, 3)
+
+    def forward(self, x):  # (2, 12, 8)
+        b = self.proj(x).view(2, 4, 3, 8)
+        return self.head(torch.tanh(torch.cat([b[:, 1], b[:, 3], b[:, 0]], 1)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_block_selected_one_off_is_named_at_the_gather_with_the_concat_reading_it(exporter):
+    """The Gather selecting block 3 selects block 1: the Concat reads one of PyTorch's values in the wrong place.
+    Fed PyTorch's block there the segment agrees — the Gather that selected it is named with the Concat."""
+    model = _Blocks().eval()
+    inputs = (torch.randn(2, 12, 8, generator=torch.Generator().manual_seed(131)),)
+    proto = dc.export(model, inputs, exporter)
+    concat = next(n for n in proto.graph.node if n.op_type == "Concat" and len(n.input) == 3)
+    gather = next(n for n in proto.graph.node if n.op_type == "Gather" and n.output[0] == concat.input[1])
+    index = gather.input[1]
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(1, np.int64), "planted_index"))
+    gather.input[1] = "planted_index"
+    del index
+    fd = _bisect(model, inputs, proto)
+    assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
+    assert gather.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+
+
+class _Halves(torch.nn.Module):
+    """The two halves of a projection concatenated the other way round (rotate-half without the sign)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(132)
+        self.proj, self.head = torch.nn.Linear(6, 16), torch.nn.Linear(16, 3)
+
+    def forward(self, x):  # (2, 5, 6)
+        h = self.proj(x)
+        return self.head(torch.tanh(torch.cat([h[..., 8:], h[..., :8]], -1)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_two_slices_that_took_each_others_window_are_named_with_the_concat_joining_them(exporter):
+    """The two Slices exchanged windows; the values say only that the Concat's pieces come in the other order —
+    whichever reading is chosen, the Slices and the Concat are named."""
+    model = _Halves().eval()
+    inputs = (torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(133)),)
+    proto = dc.export(model, inputs, exporter)
+    concat = next(n for n in proto.graph.node if n.op_type == "Concat" and len(n.input) == 2
+                  and all(any(s.op_type == "Slice" and s.output[0] == t for s in proto.graph.node) for t in n.input))
+    first, second = (next(s for s in proto.graph.node if s.output[0] == t) for t in concat.input)
+    constants = {n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in proto.graph.node
+                 if n.op_type == "Constant"} | {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+    windows = [[constants[t] for t in s.input[1:3]] for s in (first, second)]
+    for k, (node, (start, end)) in enumerate(zip((first, second), windows[::-1])):
+        proto.graph.initializer.extend([onnx.numpy_helper.from_array(start, f"planted_start_{k}"),
+                                        onnx.numpy_helper.from_array(end, f"planted_end_{k}")])
+        node.input[1:3] = [f"planted_start_{k}", f"planted_end_{k}"]
+    fd = _bisect(model, inputs, proto)
+    assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
+    assert {first.name, second.name, concat.name} <= set(fd.layer.segment), fd.layer.segment

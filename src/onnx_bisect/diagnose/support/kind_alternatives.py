@@ -422,13 +422,20 @@ MAX_CHAIN = 4
 CHAIN_OPS = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Flatten", "Expand", "Identity"})
 
 
+#: ops selecting part of a tensor: a wrong value in the right place may be the wrong part selected
+SELECTING = frozenset({"Slice", "Gather", "Split"})
+
+
 def _layout_chain(graph, tensor: str) -> tuple[str, ...]:
     """The layout nodes (Reshape, Transpose ...) that hand ``tensor`` on from the tensor they read first, nearest
     last: where a node is wired to a wrong tensor through them, the first of them read it (a head split reading
-    the keys for the values, its transpose carrying them on)."""
+    the keys for the values, its transpose carrying them on) — or, where it is a Slice, Gather or Split, selected
+    the wrong part of it (a block-sparse attention's gathered block one off)."""
     chain, node = [], graph.node_of(tensor)
-    while node is not None and node.op_type in CHAIN_OPS and len(chain) < MAX_CHAIN:
+    while node is not None and len(chain) < MAX_CHAIN and (node.op_type in CHAIN_OPS or node.op_type in SELECTING):
         chain.append(node.name)
+        if node.op_type in SELECTING:
+            break
         node = graph.node_of(node.inputs[0]) if node.inputs else None
     return tuple(reversed(chain))
 

@@ -56,8 +56,9 @@ def op_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
     elif op in DEFAULTS or op in ("HardSigmoid", "Sigmoid"):
         yield from activation(ctx, proto, make)
     elif op == "Concat":
-        yield from _fitted_order(ctx, proto, make)
-        yield from _concat_order(proto, lambda t: shape_of(t) or _constant_shape(ctx, t), make)
+        orders = (*_fitted_order(ctx, proto, make),
+                  *_concat_order(proto, lambda t: shape_of(t) or _constant_shape(ctx, t), make))
+        yield from (_with_selections(ctx, proto, alt) for alt in orders)
     elif op in ("Where", "Add", "ConstantOfShape"):
         yield from mask_values(ctx, proto, make)
     elif op in AXIS_NORMS:
@@ -343,6 +344,25 @@ def _concat_order(proto, shape_of, make) -> Iterator:
         yield make(proto.name, "input order", [i, j], [j, i], "the PyTorch output", rewired(proto.name, want))
 
 
+#: ops that select a window or entries of a tensor: where a Concat's inputs come in another order, the selections
+#: feeding them may as well have read each other's (the order is right, the windows exchanged)
+SELECTIONS = frozenset({"Slice", "Gather", "Split"})
+
+
+def _with_selections(ctx, proto, alt):
+    """A Concat's input-order alternative shown in the selections computing the inputs it moves: the values say
+    the pieces are in another order, not whether the Concat or the Slices that cut them are wrong."""
+    if alt is None:
+        return alt
+    graph = ctx.onnx.graph
+    moved = [proto.input[k] for k, (a, b) in enumerate(zip(alt.have, alt.want)) if a != b] \
+        if isinstance(alt.have, list) and isinstance(alt.want, list) and len(alt.have) == len(proto.input) \
+        else [proto.input[k] for k in alt.have if isinstance(k, int) and k < len(proto.input)]
+    nodes = [graph.node_of(t) for t in moved]
+    shown = tuple(dict.fromkeys(n.name for n in nodes if n is not None and n.op_type in SELECTIONS))
+    return dataclasses.replace(alt, shows_in=(*alt.shows_in, *shown)) if shown else alt
+
+
 def _fitted_order(ctx, proto, make) -> Iterator:
     """Where the Concat computes the divergent tensor: its inputs in the order in which they equal PyTorch's
     output piece by piece (a stack of 16 time steps with two exchanged: no pair among the first few is)."""
@@ -430,7 +450,7 @@ def boundary_swaps(ctx, make_fed) -> Iterator:
 def _sibling_slices(ctx, feeds, make_fed) -> Iterator:
     """Two Slices of one tensor whose outputs (of one shape) the segment reads, fed the other way round: each
     takes the other's window (a fused projection's chunks, or rotate_half's halves, in another order).  Named at
-    the earlier Slice, shown in both."""
+    the earlier Slice, shown in both, and in a Concat reading both (whose order is the other reading)."""
     graph = ctx.onnx.graph
     by_data: dict[str, list[str]] = {}
     for t, value in feeds.items():
@@ -446,4 +466,7 @@ def _sibling_slices(ctx, feeds, make_fed) -> Iterator:
             first, second = graph.node_of(a).name, graph.node_of(b).name
             alt = make_fed(first, "window", second, data, "the PyTorch output", slices_swapped(first, second),
                            {a: feeds[b], b: feeds[a]})
-            yield dataclasses.replace(alt, shows_in=(second,))
+            # a Concat reading both may as well have taken them in the wrong order: the values cannot say which
+            joins = [graph.nodes[k].name for k in set(graph.consumers.get(a, ())) & set(graph.consumers.get(b, ()))
+                     if graph.nodes[k].op_type == "Concat"]
+            yield dataclasses.replace(alt, shows_in=(second, *joins))
