@@ -725,7 +725,8 @@ def sweep_arch(arch: str, args, results: dict[str, Case], save: Callable[[], Non
     arrays = tuple(t.numpy() for t in inputs)
     arch_dir = args.workdir / arch
     arch_dir.mkdir(parents=True, exist_ok=True)
-    model_file = args.workdir / "models" / f"{arch}.py"
+    # not "<arch>.py": a file named after a package the model imports would shadow it (xlstm)
+    model_file = args.workdir / "models" / f"{arch}_model.py"
     model_file.parent.mkdir(parents=True, exist_ok=True)
     model_file.write_text(sweep_models.model_file_text(arch, str(HERE)))
     exports = make_exports(model, inputs, arch_dir, args.provenances)

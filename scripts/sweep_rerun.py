@@ -32,6 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import fault_sweep  # noqa: E402  (its scoring: one definition of "pinpointed" and "right cause")
 
 
+
+def _model_file(models: Path, arch: str) -> Path:
+    """The sweep's model file for ``arch`` (``<arch>_model.py``; ``<arch>.py`` in older work folders)."""
+    new = models / f"{arch}_model.py"
+    return new if new.exists() else models / f"{arch}.py"
+
 def select(cases: list[dict], args: argparse.Namespace) -> list[dict]:
     """The counted cases the filters keep, at most ``--per`` of each (architecture, kind)."""
     def wanted(value: str, option: str | None) -> bool:
@@ -58,7 +64,7 @@ def judge(case: dict, args: argparse.Namespace, runs: Path) -> dict:
     """Run the CLI on one case's file and judge its first divergence."""
     report = runs / f"{case['id'].replace('/', '_')}.json"
     models = Path(case["onnx"]).parents[2] / "models"
-    argv = [sys.executable, "-m", "onnx_bisect", str(models / f"{case['arch']}.py"), "--onnx", case["onnx"],
+    argv = [sys.executable, "-m", "onnx_bisect", str(_model_file(models, case['arch'])), "--onnx", case["onnx"],
             "--json", str(report), "--atol", str(case["atol"]), "--rtol", str(case["rtol"])]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if args.src:
