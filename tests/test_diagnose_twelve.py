@@ -263,3 +263,24 @@ def test_two_slices_that_took_each_others_window_are_named_with_the_concat_joini
     fd = _bisect(model, inputs, proto)
     assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
     assert {first.name, second.name, concat.name} <= set(fd.layer.segment), fd.layer.segment
+
+
+def test_zeros_a_scatter_writes_into_are_no_zeroed_weight():
+    """Doge's dynamic mask attention (random weights) with its TopK made to keep the smallest scores.  The zeros
+    its ScatterElements writes into (an initializer where the exporter folded zeros_like) have as many elements
+    as a key projection's weight: zeros pair with anything of their size, and are no weight of the model but in
+    a bias slot — the TopK is named, not a weight from another checkpoint."""
+    import sweep_models
+
+    model, inputs = sweep_models.build("doge")
+    proto = dc.export(model, inputs, "dynamo")
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+    scatter = next(n for n in proto.graph.node if n.op_type == "ScatterElements")
+    assert scatter.input[0] in inits and not inits[scatter.input[0]].any(), "the export keeps no zeros initializer"
+    topk = next(n for n in proto.graph.node if n.op_type == "TopK")
+    kept = [a for a in topk.attribute if a.name != "largest"]
+    del topk.attribute[:]
+    topk.attribute.extend([*kept, helper.make_attribute("largest", 0)])
+    fd = _bisect(model, inputs, proto)
+    _found(fd, topk.name)
+    assert "largest = 0" in fd.explanation, fd.explanation

@@ -131,14 +131,12 @@ def _differing(ctx: DiagnosisContext, candidates) -> list:
         value = ctx.initializer(name) if name not in refolded else None
         if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
             continue
-        best = _counterpart(ctx, name, value, candidates)
+        best, owned, zeroed = _counterpart(ctx, name, value, candidates), None, None
         if best is None or not best[1].equal and (not _same_tensor(best, name, value) or name in folded_biases):
-            owned = _owned(ctx, name, value, candidates)
-            best = _zeroed(ctx, name, value, candidates) or owned or best
-        else:
-            owned = None
-        if best is None or best[1].equal or not (_same_tensor(best, name, value) or not np.any(value)
-                                                 or best is owned):
+            owned, zeroed = _owned(ctx, name, value, candidates), _zeroed(ctx, name, value, candidates)
+            best = zeroed or owned or best
+        # zeros pair with anything of their size: only in a bias slot the module has (``_zeroed``), or named so
+        if best is None or best[1].equal or not (_same_tensor(best, name, value) or best is zeroed or best is owned):
             continue
         if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
             continue
