@@ -284,3 +284,41 @@ def test_zeros_a_scatter_writes_into_are_no_zeroed_weight():
     fd = _bisect(model, inputs, proto)
     _found(fd, topk.name)
     assert "largest = 0" in fd.explanation, fd.explanation
+
+
+class _RotateHalf(torch.nn.Module):
+    """rotate_half on a projection: cat(-x2, x1) of its halves, then a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(136)
+        self.proj, self.head = torch.nn.Linear(6, 8), torch.nn.Linear(8, 3)
+
+    def forward(self, x):  # (2, 5, 6)
+        h = self.proj(x)
+        return self.head(h * 0.5 + torch.cat([-h[..., 4:], h[..., :4]], -1))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_rotate_halfs_slices_exchanged_are_named_though_one_holds_a_value_pytorch_has(exporter):
+    """rotate_half's two Slices take each other's window.  The second one's output (x1's window read where x2's
+    belongs) holds a value PyTorch has — x1 — so it pairs and is cut; the first computes inside the segment.
+    Fed the first one's value at the cut and the first given the other's window, the segment agrees."""
+    model = _RotateHalf().eval()
+    inputs = (torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(137)),)
+    proto = dc.export(model, inputs, exporter)
+    concat = next(n for n in proto.graph.node if n.op_type == "Concat")
+    producer = {o: n for n in proto.graph.node for o in n.output}
+    neg = producer[concat.input[0]]
+    first, second = producer[neg.input[0]], producer[concat.input[1]]
+    assert first.op_type == second.op_type == "Slice", (first.op_type, second.op_type)
+    constants = {n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in proto.graph.node
+                 if n.op_type == "Constant"} | {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+    windows = [[constants[t] for t in s.input[1:3]] for s in (first, second)]
+    for k, (node, (start, end)) in enumerate(zip((first, second), windows[::-1])):
+        proto.graph.initializer.extend([onnx.numpy_helper.from_array(start, f"planted_start_{k}"),
+                                        onnx.numpy_helper.from_array(end, f"planted_end_{k}")])
+        node.input[1:3] = [f"planted_start_{k}", f"planted_end_{k}"]
+    fd = _bisect(model, inputs, proto)
+    assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
+    assert {first.name, second.name} <= set(fd.layer.segment) and len(fd.layer.segment) <= 4, fd.layer.segment

@@ -449,23 +449,28 @@ def boundary_swaps(ctx, make_fed) -> Iterator:
 
 def _sibling_slices(ctx, feeds, make_fed) -> Iterator:
     """Two Slices of one tensor whose outputs (of one shape) the segment reads, fed the other way round: each
-    takes the other's window (a fused projection's chunks, or rotate_half's halves, in another order).  Named at
-    the earlier Slice, shown in both, and in a Concat reading both (whose order is the other reading)."""
+    takes the other's window (a fused projection's chunks, or rotate_half's halves, in another order) — one of
+    them may compute inside the segment, the other's output fed at its cut (the Slice holding a right value in
+    the wrong place pairs with PyTorch's).  Named at the earlier Slice, shown in both, and in a Concat reading
+    both (whose order is the other reading)."""
     graph = ctx.onnx.graph
+    inside = [t for n in ctx.segment_nodes if n.op_type == "Slice" for t in n.outputs[:1]]
+    values = {**ctx.computed(inside), **feeds}
     by_data: dict[str, list[str]] = {}
-    for t, value in feeds.items():
+    for t, value in values.items():
         node = graph.node_of(t)
         if node is not None and node.op_type == "Slice" and len(node.inputs) >= 3 \
                 and np.issubdtype(np.asarray(value).dtype, np.floating):  # (starts and ends as inputs: opset ≥ 10)
             by_data.setdefault(node.inputs[0], []).append(t)
     for data, tensors in by_data.items():
         tensors = sorted(tensors, key=graph.order_of)
-        pairs = [(a, b) for i, a in enumerate(tensors) for b in tensors[i + 1:]
-                 if np.shape(feeds[a]) == np.shape(feeds[b]) and not np.array_equal(feeds[a], feeds[b])]
+        pairs = [(a, b) for i, a in enumerate(tensors) for b in tensors[i + 1:] if (a in feeds or b in feeds)
+                 and np.shape(values[a]) == np.shape(values[b]) and not np.array_equal(values[a], values[b])]
         for a, b in pairs[:MAX_SWAPPED_INPUTS]:
             first, second = graph.node_of(a).name, graph.node_of(b).name
-            alt = make_fed(first, "window", second, data, "the PyTorch output", slices_swapped(first, second),
-                           {a: feeds[b], b: feeds[a]})
+            # a fed window takes the other's value; a Slice inside the segment computes the other's window itself
+            fed = {t: values[o] for t, o in ((a, b), (b, a)) if t in feeds}
+            alt = make_fed(first, "window", second, data, "the PyTorch output", slices_swapped(first, second), fed)
             # a Concat reading both may as well have taken them in the wrong order: the values cannot say which
             joins = [graph.nodes[k].name for k in set(graph.consumers.get(a, ())) & set(graph.consumers.get(b, ()))
                      if graph.nodes[k].op_type == "Concat"]
