@@ -322,3 +322,37 @@ def test_rotate_halfs_slices_exchanged_are_named_though_one_holds_a_value_pytorc
     fd = _bisect(model, inputs, proto)
     assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
     assert {first.name, second.name} <= set(fd.layer.segment) and len(fd.layer.segment) <= 4, fd.layer.segment
+
+
+class _Unfold(torch.nn.Module):
+    """A 3×3 neighbourhood unfolded (im2col: a Pad, then a Gather per spatial axis), weighted per position."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(138)
+        self.conv, self.head = torch.nn.Conv2d(3, 4, 1), torch.nn.Linear(36, 5)
+
+    def forward(self, x):  # (2, 3, 6, 6)
+        cols = torch.nn.functional.unfold(torch.relu(self.conv(x)), 3, padding=1)  # (2, 36, 36)
+        return self.head(cols.transpose(1, 2))
+
+
+def test_a_pad_shifted_before_an_unfold_is_named_with_the_gathers_that_could_undo_it():
+    """The unfold's Pad puts two columns on the right and none on the left (its total kept): shifted indices
+    in the Gather selecting from it undo that as well, so the values cannot tell the two apart — the Pad the
+    Gathers select from is named with them (onnxslim's file, where the narrowing lands on the Gathers)."""
+    import onnxslim
+
+    model = _Unfold().eval()
+    inputs = (torch.randn(2, 3, 6, 6, generator=torch.Generator().manual_seed(139)),)
+    proto = onnxslim.slim(dc.export(model, inputs, "dynamo"))
+    pad = next(n for n in proto.graph.node if n.op_type == "Pad")
+    inits = {i.name: i for i in proto.graph.initializer}
+    pads = onnx.numpy_helper.to_array(inits[pad.input[1]]).copy()
+    rank = pads.size // 2
+    pads[rank - 1], pads[2 * rank - 1] = pads[rank - 1] + 1, pads[2 * rank - 1] - 1
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(pads, "planted_pads"))
+    pad.input[1] = "planted_pads"
+    fd = _bisect(model, inputs, proto)
+    assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
+    assert pad.name in fd.layer.segment and len(fd.layer.segment) <= 4, fd.layer.segment

@@ -183,18 +183,30 @@ KEPT_WHOLE = 3
 FEW_NEIGHBOURS = 2
 #: ops that only move values: a wrong one can be undone by the next
 LAYOUT_OPS = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Concat", "Split", "Slice",
-                        "Gather", "Expand", "DepthToSpace", "SpaceToDepth"})
+                        "Gather", "Expand", "DepthToSpace", "SpaceToDepth", "Pad"})
+#: layout ops whose input, laid out by the op before (a Pad's border), they select from: a shift in either is
+#: undone by the other, inside the segment or just before it
+SELECTING = frozenset({"Gather", "Slice"})
 
 
 def _layout_neighbours(fixed: set[str], segment: set[str], index) -> set[str]:
-    """The layout ops of ``segment`` that feed a fixed node or read its output directly — unless there are more
-    than :data:`FEW_NEIGHBOURS` of them (a stack of 16 time steps: its Unsqueezes undo no Concat order)."""
+    """The layout ops of ``segment`` that feed a fixed node or read its output directly, and the layout op
+    (outside it too) whose output a fixed Gather or Slice selects from — unless there are more than
+    :data:`FEW_NEIGHBOURS` of them (a stack of 16 time steps: its Unsqueezes undo no Concat order)."""
     found: set[str] = set()
     for node in (n for n in index.nodes if n.name in fixed):
         near = [index.node_of(t) for t in node.inputs if t] + [
             index.nodes[c] for t in node.outputs for c in index.consumers.get(t, ())]
         layout = {n.name for n in near if n is not None and n.name in segment and n.op_type in LAYOUT_OPS}
+        source = node
+        for _ in range(3):  # back through the selections (a Gather of a Gather: an unfold's two axes)
+            if source is None or source.op_type not in SELECTING or not source.inputs:
+                break
+            source = index.node_of(source.inputs[0])
         found |= layout if len(layout) <= FEW_NEIGHBOURS else set()
+        if source is not None and source is not node and source.op_type in LAYOUT_OPS \
+                and source.op_type not in SELECTING:
+            found.add(source.name)  # the padded or laid-out tensor a Gather's indices select from
     return found
 
 
