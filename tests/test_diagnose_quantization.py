@@ -240,4 +240,5 @@ def test_noise_in_a_dynamically_quantized_weight_is_still_the_weights_fault():
         report = onnx_bisect.bisect(model, inputs, onnx=quantized, atol=0.05, rtol=0.05)
     fd = report.first_divergence
     assert not report.ok and fd.layer.pair.activation.module == "conv2", fd.layer.pair.activation
-    assert fd.cause == "weight-mismatch", fd.explanation
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert "integer products computed in float" in fd.explanation, fd.explanation

@@ -114,7 +114,8 @@ def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activat
     # the node stays inside the segment after it (where it should have computed something, a dropped op shows)
     aliases = {t for t in matched if _alias(t, matched, graph)}
     matched = {t: m for t, m in matched.items() if t not in aliases and not _handed_on(t, aliases, matched, graph)}
-    matched = {t: m for t, m in matched.items() if t not in _twins(matched, graph)}
+    twins = _twins(matched, graph)
+    matched = {t: m for t, m in matched.items() if t not in twins}
     good = dict(matched)
     # a value that is one number repeated (zeros for an initial state, a mask of ones) matches every op holding
     # it: which one it stands for is a guess, and a guess must not drop the matches computed from it
@@ -177,8 +178,15 @@ def _twins(matched: dict[str, Match], graph: GraphIndex) -> set[str]:
     for t, m in matched.items():
         node = graph.node_of(t)
         if node is not None and node.op_type not in LAYOUT_OPS and node.inputs:
-            groups.setdefault((node.op_type, node.domain, tuple(node.inputs), m.op.index), []).append(t)
-    return {t for ts in groups.values() if len({graph.producer.get(t) for t in ts}) > 1 for t in ts}
+            key = (node.op_type, node.domain, tuple(node.inputs), repr(node.attributes), m.op.index)
+            groups.setdefault(key, []).append(t)
+    found = set()
+    for ts in groups.values():
+        computed = [a for a in matched[ts[0]].equal or (matched[ts[0]].op,) if base_op(a.module_type) not in TORCH_VIEWS]
+        # PyTorch computing the value as often as the file does (an exporter keeping a repeated cos) is no twin
+        if len({graph.producer.get(t) for t in ts}) > 1 and len(computed) < len(ts):
+            found.update(ts)
+    return found
 
 
 def _alias(tensor: str, matched: dict[str, Match], graph: GraphIndex) -> bool:

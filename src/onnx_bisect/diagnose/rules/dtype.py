@@ -110,7 +110,7 @@ class IntegerRoundTrip(Rule):
     def match(self, ctx: DiagnosisContext) -> Finding | None:
         if not ctx.significant(ctx.layer.local):
             return None
-        trips = _round_trips(ctx)
+        trips = [down for down in _round_trips(ctx) if not _pytorch_truncates(ctx, down)]
         values = ctx.computed([down.input[0] for down in trips])
         lost = {down.name: float(np.max(np.abs(v - np.trunc(v)))) for down in trips
                 if (v := values.get(down.input[0])) is not None and v.size and np.isfinite(v).all()}
@@ -143,6 +143,18 @@ def _round_trips(ctx: DiagnosisContext) -> list:
         if readers and all(r.op_type == "Cast" and graph.elem_types.get(r.outputs[0]) in FLOATS for r in readers):
             found.append(down)
     return found
+
+
+def _pytorch_truncates(ctx: DiagnosisContext, down) -> bool:
+    """Whether the value cast back to float is one of PyTorch's too (``.long().float()`` in the model, a
+    division with ``rounding_mode="trunc"``): the truncation is the model's."""
+    graph = ctx.onnx.graph
+    backs = [graph.nodes[i].outputs[0] for i in graph.consumers.get(down.output[0], ())]
+    values = ctx.computed(backs)
+    return any(value is not None and value.size and any(
+        op.value.size == value.size and op.value.dtype.kind == "f"
+        and ctx.compare(value, np.asarray(op.value).reshape(value.shape)).ok for op in ctx.ops)
+        for value in (values.get(t) for t in backs))
 
 
 def _kept_in_float(ctx: DiagnosisContext, names: list[str]) -> FixedSegment:

@@ -28,14 +28,15 @@ class Quantization(Rule):
             return None
         quantizers = [p for p in protos if p.op_type == "QuantizeLinear"]
         acts = _activations(ctx, quantizers)
-        dequantizers = [p for p in protos if p.op_type == "DequantizeLinear"]
-        dequantizers += [product.dequantizer for product in integer_products(ctx, protos)]
+        products = integer_products(ctx, protos)
+        dequantizers = [p for p in protos if p.op_type == "DequantizeLinear"] + [q.dequantizer for q in products]
         weights = [w for w in (_weight(ctx, p) for p in dequantizers) if w is not None]
         inside = set(ctx.layer.segment)
         compute = sorted({ctx.onnx.graph.nodes[i].name for p in protos if p.op_type == "DequantizeLinear"
                           for i in ctx.onnx.graph.consumers.get(p.output[0], ())
                           if ctx.onnx.graph.nodes[i].op_type not in QUANT_OPS and ctx.onnx.graph.nodes[i].name in inside})
-        advice = _advice(acts, weights, compute)
+        compute += [q.op.name for q in products]  # dynamic quantization's integer products
+        advice = _advice(acts, weights, compute, dynamic=bool(products) and not quantizers)
         parts = [f"{a['node']}: {a['clip_fraction']:.1%} of the activation clipped, SQNR {a['sqnr_db']:.1f} dB" for a in acts]
         parts += [f"{w['initializer']} ({'per-channel' if w['per_channel'] else 'per-tensor'}): "
                   + ("no float weight to compare with" if w["sqnr_db"] is None else f"SQNR {w['sqnr_db']:.1f} dB")
@@ -243,8 +244,8 @@ def _sqnr(ref: np.ndarray, approx: np.ndarray) -> float:
     return float("inf") if noise == 0 else (float(10 * np.log10(signal / noise)) if signal > 0 else float("-inf"))
 
 
-def _advice(acts: list[dict], weights: list[dict], compute: list[str]) -> str:
-    steps = []
+def _advice(acts: list[dict], weights: list[dict], compute: list[str], dynamic: bool = False) -> str:
+    steps, quantizer = [], "quantize_dynamic" if dynamic else "quantize_static"
     if any(a["clip_fraction"] > 0.01 for a in acts):
         worst = max(acts, key=lambda a: a["clip_fraction"])
         steps.append(f"recalibrate: {worst['node']}'s range clips {worst['clip_fraction']:.1%} of the activation "
@@ -258,8 +259,8 @@ def _advice(acts: list[dict], weights: list[dict], compute: list[str]) -> str:
                      f"{worst['clip_fraction']:.1%} of it clips now)")
     if any(w.get("sqnr_db_per_channel") and w["sqnr_db"] is not None and w["sqnr_db_per_channel"] > w["sqnr_db"] + 3
            for w in weights):
-        steps.append("quantize weights per channel (quantize_static(..., per_channel=True))")
-    steps.append(f"or keep {', '.join(compute) or 'this node'} in float: quantize_static(..., nodes_to_exclude="
+        steps.append(f"quantize weights per channel ({quantizer}(..., per_channel=True))")
+    steps.append(f"or keep {', '.join(compute) or 'this node'} in float: {quantizer}(..., nodes_to_exclude="
                  f"{compute or ['<node>']})")
     text = "; ".join(steps)
     return text[0].upper() + text[1:] + "."

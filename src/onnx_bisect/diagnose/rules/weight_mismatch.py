@@ -80,8 +80,9 @@ class WeightMismatch(Rule):
             fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
                    "check the export script loads the weights before torch.onnx.export.")
         if _dequantizes_activations(ctx):
-            summary += (" The fix is re-run in the segment's float computation (its activation Q/DQ pairs undone, "
-                        "as the quantization rule's own fix does, which alone does not remove the divergence).")
+            summary += (" The fix is re-run in the segment's float computation (its activation Q/DQ pairs undone and "
+                        "integer products computed in float, as the quantization rule's own fix does, which alone "
+                        "does not remove the divergence).")
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
                        changes=_readers(ctx, [n for n, _, _, _ in differing]),
                        counterfactual=lambda c: _restore(c, differing))

@@ -453,6 +453,7 @@ def _unpaired(ctx, size: int, tried: set[int]) -> list:
     at = ctx.layer.pair.activation.index
     found = [r.pair.activation for r in ctx.layers if r.status is Status.UNMATCHED and r.pair.absent is None
              and r.pair.activation.is_leaf and not r.pair.activation.op and r.pair.activation.index not in tried
+             and r.pair.activation.index < at
              and r.pair.activation.value.size == size and r.pair.activation.value.dtype.kind == "f"]
     return sorted(found, key=lambda a: abs(a.index - at))[:MAX_UNPAIRED]
 
