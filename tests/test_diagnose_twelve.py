@@ -357,3 +357,48 @@ def test_a_pad_shifted_before_an_unfold_is_named_with_the_gathers_that_could_und
     fd = _bisect(model, inputs, proto)
     assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
     assert pad.name in fd.layer.segment and len(fd.layer.segment) <= 4, fd.layer.segment
+
+
+class _PooledNorm(torch.nn.Module):
+    """A BatchNorm after a pooling (no conv to fold it into), then a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(140)
+        self.conv, self.pool, self.bn = torch.nn.Conv2d(3, 6, 3), torch.nn.AvgPool2d(2), torch.nn.BatchNorm2d(6)
+        self.head = torch.nn.Linear(6, 2)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1), self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 1.5), self.bn.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):  # (2, 3, 8, 8)
+        return self.head(self.bn(self.pool(torch.relu(self.conv(x)))).mean((2, 3)))
+
+
+@pytest.mark.parametrize("mistake", ["variance", "mean"])
+def test_a_batchnorm_written_as_a_scale_and_shift_with_a_folding_mistake_is_a_batchnorm_fold(mistake):
+    """The BatchNormalization node replaced by a per-channel Mul and Add whose constants fold it with one mistake
+    (the variance for the standard deviation, or the running mean not subtracted): a fold, named with the
+    mistake that fits and confirmed by writing the true scale and shift."""
+    model = _PooledNorm().eval()
+    inputs = (torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(141)),)
+    proto = dc.export(model, inputs, "torchscript")
+    bn = next(n for n in proto.graph.node if n.op_type == "BatchNormalization")
+    g, b, m, v = (model.bn.weight, model.bn.bias, model.bn.running_mean, model.bn.running_var)
+    g, b, m, v = (t.detach().numpy().astype(np.float64) for t in (g, b, m, v))
+    scale = g / (v + model.bn.eps) if mistake == "variance" else g / np.sqrt(v + model.bn.eps)
+    shift = b - m * scale if mistake == "variance" else b
+    proto.graph.initializer.extend([
+        onnx.numpy_helper.from_array(scale.reshape(1, -1, 1, 1).astype(np.float32), "planted_scale"),
+        onnx.numpy_helper.from_array(shift.reshape(1, -1, 1, 1).astype(np.float32), "planted_shift")])
+    mul = helper.make_node("Mul", [bn.input[0], "planted_scale"], ["planted_scaled"], name="planted_mul")
+    add = helper.make_node("Add", ["planted_scaled", "planted_shift"], [bn.output[0]], name="planted_add")
+    at = list(proto.graph.node).index(bn)
+    proto.graph.node.remove(bn)
+    proto.graph.node.insert(at, add)
+    proto.graph.node.insert(at, mul)
+    fd = _bisect(model, inputs, proto)
+    assert fd.cause == "batchnorm-fold" and fd.confirmed, fd.explanation
+    assert {"planted_mul", "planted_add"} & set(fd.layer.segment) and len(fd.layer.segment) <= 3, fd.layer.segment
+    want = {"variance": "variance-for-std", "mean": "mean-not-subtracted"}[mistake]
+    assert fd.evidence["mistake"] == want, fd.evidence

@@ -23,7 +23,7 @@ class BatchNormFold(Rule):
             return None
         pair = layout.conv_bn_pair(ctx)
         if pair is None:
-            return None
+            return _scale_and_shift(ctx)
         conv_name, conv, bn_name, bn = pair
         for site in layout.weight_sites(ctx):
             stored = ctx.initializer(site.weight)
@@ -57,6 +57,68 @@ class BatchNormFold(Rule):
             return Finding(self.cause, 0.9, summary, fix, evidence,
                            counterfactual=lambda c, s=site: _refold(c, s, conv, bn), reference=reference)
         return None
+
+
+#: scale and shift mistakes of a BatchNorm written as a per-channel Mul and Add: ``(name, text, scale, shift)``
+#: from ``(gamma, beta, mean, var, eps)``
+SCALE_SHIFT_MISTAKES = (
+    ("variance-for-std", "the variance where the standard deviation belongs (scale γ/(var+eps))",
+     lambda g, b, m, v, e: g / (v + e), lambda g, b, m, v, e: b - m * g / (v + e)),
+    ("epsilon-dropped", "no epsilon (scale γ/√var)",
+     lambda g, b, m, v, e: g / np.sqrt(v), lambda g, b, m, v, e: b - m * g / np.sqrt(v)),
+    ("mean-not-subtracted", "the running mean not subtracted (shift β)",
+     lambda g, b, m, v, e: g / np.sqrt(v + e), lambda g, b, m, v, e: b),
+    ("shift-not-scaled", "the shift not scaled (shift β − μ)",
+     lambda g, b, m, v, e: g / np.sqrt(v + e), lambda g, b, m, v, e: b - m),
+)
+
+
+def _scale_and_shift(ctx: DiagnosisContext) -> Finding | None:
+    """A BatchNorm module the file computes as a per-channel Mul and Add of constants (folded on its own, no
+    conv before it) whose scale and shift are not γ/√(var+eps) and β − μ·scale: which channels, which mistake
+    fits; the fix writes the true ones."""
+    module = ctx.layer.pair.activation.module
+    bn = ctx.torch_module(module) if module else None
+    if bn is None or type(bn).__name__ not in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d") \
+            or getattr(bn, "running_var", None) is None:
+        return None
+    _, _, gamma, beta, mean, var = layout.conv_bn_arrays(bn, bn)
+    found = {}
+    for proto in ctx.segment_protos:
+        if proto.op_type in ("Mul", "Add") and len(proto.input) == 2:
+            for t in proto.input:
+                value = ctx.initializer(t)
+                if value is not None and value.size == gamma.size and np.issubdtype(value.dtype, np.floating):
+                    found.setdefault(proto.op_type, (t, value))
+    if set(found) != {"Mul", "Add"}:
+        return None
+    (scale_name, scale), (shift_name, shift) = found["Mul"], found["Add"]
+    true = (gamma / np.sqrt(var + bn.eps), beta - mean * gamma / np.sqrt(var + bn.eps))
+    have = (scale.astype(np.float64).reshape(-1), shift.astype(np.float64).reshape(-1))
+    off = [np.max(np.abs(h - t) / (np.abs(t) + 1e-6)) for h, t in zip(have, true)]
+    if max(off) <= max(CHANNEL_RTOL, 2 * float(np.finfo(scale.dtype).eps)):  # a float16 fold's rounding is none
+        return None
+    params = (gamma, beta, mean, var, bn.eps)
+    fits = {name: max(np.max(np.abs(have[0] - fs(*params)) / (np.abs(fs(*params)) + 1e-6)),
+                      np.max(np.abs(have[1] - ft(*params)) / (np.abs(ft(*params)) + 1e-6)))
+            for name, _, fs, ft in SCALE_SHIFT_MISTAKES}
+    best = min(fits, key=fits.get)
+    text = next(t for n, t, _, _ in SCALE_SHIFT_MISTAKES if n == best) if fits[best] <= 1e-3 else \
+        "no known mistake (running statistics or affine parameters from elsewhere)"
+    summary = (f"{module} ({type(bn).__name__}) is computed as a per-channel scale '{scale_name}' and shift "
+               f"'{shift_name}', but they are not its fold γ/√(running_var+eps) and β − running_mean·scale (scale "
+               f"off by up to {off[0]:.2g} relative, shift by {off[1]:.2g}); they fit {text}.")
+    fix = ("Refold the BatchNorm from the module in eval mode: scale = γ/√(running_var+eps), shift = β − "
+           "running_mean·scale, with the module's own eps and running statistics.")
+    evidence = {"batchnorm": module, "scale": scale_name, "shift": shift_name, "mistake": best if fits[best] <= 1e-3
+                else "unknown", "max_scale_rel_error": float(off[0]), "max_shift_rel_error": float(off[1])}
+
+    def refolded(c: DiagnosisContext) -> FixedSegment:
+        model, weights = edits.copy_model(c.onnx.skeleton), c.onnx.weights
+        for name, value, want in ((scale_name, scale, true[0]), (shift_name, shift, true[1])):
+            model, weights = edits.replace_array(model, weights, name, want.reshape(value.shape).astype(value.dtype))
+        return FixedSegment(model, weights)
+    return Finding(Cause.BATCHNORM_FOLD, 0.9, summary, fix, evidence, counterfactual=refolded)
 
 
 def _analyse(ctx: DiagnosisContext, w: np.ndarray, b: np.ndarray | None, conv, bn, conv_name: str,
