@@ -402,3 +402,27 @@ def test_a_batchnorm_written_as_a_scale_and_shift_with_a_folding_mistake_is_a_ba
     assert {"planted_mul", "planted_add"} & set(fd.layer.segment) and len(fd.layer.segment) <= 3, fd.layer.segment
     want = {"variance": "variance-for-std", "mean": "mean-not-subtracted"}[mistake]
     assert fd.evidence["mistake"] == want, fd.evidence
+
+
+def test_a_float16_files_weight_holding_its_parameters_numbers_reshaped_is_laid_out_back(tmp_path):
+    """A float16 file (onnxconverter-common, keep_io_types) whose up projection's weight holds PyTorch's numbers
+    reshaped where a transpose belongs: the numbers are the parameter's rounded to float16, which is still the
+    same multiset once the parameter is rounded too."""
+    import alignment_corpus
+    from test_diagnose_eleven import _TwoLinears
+
+    model = _TwoLinears().eval()
+    inputs = (torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(142)),)
+    onnx.save(dc.export(model, inputs, "dynamo"), tmp_path / "float32.onnx")
+    alignment_corpus.fp16(tmp_path / "float32.onnx", tmp_path / "float16.onnx")
+    proto = onnx.load(tmp_path / "float16.onnx")
+    want = model.up.weight.detach().numpy().T.astype(np.float16)
+    init = next(i for i in proto.graph.initializer
+                if tuple(i.dims) == want.shape and np.array_equal(onnx.numpy_helper.to_array(i), want))
+    planted = model.up.weight.detach().numpy().reshape(8, 12).astype(np.float16)
+    init.CopyFrom(onnx.numpy_helper.from_array(planted, init.name))
+    reader = next(n.name for n in proto.graph.node if init.name in n.input)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=proto, atol=0.01, rtol=0.01).first_divergence
+    _found(fd, reader, cause="weight-mismatch")
+    assert "reshape where a transpose belongs" in fd.explanation, fd.explanation

@@ -547,9 +547,9 @@ MAX_REARRANGED_ELEMENTS = 50_000_000
 
 
 def _same_numbers(ctx: DiagnosisContext, value: np.ndarray):
-    """``(parameter, tensor)`` for the divergent module's parameters (every one's, for the root) holding exactly
-    ``value``'s numbers in some order: same size and sum (float32 sums of one multiset may differ by rounding:
-    compared loosely) before the full sort."""
+    """``(parameter, tensor rounded to the file's type)`` for the divergent module's parameters (every one's, for
+    the root) holding exactly ``value``'s numbers in some order, rounded to the file's type: same size and sum (float32 sums of one
+    multiset may differ by rounding: compared loosely) before the full sort."""
     module = ctx.layer.pair.activation.module
     arrays = {n: t for n, t in _model_arrays(ctx).items() if t.size == value.size and t.ndim >= 2
               and (not module or n.startswith(module + "."))}
@@ -558,11 +558,12 @@ def _same_numbers(ctx: DiagnosisContext, value: np.ndarray):
     total, ordered = float(np.sum(value, dtype=np.float64)), None
     scale = float(np.sum(np.abs(value), dtype=np.float64)) + 1e-12
     for param, tensor in arrays.items():
-        if abs(float(np.sum(tensor, dtype=np.float64)) - total) > 1e-6 * scale:
+        stored = tensor.astype(value.dtype)  # as the file stores it (a float16 file rounds every weight)
+        if abs(float(np.sum(stored, dtype=np.float64)) - total) > 1e-6 * scale:
             continue
         ordered = np.sort(value.ravel()) if ordered is None else ordered
-        if np.array_equal(np.sort(tensor.ravel()), ordered):
-            yield param, tensor
+        if np.array_equal(np.sort(stored.ravel()), ordered):
+            yield param, stored
 
 
 def _layouts_for(tensor: np.ndarray, shape: tuple) -> list[np.ndarray]:
