@@ -426,3 +426,35 @@ def test_a_float16_files_weight_holding_its_parameters_numbers_reshaped_is_laid_
         fd = onnx_bisect.bisect(model, inputs, onnx=proto, atol=0.01, rtol=0.01).first_divergence
     _found(fd, reader, cause="weight-mismatch")
     assert "reshape where a transpose belongs" in fd.explanation, fd.explanation
+
+
+class _RmsNorm(torch.nn.Module):
+    """x · rsqrt(mean(x²) + eps) · w, then a head (LLaMA's RMSNorm, written out)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(143)
+        self.proj, self.head = torch.nn.Linear(6, 16), torch.nn.Linear(16, 3)
+        self.weight = torch.nn.Parameter(torch.rand(16) + 0.5)
+
+    def forward(self, x):  # (2, 5, 6)
+        h = self.proj(x)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+        return self.head(h)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_square_root_computed_as_its_inverse_is_named_with_the_reciprocal_and_product_after_it(exporter):
+    """The Sqrt before the Reciprocal computes Pow(x, −0.5): its output is PyTorch's rsqrt, so the error shows
+    after the Reciprocal — where the product made a Division, or the Reciprocal removed, equally undoes it.  The
+    values cannot tell which inverse is wrong: the powers feeding the product are named with it."""
+    model = _RmsNorm().eval()
+    inputs = (torch.randn(2, 5, 6, generator=torch.Generator().manual_seed(144)),)
+    proto = dc.export(model, inputs, exporter)
+    sqrt = next(n for n in proto.graph.node if n.op_type == "Sqrt")
+    sqrt.op_type = "Pow"
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(np.array(-0.5, np.float32), "planted_exponent"))
+    sqrt.input.append("planted_exponent")
+    fd = _bisect(model, inputs, proto)
+    assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
+    assert sqrt.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment

@@ -111,7 +111,10 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         yield make(proto.name, "scale, bias", [proto.input[1], proto.input[2]], inputs[1:3], "the PyTorch output",
                    rewired(proto.name, inputs))
     if op in INVERSES and len(proto.input) == 2 and not any(_scalar(ctx, t) for t in proto.input):
-        yield make(proto.name, "op", op, INVERSES[op], "the PyTorch output", retyped(proto.name, INVERSES[op], {}))
+        alt = make(proto.name, "op", op, INVERSES[op], "the PyTorch output", retyped(proto.name, INVERSES[op], {}))
+        operands = proto.input[::-1] if op == "Mul" else proto.input[1:] if op == "Div" else ()
+        chain = next((c for c in (_inverting_chain(ctx.onnx.graph, t) for t in operands) if c), ())
+        yield dataclasses.replace(alt, shows_in=chain) if chain and alt is not None else alt
     if op in ("Add", "Sub", "Range"):
         yield from _integer_offsets(ctx, proto, make)
     yield from _activations(ctx, proto, make)
@@ -130,7 +133,9 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
     if op == "Identity":
         yield from _restored(ctx, proto, make)
     elif op in REMOVABLE and proto.domain in ("", "ai.onnx") and not _doubled_by_reader(ctx, proto):
-        yield _removal(proto, make)
+        alt = _removal(proto, make)
+        chain = _inverting_chain(ctx.onnx.graph, proto.input[0]) if op == "Reciprocal" and proto.input else ()
+        yield dataclasses.replace(alt, shows_in=chain) if chain and alt is not None else alt
 
 
 def _scalar(ctx, tensor: str) -> bool:
@@ -285,6 +290,27 @@ def _removal(proto, make):
     """The node removed: an Identity of its first input."""
     return make(proto.name, "op", proto.op_type, "Identity (the node removed)", "the PyTorch output",
                 retyped(proto.name, "Identity", {}, drop=None, inputs=1))
+
+
+#: ops computing a power of their input (a reciprocal, a square root, Pow): a Mul made a Div, or a Reciprocal
+#: removed, may as well undo one of them computing the wrong power (``Pow(x, -0.5)`` where a Sqrt belongs)
+POWERS = frozenset({"Reciprocal", "Sqrt", "Pow"})
+
+
+def _inverting_chain(graph, tensor: str) -> tuple[str, ...]:
+    """The nodes computing a power that hand ``tensor`` on, each read by the next alone (at most two), nearest
+    last: an inverse applied downstream equals one of them computing the inverse power."""
+    chain, node = [], graph.node_of(tensor)
+    while node is not None and len(chain) < 2 and node.inputs and len(graph.consumers.get(node.outputs[0], ())) == 1:
+        if node.op_type in POWERS:
+            source = node.inputs[0]
+        elif node.op_type == "Div" and len(node.inputs) == 2 and graph.is_constant(node.inputs[0]):
+            source = node.inputs[1]  # 1 / x: a reciprocal written as a division
+        else:
+            break
+        chain.append(node.name)
+        node = graph.node_of(source)
+    return tuple(reversed(chain))
 
 
 def _doubled_by_reader(ctx, proto) -> bool:
