@@ -458,3 +458,44 @@ def test_a_square_root_computed_as_its_inverse_is_named_with_the_reciprocal_and_
     fd = _bisect(model, inputs, proto)
     assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
     assert sqrt.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+
+
+class _Scan(torch.nn.Module):
+    """A recurrence writing each step into a buffer allocated with zeros (``out[:, t] = s``), then the buffer
+    scaled and a head: the file computes the buffer with one ScatterND per step."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(145)
+        self.proj, self.head = torch.nn.Linear(4, 8), torch.nn.Linear(8, 3)
+
+    def forward(self, x):  # (2, 6, 4)
+        h = self.proj(x)
+        out, s = torch.zeros(2, 6, 8), torch.zeros(2, 8)
+        for t in range(6):
+            s = torch.tanh(s + h[:, t])
+            out[:, t] = s
+        return self.head(out * 0.25 + out.cumsum(1))
+
+
+def test_a_buffer_written_in_place_is_recorded_whole_after_each_write():
+    """``out[:, t] = s`` copies into a view of a buffer allocated with zeros: no op computes the buffer, but the
+    file does (one ScatterND per step).  Each write records the whole buffer as it then is, computed from the
+    value written and the buffer before it — so a segment through the writes pairs them and can narrow past
+    them (xLSTM's chunked backend, a 587-node segment, narrowed to its planted Where only so)."""
+    from onnx_bisect.capture import dispatch
+    from onnx_bisect.records import ModelInputs
+
+    model = _Scan().eval()
+    x = torch.randn(2, 6, 4, generator=torch.Generator().manual_seed(146))
+    ops = dispatch.capture_window(model, ModelInputs((x,), {}, ("x",)), None, ("", 0), first_index=0)
+    writes = [a for a in ops if a.module_type.startswith("aten.copy_.base")]
+    assert len(writes) == 6, [a.module_type for a in ops]
+    with torch.no_grad():
+        h = model.proj(x)
+        out, s = torch.zeros(2, 6, 8), torch.zeros(2, 8)
+        for t in range(6):
+            s = torch.tanh(s + h[:, t])
+            out[:, t] = s
+            np.testing.assert_allclose(writes[t].value, out.numpy(), rtol=1e-6)
+    assert all(writes[t - 1].index in writes[t].inputs for t in range(1, 6))

@@ -118,7 +118,23 @@ class _Recorder(TorchDispatchMode):
             return
         if name in PASSTHROUGH:
             self._pass_through(args, out)
+            self._base_written(name, func, args, kwargs)
             return
+        self._keep(name, func, args, kwargs, out)
+        self._base_written(name, func, args, kwargs)
+
+    def _base_written(self, name: str, func, args, kwargs) -> None:
+        """After an in-place op on a view (``buffer[:, t] = h``: a ``copy_`` into a select of a buffer), the whole
+        buffer as it now is: the file computes it as one tensor (a ScatterND, a slice_scatter), and no op's value
+        would hold it otherwise (the buffer was allocated, not computed)."""
+        target = args[0] if name.endswith("_") and args and isinstance(args[0], torch.Tensor) else None
+        base = target._base if target is not None else None
+        if base is None or not base.is_floating_point():
+            return
+        self._keep(f"{name}.base", func, (*args, base), kwargs, base)  # computed from the buffer before it too
+
+    def _keep(self, name: str, func, args, kwargs, out) -> None:
+        """Record the op's floating-point output(s) (a list op's every tensor)."""
         tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         floats = [t for t in tensors if t.is_floating_point() or t.dtype == torch.bool]
         if not floats:
