@@ -499,3 +499,20 @@ def test_a_buffer_written_in_place_is_recorded_whole_after_each_write():
             out[:, t] = s
             np.testing.assert_allclose(writes[t].value, out.numpy(), rtol=1e-6)
     assert all(writes[t - 1].index in writes[t].inputs for t in range(1, 6))
+
+
+def test_a_state_whose_computation_a_simplifier_pruned_is_not_paired_with_the_zeros_left_in_its_place():
+    """xLSTM (random weights) exported by TorchScript and simplified by onnxsim: the backend also returns its
+    final memory state, which nothing reads, so its updates are pruned and the scope's boundary names the zeros
+    it starts from.  Those zeros are computed from no input and hold none of the state's numbers: no layer's
+    output, so the clean file reports no layer introducing error (it warned of six before)."""
+    import onnxsim
+    import sweep_models
+
+    model, inputs = sweep_models.build("xlstm")
+    proto, ok = onnxsim.simplify(dc.export(model, inputs, "torchscript"))
+    assert ok
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=proto)
+    assert report.ok and not report.warnings, report.warnings
+    assert not [r for r in report.layers if r.diff is not None and not r.diff.ok]

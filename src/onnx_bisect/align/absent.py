@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from ..records import Absence, Activation, MatchMethod, TensorPair
+from ..records.graph import reached_from
+from ..records.nest import informative
 from .similarity import STRUCTURE_MAX_REL, kind
 from .state import AlignInputs, AlignmentState, Claim
 from .structure import layout_of
@@ -25,6 +27,25 @@ def mark_folded_constants(state: AlignmentState, x: AlignInputs) -> list[Claim]:
                                        f"{ABSENT}: its value is the constant {t} (folded when the file was made)",
                                        absent=Absence.FOLDED_CONSTANT))
                 break
+    return draft.claims
+
+
+def release_constants(state: AlignmentState, x: AlignInputs) -> list[Claim]:
+    """Pairs whose ONNX tensor no graph input reaches and holds one number repeated (an initial state of zeros,
+    a placeholder a simplifier left where it pruned the computation) while the activation holds varied numbers:
+    nothing computes it at run time, so it is no layer's output to measure (onnxsim pruned the state xLSTM's
+    backend returns, and its scope's boundary named the zeros it starts from)."""
+    graph = x.graph
+    live = reached_from(graph.graph_inputs, ((n.inputs, n.outputs, False) for n in graph.nodes))
+    draft = state.draft()
+    for pair in list(draft.values()):
+        t = pair.tensor
+        if t is None or t in live or t not in x.values or kind(pair.activation.value) != "f" \
+                or informative(x.values[t]) or not informative(pair.activation.value):
+            continue  # (a folded table of numbers may be a stale one: that stays the weight rule's to name)
+        found = layout_of(pair.activation.value, x.values[t])
+        if found is None or found[1] > STRUCTURE_MAX_REL:
+            draft.release(pair.activation.index)
     return draft.claims
 
 

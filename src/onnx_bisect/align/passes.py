@@ -64,6 +64,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("loose structure", structure.pair_loosely, structure.loose_gate),
     Pass("fused into a consumer (loose)", fusion.pair_into_consumers, structure.loose_gate),
     *(Pass(f"{p.name} (loose)", p.run, structure.loose_gate) for p in SETTLE),
+    Pass("constants holding another value", absent.release_constants),
 )
 
 
