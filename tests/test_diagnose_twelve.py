@@ -230,6 +230,18 @@ def test_a_block_selected_one_off_is_named_at_the_gather_with_the_concat_reading
     assert {gather.name, concat.name} <= set(fd.layer.segment) and len(fd.layer.segment) <= 3, fd.layer.segment
 
 
+def _swap_windows(proto, first, second) -> None:
+    """Slices ``first`` and ``second`` take each other's starts and ends (as initializers of their own: a
+    TorchScript file's Constant nodes may come after the other Slice)."""
+    constants = {n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in proto.graph.node
+                 if n.op_type == "Constant"} | {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+    windows = [[constants[t] for t in s.input[1:3]] for s in (first, second)]
+    for k, (node, (start, end)) in enumerate(zip((first, second), windows[::-1])):
+        proto.graph.initializer.extend([onnx.numpy_helper.from_array(start, f"planted_start_{k}"),
+                                        onnx.numpy_helper.from_array(end, f"planted_end_{k}")])
+        node.input[1:3] = [f"planted_start_{k}", f"planted_end_{k}"]
+
+
 class _Halves(torch.nn.Module):
     """The two halves of a projection concatenated the other way round (rotate-half without the sign)."""
 
@@ -253,13 +265,7 @@ def test_two_slices_that_took_each_others_window_are_named_with_the_concat_joini
     concat = next(n for n in proto.graph.node if n.op_type == "Concat" and len(n.input) == 2
                   and all(any(s.op_type == "Slice" and s.output[0] == t for s in proto.graph.node) for t in n.input))
     first, second = (next(s for s in proto.graph.node if s.output[0] == t) for t in concat.input)
-    constants = {n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in proto.graph.node
-                 if n.op_type == "Constant"} | {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
-    windows = [[constants[t] for t in s.input[1:3]] for s in (first, second)]
-    for k, (node, (start, end)) in enumerate(zip((first, second), windows[::-1])):
-        proto.graph.initializer.extend([onnx.numpy_helper.from_array(start, f"planted_start_{k}"),
-                                        onnx.numpy_helper.from_array(end, f"planted_end_{k}")])
-        node.input[1:3] = [f"planted_start_{k}", f"planted_end_{k}"]
+    _swap_windows(proto, first, second)
     fd = _bisect(model, inputs, proto)
     assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
     assert {first.name, second.name, concat.name} <= set(fd.layer.segment) and len(fd.layer.segment) <= 4, \
@@ -313,13 +319,7 @@ def test_rotate_halfs_slices_exchanged_are_named_though_one_holds_a_value_pytorc
     neg = producer[concat.input[0]]
     first, second = producer[neg.input[0]], producer[concat.input[1]]
     assert first.op_type == second.op_type == "Slice", (first.op_type, second.op_type)
-    constants = {n.output[0]: onnx.numpy_helper.to_array(n.attribute[0].t) for n in proto.graph.node
-                 if n.op_type == "Constant"} | {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
-    windows = [[constants[t] for t in s.input[1:3]] for s in (first, second)]
-    for k, (node, (start, end)) in enumerate(zip((first, second), windows[::-1])):
-        proto.graph.initializer.extend([onnx.numpy_helper.from_array(start, f"planted_start_{k}"),
-                                        onnx.numpy_helper.from_array(end, f"planted_end_{k}")])
-        node.input[1:3] = [f"planted_start_{k}", f"planted_end_{k}"]
+    _swap_windows(proto, first, second)
     fd = _bisect(model, inputs, proto)
     assert fd.cause == "attribute-mismatch" and fd.confirmed, fd.explanation
     assert {first.name, second.name} <= set(fd.layer.segment) and len(fd.layer.segment) <= 4, fd.layer.segment
