@@ -516,3 +516,19 @@ def test_a_state_whose_computation_a_simplifier_pruned_is_not_paired_with_the_ze
         report = onnx_bisect.bisect(model, inputs, onnx=proto)
     assert report.ok and not report.warnings, report.warnings
     assert not [r for r in report.layers if r.diff is not None and not r.diff.ok]
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_kernel_with_its_spatial_axes_exchanged_is_laid_out_back(exporter):
+    """A 3×3 kernel (folded with its BatchNorm: no parameter holds its numbers) stored [kw, kh] and read [kh, kw]:
+    transposed back, the segment reproduces PyTorch."""
+    model = _PooledNorm().eval()
+    inputs = (torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(147)),)
+    proto = dc.export(model, inputs, exporter)
+    conv = next(n for n in proto.graph.node if n.op_type == "Conv")
+    init = next(i for i in proto.graph.initializer if i.name == conv.input[1])
+    kernel = onnx.numpy_helper.to_array(init)
+    init.CopyFrom(onnx.numpy_helper.from_array(np.ascontiguousarray(np.swapaxes(kernel, 2, 3)), init.name))
+    fd = _bisect(model, inputs, proto)
+    _found(fd, conv.name, cause="weight-mismatch")
+    assert "spatial axes exchanged" in fd.explanation, fd.explanation

@@ -431,12 +431,15 @@ class Relayout(enum.Enum):
     SWAPPED = "first two axes swapped"
     FLIPPED = "spatial axes flipped"
     REVERSED = "reversed along an axis"
+    TRANSPOSED = "spatial axes exchanged"
 
 
 def _relay(value: np.ndarray, how: Relayout, axis: int | None) -> np.ndarray:
     """``value`` laid out back from ``how`` (``axis``: the reversed one)."""
     if how is Relayout.SWAPPED:
         return np.swapaxes(value, 0, 1)
+    if how is Relayout.TRANSPOSED:
+        return np.swapaxes(value, -1, -2)
     return np.flip(value, _spatial(value) if how is Relayout.FLIPPED else axis)
 
 
@@ -480,6 +483,12 @@ def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: Re
         fix = ("Write the constant in the model's channel order: a converter or preprocessing change reversed it (an "
                "RGB model's first convolution given BGR weights, a per-channel bias or scale written backwards).")
         layout_text, confidence = f"reversed along axis {axis}", 0.9
+    elif how is Relayout.TRANSPOSED:
+        summary = (f"The convolution kernel '{name}' {tuple(value.shape)} holds the right numbers, but with its two "
+                   "spatial axes exchanged: transposed back, the segment reproduces PyTorch's output.")
+        fix = ("Write the kernel as [out, in/groups, height, width]: a converter or a loader took a [kw, kh] kernel "
+               "for [kh, kw] — check the conversion step.")
+        layout_text, confidence = how.value, 0.9
     elif how is Relayout.FLIPPED:
         summary = (f"The convolution kernel '{name}' {tuple(value.shape)} holds the right numbers, but flipped along "
                    f"its spatial axes {list(_spatial(value))}: flipped back, the segment reproduces PyTorch's output.")
@@ -696,7 +705,8 @@ def _reversible(ctx: DiagnosisContext):
 
 
 def _flipped_kernels(ctx: DiagnosisContext):
-    """The convolution kernels with a spatial extent, not symmetric under a flip of it."""
+    """The convolution kernels with a spatial extent, not symmetric under a flip of it (and the square 2-D ones not
+    symmetric under an exchange of their spatial axes)."""
     for p in ctx.segment_protos:
         if p.op_type not in ("Conv", "ConvTranspose", "FusedConv") or len(p.input) < 2:
             continue
@@ -708,6 +718,10 @@ def _flipped_kernels(ctx: DiagnosisContext):
         norm = float(np.linalg.norm(v))
         if norm > 0 and float(np.linalg.norm(v - np.flip(v, _spatial(value)))) > SYMMETRIC * norm:
             yield name, value, Relayout.FLIPPED, None
+        # a square 2-D kernel stored [kw, kh] and read [kh, kw] (a converter from a width-first framework)
+        if value.ndim == 4 and value.shape[2] == value.shape[3] > 1 \
+                and float(np.linalg.norm(v - np.swapaxes(v, -1, -2))) > SYMMETRIC * norm:
+            yield name, value, Relayout.TRANSPOSED, None
 
 
 def _square_weights(ctx: DiagnosisContext):
