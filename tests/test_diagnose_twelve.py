@@ -532,3 +532,36 @@ def test_a_kernel_with_its_spatial_axes_exchanged_is_laid_out_back(exporter):
     fd = _bisect(model, inputs, proto)
     _found(fd, conv.name, cause="weight-mismatch")
     assert "spatial axes exchanged" in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_linears_bias_add_reading_another_tensor_where_its_product_was_pruned_is_fed_the_product(exporter):
+    """The down projection's bias Add reads the up projection's output and its MatMul is gone from the file: no
+    op of PyTorch's holds the product (the Linear adds its bias in one op), but its output less its bias is it —
+    fed there, the segment reproduces PyTorch."""
+    from test_diagnose_eleven import _TwoLinears
+
+    class Square(_TwoLinears):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(148)
+            self.up, self.down = torch.nn.Linear(8, 12), torch.nn.Linear(12, 12)
+
+        def forward(self, x):
+            return self.down(torch.tanh(self.up(x))).sum(-1, keepdim=True) * self.up(x)
+
+    model = Square().eval()
+    inputs = (torch.randn(2, 4, 8, generator=torch.Generator().manual_seed(149)),)
+    proto = dc.export(model, inputs, exporter)
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in proto.graph.initializer}
+    bias = model.down.bias.detach().numpy()
+    add = next(n for n in proto.graph.node if n.op_type == "Add" and any(
+        t in inits and inits[t].shape == bias.shape and np.array_equal(inits[t], bias) for t in n.input))
+    producer = {o: n for n in proto.graph.node for o in n.output}
+    k = next(j for j, t in enumerate(add.input) if t in producer and producer[t].op_type == "MatMul")
+    tanh = next(n for n in proto.graph.node if n.op_type == "Tanh")
+    add.input[k] = tanh.output[0]
+    _prune_dead(proto)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, add.name)
+    assert "product before its bias" in fd.explanation, fd.explanation

@@ -440,6 +440,28 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
                            ctx.layer.pair.activation.name, _input_read(proto.name, i, fed), feeds={fed: fed_value})
         chain = _layout_chain(ctx.onnx.graph, tensor)
         yield dataclasses.replace(alternative, shows_in=chain) if chain and alternative is not None else alternative
+    yield from _product_before_bias(ctx, proto, i, tensor, now, make)
+
+
+def _product_before_bias(ctx, proto, i: int, tensor: str, now: np.ndarray, make) -> Iterator:
+    """The bias Add of the divergent Linear / Conv (it adds the module's bias) reading another tensor than the
+    product: fed PyTorch's output less the bias (the product no op of PyTorch's holds: ``addmm`` adds the bias in
+    one op) — the product's MatMul gone from the file, its Add wired to an earlier tensor."""
+    activation = ctx.layer.pair.activation
+    bias = activation.bias
+    if proto.op_type != "Add" or bias is None or activation.op or proto.output[0] != ctx.tensor:
+        return
+    other = proto.input[1 - i] if len(proto.input) == 2 else None
+    value = ctx.constant(other) if other else None
+    if value is None or value.size != bias.size or not np.allclose(value.reshape(-1), bias.reshape(-1), rtol=1e-5,
+                                                                      atol=1e-6):
+        return
+    product = (np.asarray(activation.value, np.float64).reshape(now.shape) - value.astype(np.float64)).astype(now.dtype)
+    if ctx.compare(now, product).ok:
+        return
+    fed = f"{proto.name}_input_{i}_as_pytorch"
+    yield make(proto.name, f"input {i}", tensor, f"PyTorch's {activation.name} product before its bias",
+               activation.name, _input_read(proto.name, i, fed), feeds={fed: product})
 
 
 #: layout ops walked back from a rewired input to the node that read the wrong tensor, at most
