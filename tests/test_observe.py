@@ -75,7 +75,6 @@ def test_the_faithful_bisection_skips_tensors_no_input_reaches():
     stem). Only tensors computed from the graph inputs are bisected."""
     from onnx import TensorProto, helper, numpy_helper
 
-    from onnx_bisect.pipeline.explain import _computed_from_inputs
     from onnx_bisect.source.graph import index_graph
 
     w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
@@ -85,5 +84,5 @@ def test_the_faithful_bisection_skips_tensors_no_input_reaches():
              helper.make_node("Relu", ["y"], ["z"])]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
                               [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
-    live = _computed_from_inputs(index_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])))
+    live = index_graph(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])).input_fed
     assert live == {"y", "z"}, live

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from ..records import Absence, Activation, MatchMethod, TensorPair
-from ..records.graph import reached_from
 from ..records.nest import informative
 from .similarity import STRUCTURE_MAX_REL, kind
 from .state import AlignInputs, AlignmentState, Claim
@@ -35,8 +34,7 @@ def release_constants(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     a placeholder a simplifier left where it pruned the computation) while the activation holds varied numbers:
     nothing computes it at run time, so it is no layer's output to measure (onnxsim pruned the state xLSTM's
     backend returns, and its scope's boundary named the zeros it starts from)."""
-    graph = x.graph
-    live = reached_from(graph.graph_inputs, ((n.inputs, n.outputs, False) for n in graph.nodes))
+    live = x.graph.input_fed
     draft = state.draft()
     for pair in list(draft.values()):
         t = pair.tensor

@@ -11,7 +11,6 @@ import onnx
 from ..diagnose import (Baseline, CutRun, DiagnosisContext, OnnxModel, clips, diagnose,
                         explained_by_quantization, float_twin)
 from ..measure import localize, observe
-from ..records.graph import reached_from
 from ..records import (Cause, Divergence, ErrorOrigin, FaithfulLocation, LayerResult, Repro, Reproduction, Status,
                        TensorPair, Tolerance)
 from ..report.progress import Progress
@@ -373,19 +372,14 @@ def hidden_divergence(layers: tuple[LayerResult, ...]) -> list[str]:
             "other inputs may not (run with --dataset or --edge-cases to check)."]
 
 
-def _computed_from_inputs(index) -> set[str]:
-    """The tensors computed from a graph input: the others (a weight standardised by ops of the model, a mask
-    built from constants) agree wherever the fault is, and would mislead a bisection over graph order."""
-    return reached_from(index.graph_inputs, ((n.inputs, n.outputs, False) for n in index.nodes)) \
-        - set(index.graph_inputs)
-
-
 def locate_faithfully(p: Prepared, runner: Runner, pairs, model_feeds, reproduces, cmp):
     """The first divergence from exposures that keep the shipped outputs, with its local error.
 
     Returns ``(location, layer, introduced, references)`` or None.
     """
-    live = _computed_from_inputs(p.index)
+    # the tensors no input reaches (a weight standardised by ops of the model, a mask built from constants) agree
+    # wherever the fault is, and would mislead a bisection over graph order
+    live = p.index.input_fed
     ordered = sorted({q.tensor: q for q in pairs if q.cuttable and q.tensor in live}.values(),
                      key=lambda q: p.index.order_of(q.tensor))
     boundaries = frozenset(q.tensor for q in ordered if not q.activation.is_leaf)

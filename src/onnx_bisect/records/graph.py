@@ -86,6 +86,13 @@ class GraphIndex:
                 found.update(o for o in node.outputs if o)
         return frozenset(found)
 
+    @cached_property
+    def input_fed(self) -> frozenset[str]:
+        """The tensors computed from a graph input (the inputs themselves aside): the others are constants, or
+        computed from constants alone."""
+        return frozenset(reached_from(self.graph_inputs, ((n.inputs, n.outputs, False) for n in self.nodes))
+                         - set(self.graph_inputs))
+
     def is_constant(self, tensor: str) -> bool:
         """Whether ``tensor`` is an initializer or a Constant node's output (a value no input changes)."""
         node = self.node_of(tensor)

@@ -82,7 +82,7 @@ def _scale_and_shift(ctx: DiagnosisContext) -> Finding | None:
     if bn is None or type(bn).__name__ not in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d") \
             or getattr(bn, "running_var", None) is None:
         return None
-    _, _, gamma, beta, mean, var = layout.conv_bn_arrays(bn, bn)
+    gamma, beta, mean, var = layout.bn_arrays(bn)
     found = {}
     for proto in ctx.segment_protos:
         if proto.op_type in ("Mul", "Add") and len(proto.input) == 2:

@@ -5,6 +5,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ..support import edits, layout
+from ..support.kind_alternatives import FLOATS
 from ...records import Cause
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 
@@ -93,11 +94,8 @@ def _float64(ctx: DiagnosisContext, inputs: dict, params: dict) -> FixedSegment:
 
 
 #: ONNX integer element types a float value may be cast through
-INTEGERS = {TensorProto.INT8: "int8", TensorProto.INT16: "int16", TensorProto.INT32: "int32",
-            TensorProto.INT64: "int64", TensorProto.UINT8: "uint8", TensorProto.UINT16: "uint16",
-            TensorProto.UINT32: "uint32", TensorProto.UINT64: "uint64"}
-#: ONNX float element types
-FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16, TensorProto.BFLOAT16}
+INTEGERS = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8,
+                      TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64})
 
 
 class IntegerRoundTrip(Rule):
@@ -118,7 +116,7 @@ class IntegerRoundTrip(Rule):
         if not lossy:
             return None
         worst = max(lossy, key=lambda d: lost[d.name])
-        kind = INTEGERS[int(next(a.i for a in worst.attribute if a.name == "to"))]
+        kind = TensorProto.DataType.Name(int(next(a.i for a in worst.attribute if a.name == "to"))).lower()
         summary = (f"{worst.name} casts the float value {worst.input[0]} to {kind} and the segment casts it back to "
                    f"float: its fractions are cut off (up to {lost[worst.name]:.3g}), where PyTorch keeps the value in "
                    f"float. The segment differs by {ctx.layer.local.max_abs:.2g}.")

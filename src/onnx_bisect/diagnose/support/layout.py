@@ -123,19 +123,25 @@ def conv_bn_pairs(ctx: DiagnosisContext):
             yield conv.module, ctx.torch_module(conv.module), bn.module, ctx.torch_module(bn.module)
 
 
+def _arr(t):
+    return t.detach().double().cpu().numpy()
+
+
 def conv_bn_arrays(conv, bn):
     """``(w, b, gamma, beta, running_mean, running_var)`` as float64 arrays (defaults for absent ones)."""
-    def arr(t):
-        return t.detach().double().cpu().numpy()
+    w = _arr(conv.weight)
+    b = _arr(conv.bias) if conv.bias is not None else np.zeros(w.shape[0])
+    return (w, b, *bn_arrays(bn, w.shape[0]))
 
-    w = arr(conv.weight)
-    out = w.shape[0]
-    b = arr(conv.bias) if conv.bias is not None else np.zeros(out)
-    gamma = arr(bn.weight) if bn.weight is not None else np.ones(out)
-    beta = arr(bn.bias) if bn.bias is not None else np.zeros(out)
-    mean = arr(bn.running_mean) if bn.running_mean is not None else np.zeros(out)
-    var = arr(bn.running_var) if bn.running_var is not None else np.ones(out)
-    return w, b, gamma, beta, mean, var
+
+def bn_arrays(bn, channels: int | None = None):
+    """``(gamma, beta, running_mean, running_var)`` of a BatchNorm as float64 arrays (defaults for absent ones)."""
+    out = channels if channels is not None else bn.num_features
+    gamma = _arr(bn.weight) if bn.weight is not None else np.ones(out)
+    beta = _arr(bn.bias) if bn.bias is not None else np.zeros(out)
+    mean = _arr(bn.running_mean) if bn.running_mean is not None else np.zeros(out)
+    var = _arr(bn.running_var) if bn.running_var is not None else np.ones(out)
+    return gamma, beta, mean, var
 
 
 @dataclass(frozen=True)
