@@ -4,6 +4,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import onnx
 import torch
 
 import onnx_bisect
@@ -242,3 +243,30 @@ def test_noise_in_a_dynamically_quantized_weight_is_still_the_weights_fault():
     assert not report.ok and fd.layer.pair.activation.module == "conv2", fd.layer.pair.activation
     assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert "integer products computed in float" in fd.explanation, fd.explanation
+
+
+def test_a_fault_in_a_quantized_segment_that_its_quantization_does_not_explain_is_diagnosed_in_float(tmp_path):
+    """A QDQ int8 involution network (an im2col: Pad, index Gathers, each output quantized) whose second unfold's
+    Pad was given other pads (the same total): undoing the segment's quantization leaves the divergence, so
+    quantization is not the cause; diagnosed as the segment's float twin, the Pad's pads are found and the fix
+    confirmed there.  In the quantized segment the Pad's output Q/DQ pair lies outside the narrowed segment, so no
+    fix of the Pad reached the divergent tensor: it was called quantization, unconfirmed."""
+    import alignment_corpus
+    import sweep_models
+    model, inputs = sweep_models.build("involution")
+    src, dst = tmp_path / "clean.onnx", tmp_path / "int8.onnx"
+    onnx.save(dc.export(model, inputs, "torchscript"), src)
+    with dc.quiet():
+        alignment_corpus.int8(sweep_models.calibration("involution", 4))(src, dst)
+    bad = onnx.load(dst)
+    pad = [n for n in bad.graph.node if n.op_type == "Pad"][1]
+    source = next(n for n in bad.graph.node if n.output[0] == pad.input[1])
+    pads = onnx.numpy_helper.to_array(source.attribute[0].t).copy()
+    pads[3], pads[7] = pads[3] - 1, pads[7] + 1  # the same width, shifted by a column
+    source.attribute[0].t.CopyFrom(onnx.numpy_helper.from_array(pads))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=bad, atol=0.03, rtol=0.03)
+    fd = report.first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert list(fd.layer.segment) == [pad.name] and fd.evidence.get("diagnosed_in_float")
+    assert f"{pad.name}.pads = {pads.tolist()}" in fd.explanation

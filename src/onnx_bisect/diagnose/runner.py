@@ -33,11 +33,13 @@ CONFIDENT = 0.5
 CONFIRM_AT_MOST = 3
 
 
-def diagnose(ctx: DiagnosisContext) -> Divergence:
-    """Run every rule on ``ctx``; keep the most confident finding that survives re-running with its fix."""
-    findings, failures = _findings(ctx, [r for r in RULES if not r.expensive])
+def diagnose(ctx: DiagnosisContext, skip: frozenset[Cause] = frozenset()) -> Divergence:
+    """Run every rule on ``ctx`` (but those of the causes in ``skip``); keep the most confident finding that
+    survives re-running with its fix."""
+    rules = [r for r in RULES if r.cause not in skip]
+    findings, failures = _findings(ctx, [r for r in rules if not r.expensive])
     if not any(f.confidence >= CONFIDENT for f in findings):
-        more, more_failures = _findings(ctx, [r for r in RULES if r.expensive])
+        more, more_failures = _findings(ctx, [r for r in rules if r.expensive])
         findings, failures = findings + more, failures | more_failures
     if not findings:
         return _unknown(ctx, failures)

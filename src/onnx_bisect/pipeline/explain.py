@@ -15,6 +15,7 @@ from ..records import (Cause, Divergence, ErrorOrigin, FaithfulLocation, LayerRe
                        TensorPair, Tolerance)
 from ..report.progress import Progress
 from ..run import expose
+from ..source import graph
 from .config import CasePolicy
 from .prepare import Prepared
 from . import amplify
@@ -87,6 +88,8 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
             ctx, first, refined = _wider(ctx, first, wide, refined)
         elif first.cause is Cause.UNKNOWN and refined is None and introduced and not ops:
             ctx, first = _with_ops(ctx, first, lambda: ops_around(p, layer, references, aligned.cuts, inputs))
+        if first.confirmed is not True and _quantized(p):
+            ctx, first = _in_float(ctx, first)
     repro = _repro(ctx, first, runner, policy, progress)
     if refined is not None or amp is not None:
         first = dataclasses.replace(first, within=refined.within if refined else None, amplification=amp)
@@ -139,6 +142,28 @@ def _with_ops(ctx: DiagnosisContext, first: Divergence, capture):
     again = dataclasses.replace(ctx, ops=ops)
     found = diagnose(again)
     return (again, found) if found.cause is not Cause.UNKNOWN else (ctx, first)
+
+
+def _in_float(ctx: DiagnosisContext, first: Divergence):
+    """A quantized segment no confirmed fix explains, diagnosed again as its float twin (Q/DQ pairs undone,
+    PyTorch's weights where rounding explains the file's): where the twin still diverges, the fault is in the float
+    computation the quantized graph approximates (a Pad's constant, an index offset, a kernel's layout), and
+    quantization noise hid its fix in the quantized segment.  The twin's diagnosis stands when its fix is confirmed
+    there; quantization is not asked again (undoing it did not remove the divergence)."""
+    try:
+        twin = float_twin(ctx)
+        if twin is None:
+            return ctx, first
+        again = dataclasses.replace(ctx, onnx=OnnxModel(graph.index_graph(twin.model), twin.model, twin.weights))
+        found = diagnose(again, skip=frozenset({Cause.QUANTIZATION}))
+    except Exception:  # noqa: BLE001 - a twin that cannot be diagnosed leaves the quantized diagnosis
+        return ctx, first
+    if found.cause is Cause.UNKNOWN or found.confirmed is not True:
+        return ctx, first
+    note = ("Undoing the segment's quantization (its Q/DQ pairs made identities, PyTorch's float weights) does not "
+            "remove the divergence, so quantization is not its cause; in that float computation: ")
+    return again, dataclasses.replace(found, explanation=note + found.explanation,
+                                      evidence={**found.evidence, "diagnosed_in_float": True})
 
 
 #: a confirmed fix naming at most this many nodes (a precision fix: the nodes to keep in float32) pins the segment
