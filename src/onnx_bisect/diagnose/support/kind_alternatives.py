@@ -385,6 +385,9 @@ def _earlier_operands(ctx, proto) -> list[str]:
 
 #: earlier tensors of an input's shape tried in its place, per input of a node
 MAX_REWIRED = 6
+#: ... per input of a node of a segment of at most SMALL_REWIRED nodes (few nodes, few inputs: a block-sparse
+#: attention gathers a dozen key blocks of one shape, the right one eight tensors back)
+MAX_REWIRED_SMALL, SMALL_REWIRED = 16, 3
 
 
 def rewirings(ctx, proto, make) -> Iterator:
@@ -407,7 +410,8 @@ def rewirings(ctx, proto, make) -> Iterator:
         held = _held_by(ctx, now) if now is not None and informative(now) else None
         if held is None:
             continue
-        others = _earlier_of(ctx, at, tuple(now.shape), kind, set(proto.input))
+        limit = MAX_REWIRED_SMALL if len(ctx.layer.segment) <= SMALL_REWIRED else MAX_REWIRED
+        others = _earlier_of(ctx, at, tuple(now.shape), kind, set(proto.input), limit)
         values = ctx.computed(others)
         for other in others:
             if other in values and not ctx.compare(values[other], now).ok:
@@ -604,19 +608,19 @@ def _op_inputs(activation, by_index, size: int, ops=()) -> list:
 MAX_WALKED = 500
 
 
-def _earlier_of(ctx, at: int, shape: tuple, kind: int, exclude: set[str]) -> list[str]:
+def _earlier_of(ctx, at: int, shape: tuple, kind: int, exclude: set[str], limit: int = MAX_REWIRED) -> list[str]:
     """Tensors of ``shape`` and element type ``kind`` computed by the nodes before position ``at`` (a
     topological order: none is computed from the node), nearest first: half of them paired with PyTorch values
     (module outputs), half not (a split's chunk, an op's output inside a module)."""
     graph = ctx.onnx.graph
-    paired, others, half = [], [], MAX_REWIRED // 2
+    paired, others, half = [], [], limit // 2
     for node in reversed(graph.nodes[max(0, at - MAX_WALKED):at]):
         for t in node.outputs:
             if t and t not in exclude and graph.elem_types.get(t) == kind and tuple(graph.shapes.get(t) or ()) == shape:
                 (paired if t in ctx.cut.references else others).append(t)
         if len(paired) >= half and len(others) >= half:
             break
-    return paired[:max(half, MAX_REWIRED - len(others))] + others[:max(half, MAX_REWIRED - len(paired))]
+    return paired[:max(half, limit - len(others))] + others[:max(half, limit - len(paired))]
 
 
 def _input_read(node: str, index: int, tensor: str):
