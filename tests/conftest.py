@@ -38,6 +38,23 @@ def run_cli(*argv: Any, cwd: str | Path | None = None) -> CliResult:
     return CliResult(proc.stdout, proc.stderr, proc.returncode, report)
 
 
+def run_cli_in_process(*argv: Any) -> CliResult:
+    """Run the command line's ``main(ARGV)`` in this process, its stdout and stderr captured: what ``run_cli``
+    sees, without a subprocess's ~2 s of importing torch (no --json report is read)."""
+    import contextlib
+    import io
+
+    from onnx_bisect.cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            status = main([str(a) for a in argv])
+        except SystemExit as exc:  # argparse's own usage errors
+            status = exc.code
+    return CliResult(out.getvalue(), err.getvalue(), int(status), None)
+
+
 def write_source(path: Path, source: str) -> Path:
     """Write dedented Python source to ``path``."""
     path.write_text(textwrap.dedent(source).lstrip())

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -10,7 +9,7 @@ import onnx
 import pytest
 from onnx import helper, numpy_helper
 
-from conftest import make_tiny_model_dir, run_cli, tiny_onnx, write_source
+from conftest import make_tiny_model_dir, run_cli, run_cli_in_process, tiny_onnx, write_source
 
 EMBEDDING_SOURCE = """
     import torch
@@ -311,23 +310,31 @@ def _snapshot(d: Path) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory):
-    """Each case's future (result, files before, files after), every case in its own folder.
+    """Each case's (result, files before, files after), every case in its own folder.
 
-    The runs are subprocesses that spend ~2 s importing torch, so they run a few
-    at a time to keep this file fast.
+    The cases run the command line's ``main`` in this process (a subprocess each spent ~2 s importing torch);
+    the first one runs as a real ``python -m onnx_bisect`` process, so the exit status and streams of the
+    installed entry point are checked too.
     """
-    def run_case(case_id, folder):
+    def run_case(case_id, folder, runner):
         argv = CASES[case_id][0](folder)
         before = _snapshot(folder)
-        result = run_cli(*argv)
+        result = runner(*argv)
         return result, before, _snapshot(folder)
 
-    # Folders are made here, on one thread: pytest creates its base temporary directory lazily,
-    # and two threads asking for it at once can each create a different one (pytest-N, pytest-N+1),
-    # which makes mktemp reject the other's path.
     folders = {case_id: make_tiny_model_dir(tmp_path_factory.mktemp(case_id)) for case_id in CASES}
-    with ThreadPoolExecutor(max_workers=(os.cpu_count() or 1) + 1) as pool:
-        return {case_id: pool.submit(run_case, case_id, folders[case_id]) for case_id in CASES}
+    return {case_id: _Done(run_case(case_id, folders[case_id], run_cli if i == 0 else run_cli_in_process))
+            for i, case_id in enumerate(CASES)}
+
+
+class _Done:
+    """A finished outcome, read as a future is."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def result(self):
+        return self.value
 
 
 @pytest.mark.parametrize("case_id", CASES)
