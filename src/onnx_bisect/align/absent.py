@@ -47,6 +47,23 @@ def release_constants(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     return draft.claims
 
 
+def release_unread(state: AlignmentState, x: AlignInputs) -> list[Claim]:
+    """Pairs whose ONNX tensor no graph output is computed from (a TopK's values where only its indices are read)
+    and does not hold the activation's value: what it holds changes nothing the file computes, so it is no
+    layer's output to measure — a module output the file never computes (ViTMAE's mask, pruned: nothing
+    downstream reads it) was paired there by its scope, and measured as a hidden fault."""
+    reaching = x.graph.output_reaching
+    draft = state.draft()
+    for pair in list(draft.values()):
+        t = pair.tensor
+        if t is None or t in reaching or t not in x.values:
+            continue
+        found = layout_of(pair.activation.value, x.values[t])
+        if found is None or found[1] > STRUCTURE_MAX_REL:  # (one that holds the value is kept: a GRU's final
+            draft.release(pair.activation.index)          # state nothing reads still shows its module's)
+    return draft.claims
+
+
 def unmatched(a: Activation, scopes, values) -> TensorPair:
     """No pair for ``a``, with the reason (and :class:`Absence` when nothing in the graph computes it)."""
     absent = None

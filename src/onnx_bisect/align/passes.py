@@ -65,6 +65,7 @@ PASSES: tuple[Pass, ...] = (
     Pass("fused into a consumer (loose)", fusion.pair_into_consumers, structure.loose_gate),
     *(Pass(f"{p.name} (loose)", p.run, structure.loose_gate) for p in SETTLE),
     Pass("constants holding another value", absent.release_constants),
+    Pass("tensors no output reads", absent.release_unread),
 )
 
 

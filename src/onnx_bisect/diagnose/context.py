@@ -19,6 +19,7 @@ from onnx import helper, numpy_helper
 from ..records import (Activation, Capture, Cause, LayerResult, LoadedModel, ModelInputs, RuntimeSettings, TensorDiff,
                        Tolerance)
 from ..records.graph import GraphIndex, NodeInfo
+from ..records.nest import to_numpy
 from ..records.weights import Weights
 from .support import segment as _segment
 
@@ -186,7 +187,8 @@ class DiagnosisContext:
     @cached_property
     def _modules(self) -> dict[str, Any]:
         # No PyTorch model when the reference is another ONNX model: rules that read modules find none.
-        return {} if self.baseline.loaded.module is None else dict(self.baseline.loaded.module.named_modules())
+        return {} if self.baseline.loaded.module is None else dict(
+            self.baseline.loaded.module.named_modules(remove_duplicate=False))  # a shared module under each name
 
     @cached_property
     def opset(self) -> int:
@@ -328,7 +330,7 @@ class DiagnosisContext:
             value = self.baseline.inputs.args[position] if position < len(self.baseline.inputs.args) else None
         if value is None or not hasattr(value, "detach"):
             return None
-        return value.detach().cpu().numpy()
+        return to_numpy(value)
 
     def _boundary_value(self, tensor: str) -> np.ndarray:
         if tensor in self.cut.references:

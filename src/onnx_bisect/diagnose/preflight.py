@@ -20,6 +20,7 @@ from ..records import Capture, LoadedModel, ModelInputs, ModuleKind, module_kind
 from .support import layout
 from .support.param_layouts import model_rnn_weights
 from ..records.graph import checkable_view, input_free
+from ..records.nest import to_numpy
 from ..records.weights import Weights, release
 
 #: weights shown by name in the stale-checkpoint warning
@@ -245,7 +246,7 @@ def compare_weights(loaded: LoadedModel, skeleton: onnx.ModelProto, weights: Wei
                     capture: Capture | None = None) -> list[WeightDifference]:
     """Pair every float initializer with a PyTorch parameter/buffer (by name, else by value, allowing a transpose
     and a folded BatchNorm) and return the pairs that are not equal."""
-    torch_arrays = {n: t.detach().cpu().numpy() for n, t in
+    torch_arrays = {n: to_numpy(t) for n, t in
                     list(loaded.module.named_parameters()) + list(loaded.module.named_buffers())
                     if t.is_floating_point()}
     torch_arrays.update({n: a.astype(np.float32) for n, a in model_rnn_weights(loaded.module).items()})
@@ -305,7 +306,7 @@ def _fold_pairs(loaded: LoadedModel, capture: Capture | None) -> dict[str, np.nd
     Which BatchNorm follows which conv comes from the capture's data flow; without
     a capture, a BatchNorm registered right after a conv of as many channels.
     """
-    modules = dict(loaded.module.named_modules())
+    modules = dict(loaded.module.named_modules(remove_duplicate=False))  # a shared module under each name
     pairs = []
     if capture is not None:
         acts = capture.activations

@@ -93,6 +93,16 @@ class GraphIndex:
         return frozenset(reached_from(self.graph_inputs, ((n.inputs, n.outputs, False) for n in self.nodes))
                          - set(self.graph_inputs))
 
+    @cached_property
+    def output_reaching(self) -> frozenset[str]:
+        """The tensors some graph output is computed from (the outputs themselves too): the others no output
+        reads — a multi-output node's unused output, a branch nothing downstream consumes."""
+        live = set(self.graph_outputs)
+        for node in reversed(self.nodes):
+            if any(o in live for o in node.outputs if o):
+                live.update(i for i in node.inputs if i)
+        return frozenset(live)
+
     def is_constant(self, tensor: str) -> bool:
         """Whether ``tensor`` is an initializer or a Constant node's output (a value no input changes)."""
         node = self.node_of(tensor)

@@ -8,6 +8,7 @@ from onnx import helper
 from ..support import edits
 from ...records import Cause
 from ...records.graph import input_free
+from ...records.nest import to_numpy
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 
 FIX = ("Call model.eval() before exporting (TorchScript exporter: training=torch.onnx.TrainingMode.EVAL), so "
@@ -74,7 +75,7 @@ class NondeterministicReference(Rule):
             act = ctx.activation_of(act.module)
         if act is None or len(seen) <= act.call or seen[act.call] is None:
             return None
-        again = seen[act.call].detach().cpu().numpy()
+        again = to_numpy(seen[act.call])
         first = act.value
         if again.shape != first.shape:
             return None

@@ -13,6 +13,7 @@ from ..support import edits, layout
 from ..support.alternative_edits import with_inputs
 from ...records import Cause, Layout
 from ...records.graph import LAYOUT_OPS, PRODUCT_OPS
+from ...records.nest import to_numpy
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule, attribute
 from . import attribute_mismatch, quantization
 
@@ -257,7 +258,7 @@ def _other_owners(ctx: DiagnosisContext, parameters: list[str]) -> str:
     """A sentence naming the modules that own the differing parameters when the blamed activation is another
     one: the segment computes them too, but the file keeps no tensor of their own (fused away)."""
     blamed = ctx.layer.pair.activation.module
-    modules = dict(ctx.baseline.loaded.module.named_modules())
+    modules = dict(ctx.baseline.loaded.module.named_modules(remove_duplicate=False))
     owners = []
     for name in parameters:
         owner = owner_of(name)
@@ -356,7 +357,7 @@ def _is_refold(ctx: DiagnosisContext, value: np.ndarray, name: str) -> bool:
 
 def _model_arrays(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
     module = ctx.baseline.loaded.module
-    return {} if module is None else {n: t.detach().cpu().numpy() for n, t in
+    return {} if module is None else {n: to_numpy(t) for n, t in
                                       [*module.named_parameters(), *module.named_buffers()] if t.is_floating_point()}
 
 
@@ -1013,7 +1014,7 @@ def _module_bias(ctx: DiagnosisContext) -> np.ndarray | None:
     if bias is None and not activation.op:
         module = ctx.torch_module()
         own = getattr(module, "bias", None) if module is not None else None
-        bias = own.detach().cpu().numpy() if hasattr(own, "detach") and own.dim() == 1 else None
+        bias = to_numpy(own) if hasattr(own, "detach") and own.dim() == 1 else None
     return None if bias is None else np.asarray(bias)
 
 
@@ -1169,7 +1170,7 @@ def _op_bias_param(ctx: DiagnosisContext) -> tuple[str, np.ndarray] | None:
         module = ctx.torch_module(owner)
         bias = getattr(module, "bias", None) if module is not None else None
         if bias is not None and hasattr(bias, "detach"):
-            return (f"{owner}.bias" if owner else "bias"), bias.detach().cpu().numpy()
+            return (f"{owner}.bias" if owner else "bias"), to_numpy(bias)
     return None
 
 

@@ -22,7 +22,7 @@ from ..context import attribute
 from . import edits
 from .alternative_edits import retyped, rewired, with_attributes, with_inputs
 from .value_alternatives import base_name, op_numbers
-from ...records.nest import informative
+from ...records.nest import informative, to_numpy
 
 #: families of ops with the same inputs, attributes and output shape, each member tried for the others
 FAMILIES = (
@@ -718,7 +718,7 @@ def _prelu_slopes(ctx, proto) -> list[tuple[str, np.ndarray]]:
     every = [(n, m) for n, m in ctx.torch_modules() if type(m).__name__ == "PReLU"] if not near else []
     found = []
     for qualname, module in (near or every):
-        slope = module.weight.detach().cpu().numpy().astype(dtype).reshape(-1)
+        slope = to_numpy(module.weight).astype(dtype).reshape(-1)
         if slope.size > 1 and (len(shape) < 2 or shape[1] != slope.size):
             continue
         found.append((qualname, slope.reshape((-1,) + (1,) * (len(shape) - 2)) if slope.size > 1 else slope))
@@ -749,7 +749,7 @@ def _layer_norm_bias(ctx, proto) -> np.ndarray | None:
         if is_layer_norm and bias is not None and bias.numel() == size:
             elem = ctx.onnx.graph.elem_types.get(proto.input[0])
             dtype = helper.tensor_dtype_to_np_dtype(elem) if elem else np.float32
-            return bias.detach().cpu().numpy().astype(dtype).reshape(scale)
+            return to_numpy(bias).astype(dtype).reshape(scale)
     return None
 
 
