@@ -316,18 +316,11 @@ def _fold_pairs(loaded: LoadedModel, capture: Capture | None) -> dict[str, np.nd
         named = list(modules.items())
         pairs = [(a, b) for (a, m), (b, n) in zip(named, named[1:])
                  if module_kind(m).folds_batchnorm and module_kind(n) is ModuleKind.BATCHNORM
-                 and getattr(n, "num_features", None) == m.weight.shape[0]]
+                 and getattr(n, "num_features", None) == layout.conv_bn_arrays(m, n)[0].shape[0]]
     out = {}
     for conv_name, bn_name in pairs:
-        conv, bn = modules[conv_name], modules[bn_name]
-        arr = (lambda t: t.detach().double().cpu().numpy())
-        w = arr(conv.weight)
-        b = arr(conv.bias) if conv.bias is not None else np.zeros(w.shape[0])
-        gamma = arr(bn.weight) if bn.weight is not None else np.ones(w.shape[0])
-        beta = arr(bn.bias) if bn.bias is not None else np.zeros(w.shape[0])
-        scale = gamma / np.sqrt(arr(bn.running_var) + bn.eps)
-        out[f"{conv_name}.weight"] = w * scale.reshape(-1, *[1] * (w.ndim - 1))
-        out[f"{conv_name}.bias"] = (b - arr(bn.running_mean)) * scale + beta
+        w, b = layout.fold_arrays(modules[conv_name], modules[bn_name])
+        out[f"{conv_name}.weight"], out[f"{conv_name}.bias"] = w, b
     return out
 
 

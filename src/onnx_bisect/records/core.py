@@ -28,6 +28,7 @@ class ModuleKind(TextEnum):
     ``BatchNormAct2d`` is a BatchNorm, ``StdConv2d`` and ``Conv2dSame`` are convolutions."""
 
     CONV = "conv"  # torch.nn.Conv1d/2d/3d and their subclasses (not transposed convolutions)
+    CONV_TRANSPOSE = "conv-transpose"  # torch.nn.ConvTranspose1d/2d/3d and their subclasses
     LINEAR = "linear"  # torch.nn.Linear and its subclasses
     BATCHNORM = "batchnorm"  # torch.nn.BatchNorm1d/2d/3d, SyncBatchNorm and their subclasses
     OTHER = "other"
@@ -35,7 +36,7 @@ class ModuleKind(TextEnum):
     @property
     def folds_batchnorm(self) -> bool:
         """Whether a following BatchNorm can be folded into this module's weight."""
-        return self in (ModuleKind.CONV, ModuleKind.LINEAR)
+        return self in (ModuleKind.CONV, ModuleKind.CONV_TRANSPOSE, ModuleKind.LINEAR)
 
 
 class Cause(TextEnum):

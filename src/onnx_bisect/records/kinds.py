@@ -11,7 +11,9 @@ def module_kind(module: object) -> ModuleKind:
     nn = torch.nn
     if isinstance(module, nn.modules.batchnorm._BatchNorm):
         return ModuleKind.BATCHNORM
-    if isinstance(module, nn.modules.conv._ConvNd) and not isinstance(module, nn.modules.conv._ConvTransposeNd):
+    if isinstance(module, nn.modules.conv._ConvTransposeNd):
+        return ModuleKind.CONV_TRANSPOSE
+    if isinstance(module, nn.modules.conv._ConvNd):
         return ModuleKind.CONV
     if isinstance(module, nn.Linear):
         return ModuleKind.LINEAR

@@ -25,10 +25,11 @@ class BatchNormFold(Rule):
         if pair is None:
             return _scale_and_shift(ctx)
         conv_name, conv, bn_name, bn = pair
+        shape = layout.conv_bn_arrays(conv, bn)[0].shape  # output channels first
         for site in layout.weight_sites(ctx):
             stored = ctx.initializer(site.weight)
             w = layout.as_out_in(site, stored)
-            if w is None or tuple(w.shape) != tuple(conv.weight.shape):
+            if w is None or tuple(w.shape) != tuple(shape):
                 continue
             b = ctx.constant(site.bias) if site.bias else None
             # a fold stored in float16 is off by float16's rounding, which is no fold mistake (precision's case)

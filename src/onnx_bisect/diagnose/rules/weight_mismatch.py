@@ -328,7 +328,8 @@ def _constant_activations(ctx: DiagnosisContext, size: int) -> dict[str, np.ndar
 
 
 def _best(value: np.ndarray, name: str, candidates: dict[str, np.ndarray], rnn_input: bool = False):
-    """``(parameter, relation, torch value)`` of the closest candidate (an exact name match is preferred)."""
+    """``(parameter, relation, torch value)`` of the closest candidate (an exact name match is preferred, the
+    name's BatchNorm fold matching it too)."""
     scored = []
     for pname, tensor in candidates.items():
         if rnn_input and RAW_RNN.search(pname):  # an ONNX RNN never reads PyTorch's gate order: that is the bug
@@ -336,7 +337,9 @@ def _best(value: np.ndarray, name: str, candidates: dict[str, np.ndarray], rnn_i
         rel = layout.relate(value, tensor)
         if rel is not None:  # an RNN's gates in another order: its own weight, though another correlates better
             gates = not rel.equal and is_rnn_parameter(pname) and gates_exchanged(value, tensor)
-            scored.append((rel.equal, pname == name, gates, -rel.rel_l2, pname, rel, tensor))
+            # a BatchNorm folded into a conv keeps the conv's parameter name: its fold is named so too
+            named = pname == name or pname.startswith(f"fold({name}, ")
+            scored.append((rel.equal, named, gates, -rel.rel_l2, pname, rel, tensor))
     if not scored:
         return None
     *_, pname, rel, tensor = max(scored, key=lambda s: s[:4])
@@ -349,7 +352,7 @@ def _is_refold(ctx: DiagnosisContext, value: np.ndarray, name: str) -> bool:
     if pair is None or site is None:
         return False
     w = layout.as_out_in(site, value)
-    wc = pair[1].weight.detach().double().cpu().numpy()
+    wc = layout.conv_bn_arrays(pair[1], pair[3])[0]  # output channels first, as ``w``
     if w is None or w.shape != wc.shape:
         return False
     return bool(layout.channel_ratios(w, wc)[1].max() <= 1e-3)

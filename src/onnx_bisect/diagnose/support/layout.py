@@ -10,6 +10,7 @@ from onnx import helper
 from .param_layouts import model_rnn_weights, owner_of, rnn_weights
 from . import edits
 from ...records import Layout, ModuleKind
+from ...records.kinds import module_kind as module_kind_of
 from ..context import DiagnosisContext, attribute
 
 
@@ -23,17 +24,21 @@ class WeightSite:
     weight: str
     bias: str | None
     transposed: bool  # the ONNX weight is (in, out), the PyTorch one (out, in)
+    groups: int = 0  # a ConvTranspose's groups: its weight is (in, out/groups, k...); 0 for the others
 
 
 def weight_sites(ctx: DiagnosisContext) -> list[WeightSite]:
     """Every weight-carrying node of the segment whose weight is an initializer."""
     sites = []
     for p in ctx.segment_protos:
-        if p.op_type not in ("Conv", "Gemm", "MatMul") or len(p.input) < 2:
+        if p.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul") or len(p.input) < 2:
             continue
         if ctx.initializer(p.input[1]) is None:
             continue
-        if p.op_type == "Conv":
+        if p.op_type == "ConvTranspose":
+            bias = p.input[2] if len(p.input) > 2 and p.input[2] else None
+            sites.append(WeightSite(p.name, p.op_type, p.input[1], bias, False, int(attribute(p, "group", 1))))
+        elif p.op_type == "Conv":
             bias = p.input[2] if len(p.input) > 2 and p.input[2] else None
             sites.append(WeightSite(p.name, p.op_type, p.input[1], bias, False))
         elif p.op_type == "Gemm":
@@ -56,15 +61,38 @@ def _matmul_bias(ctx: DiagnosisContext, matmul: onnx.NodeProto) -> str | None:
 
 
 def as_out_in(site: WeightSite, w: np.ndarray | None) -> np.ndarray | None:
-    """The ONNX weight in PyTorch's (out, in, ...) layout; None when it is not a float array."""
+    """The ONNX weight in a convolution's (out, in, ...) layout (a ConvTranspose's regrouped, see
+    :func:`out_major`); None when it is not a float array."""
     if w is None or not np.issubdtype(w.dtype, np.floating):
         return None
+    if site.groups:
+        return out_major(w, site.groups)
     return w.T if site.transposed and w.ndim == 2 else w
 
 
 def to_onnx_layout(site: WeightSite, w: np.ndarray) -> np.ndarray:
     """Inverse of :func:`as_out_in`."""
+    if site.groups:
+        return from_out_major(w, site.groups)
     return w.T if site.transposed and w.ndim == 2 else w
+
+
+def out_major(w: np.ndarray, groups: int) -> np.ndarray:
+    """A transposed convolution's weight (in, out/groups, k...) as a convolution's (out, in/groups, k...): each
+    group's block transposed, so that a per-output-channel scale (a folded BatchNorm) is along axis 0."""
+    cin, cog, k = w.shape[0], w.shape[1], w.shape[2:]
+    return w.reshape(groups, cin // groups, cog, *k).swapaxes(1, 2).reshape(groups * cog, cin // groups, *k)
+
+
+def from_out_major(w: np.ndarray, groups: int) -> np.ndarray:
+    """Inverse of :func:`out_major`."""
+    cout, cig, k = w.shape[0], w.shape[1], w.shape[2:]
+    return w.reshape(groups, cout // groups, cig, *k).swapaxes(1, 2).reshape(groups * cig, cout // groups, *k)
+
+
+def _transpose_groups(conv) -> int:
+    """A PyTorch transposed convolution's groups; 0 for any other module."""
+    return int(conv.groups) if module_kind_of(conv) is ModuleKind.CONV_TRANSPOSE else 0
 
 
 def add_bias(model: onnx.ModelProto, site: WeightSite, bias: np.ndarray) -> None:
@@ -128,8 +156,10 @@ def _arr(t):
 
 
 def conv_bn_arrays(conv, bn):
-    """``(w, b, gamma, beta, running_mean, running_var)`` as float64 arrays (defaults for absent ones)."""
-    w = _arr(conv.weight)
+    """``(w, b, gamma, beta, running_mean, running_var)`` as float64 arrays (defaults for absent ones); ``w``
+    output channels first (a transposed convolution's regrouped, see :func:`out_major`)."""
+    groups = _transpose_groups(conv)
+    w = out_major(_arr(conv.weight), groups) if groups else _arr(conv.weight)
     b = _arr(conv.bias) if conv.bias is not None else np.zeros(w.shape[0])
     return (w, b, *bn_arrays(bn, w.shape[0]))
 
@@ -280,10 +310,17 @@ def reference_tensors(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
 
 def folds(conv_name: str, conv, bn_name: str, bn) -> dict[str, np.ndarray]:
     """The weight and bias of ``conv`` with ``bn`` folded in (float64), by descriptive name."""
+    w, b = fold_arrays(conv, bn)
+    return {f"fold({conv_name}.weight, {bn_name})": w, f"fold({conv_name}.bias, {bn_name})": b}
+
+
+def fold_arrays(conv, bn) -> tuple[np.ndarray, np.ndarray]:
+    """``conv``'s weight (in its own layout) and bias with ``bn`` folded in, float64."""
     w, b, gamma, beta, mean, var = conv_bn_arrays(conv, bn)
     scale = gamma / np.sqrt(var + bn.eps)
-    return {f"fold({conv_name}.weight, {bn_name})": w * scale.reshape(-1, *[1] * (w.ndim - 1)),
-            f"fold({conv_name}.bias, {bn_name})": (b - mean) * scale + beta}
+    folded = w * scale.reshape(-1, *[1] * (w.ndim - 1))
+    groups = _transpose_groups(conv)
+    return (from_out_major(folded, groups) if groups else folded), (b - mean) * scale + beta
 
 
 def all_torch_tensors(ctx: DiagnosisContext) -> dict[str, np.ndarray]:
