@@ -1809,3 +1809,7 @@ FAULTS.update({k.name: k for k in sweep_faults_eleven.KINDS})
 import sweep_faults_twelve  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_twelve.KINDS})
+# the thirteenth set (scripts/sweep_faults_thirteen.py)
+import sweep_faults_thirteen  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_thirteen.KINDS})

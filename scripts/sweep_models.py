@@ -1717,6 +1717,274 @@ class AFTNet(nn.Module):
         return self.ln_f(x)
 
 
+# --------------------------------------------------------------------------- thirteenth held-out set
+# Added after the twelfth held-out set and measured before any of their misses was looked at (``fault_sweep.py --archs
+# heldout13``): the Switch Transformer's encoder (top-1 routing with an expert capacity: the argmax expert one-hot, a
+# cumsum over the tokens giving each token's place in its expert's queue, the tokens past the capacity dropped, the
+# chosen probability scaling the expert output; T5 relative position buckets, RMS norms), RecurrentGemma's Griffin
+# blocks (the real-gated linear recurrence RG-LRU unrolled over time, its input scaled by √(1 − a²), a short causal
+# Conv1d, a gated GELU MLP, local sliding-window attention, embeddings scaled by √d), GPT-OSS (attention sinks: a
+# learned per-head logit concatenated to the scores before the softmax and dropped after it, a clamped SwiGLU with a
+# sigmoid(α·x) gate, top-k routing with a softmax over the chosen experts, alternating sliding-window layers), ViTDet
+# (window attention on a padded patch grid partitioned into windows and merged back, decomposed relative position
+# biases from height and width tables by einsum, a residual bottleneck Conv block), ViT-MAE (the patches shuffled by
+# an argsort of a noise input, the kept half gathered, so the output has fewer tokens than the image has patches),
+# CANINE (character ids hashed by several multiply-and-modulo functions into bucket embeddings, local attention over
+# character blocks, a strided Conv1d down to molecules, the molecules repeated back to characters and concatenated, a
+# same-padded Conv1d projection), and four hand-written models: a graph attention network (edge scores by LeakyReLU,
+# non-edges of an adjacency input filled with −inf before the softmax, heads concatenated or averaged), a TabNet
+# (sparsemax feature masks: sort, cumsum, support count and a gathered threshold; prior scales, GLU blocks with
+# BatchNorm), a deformable convolution written with gathers (offsets from a Conv, floored corners, clamped linear
+# indices, bilinear weights zeroed outside the image, an im2col matmul) and an S4D model (a Vandermonde convolution
+# kernel computed at run time with exp, cos and sin from a per-sample step size, spread into a causal Toeplitz matrix
+# by a gather of lags and applied by a matmul).
+
+class SwitchDenseExperts(nn.Module):
+    """SwitchTransformersExperts evaluated densely: every expert on every token, each output times the token's
+    (capacity-masked) one-hot dispatch entry, the sum times the router probability.  The same values as the sparse
+    original, whose loop over the experts hit (``nonzero``) and ``index_add_`` the dynamo exporter cannot trace."""
+    def __init__(self, experts):
+        super().__init__()
+        self.experts = experts
+    def forward(self, hidden_states, selected_experts, routing_weights):  # T, d; T, 1, experts; T, 1
+        out = 0
+        for e in range(len(self.experts)):
+            out = out + selected_experts[:, 0, e, None].to(hidden_states.dtype) * self.experts[f"expert_{e}"](hidden_states)
+        return out * routing_weights
+
+class SwitchEncoder(nn.Module):
+    """A SwitchTransformersEncoderModel (the second layer's feed-forward a 4-expert top-1 MoE, a capacity of 4 of the
+    16 tokens per expert) with its experts evaluated densely (SwitchDenseExperts) and an explicit all-ones attention
+    mask: without one, under torch.export the model makes no mask and then subscripts None."""
+    def __init__(self):
+        super().__init__()
+        from transformers import SwitchTransformersConfig, SwitchTransformersEncoderModel
+        self.model = SwitchTransformersEncoderModel(SwitchTransformersConfig(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_sparse_encoder_layers=1, num_heads=4, num_experts=4, expert_capacity=4, router_jitter_noise=0.0, relative_attention_num_buckets=8, relative_attention_max_distance=16))
+        for module in list(self.model.modules()):
+            if type(module).__name__ == "SwitchTransformersSparseMLP":
+                module.experts = SwitchDenseExperts(module.experts)
+    def forward(self, ids):
+        return self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+
+def _recurrentgemma():
+    from transformers import RecurrentGemmaConfig, RecurrentGemmaModel
+    return LastHidden(RecurrentGemmaModel(RecurrentGemmaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, lru_width=32, attention_window_size=8, conv1d_width=4, block_types=["recurrent", "attention"])), "input_ids")
+def _gptoss():
+    from transformers import GptOssConfig, GptOssModel
+    model = GptOssModel(GptOssConfig(vocab_size=128, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8, num_local_experts=4, num_experts_per_tok=2, sliding_window=4))
+    model.set_experts_implementation("batched_mm")  # as Qwen2-MoE: no grouped_mm (histc), no data-dependent loop
+    return LastHidden(model, "input_ids")
+def _vitdet():
+    from transformers import VitDetConfig, VitDetModel
+    return LastHidden(VitDetModel(VitDetConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, image_size=32, pretrain_image_size=32, patch_size=4, window_block_indices=[0], residual_block_indices=[1], use_relative_position_embeddings=True, window_size=3)), "pixel_values")
+class ViTMAE(nn.Module):
+    """ViTMAEModel called with its masking noise as a second input (otherwise drawn by torch.rand at run time): the
+    16 patches argsorted by the noise, the first half kept; the encoder output of the class token and 8 patches."""
+    def __init__(self):
+        super().__init__()
+        from transformers import ViTMAEConfig, ViTMAEModel
+        self.model = ViTMAEModel(ViTMAEConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, image_size=16, patch_size=4, mask_ratio=0.5))
+    def forward(self, x, noise):  # N, 3, 16, 16 and N, 16
+        return self.model(pixel_values=x, noise=noise).last_hidden_state
+
+def _repeat_molecules(molecules, char_seq_length: int, rate: int):
+    """CanineModel._repeat_molecules with expand + flatten for repeat_interleave: the TorchScript exporter's
+    repeat_interleave with a repeat count traced from the input length gives a graph whose shapes ONNX Runtime
+    rejects."""
+    body = molecules[:, 1:, None, :].expand(-1, -1, rate, -1).flatten(1, 2)
+    return torch.cat((body, molecules[:, -1:, :].expand(-1, char_seq_length % rate + rate, -1)), dim=-2)
+
+def _canine():
+    import functools
+
+    from transformers import CanineConfig, CanineModel
+    model = CanineModel(CanineConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64, num_hash_functions=4, num_hash_buckets=64, local_transformer_stride=8, downsampling_rate=4, upsampling_kernel_size=4))
+    model._repeat_molecules = functools.partial(_repeat_molecules, rate=model.config.downsampling_rate)
+    return LastHidden(model, "input_ids")
+
+class GATLayer(nn.Module):
+    """A graph attention layer (GAT, Veličković et al. 2018) on a dense adjacency: per-head scores
+    LeakyReLU(a_dst·Wh_i + a_src·Wh_j), the non-edges filled with −inf before a softmax over the neighbours j (self
+    loops keep every row finite), the neighbours' features summed with those weights; heads concatenated or averaged."""
+    def __init__(self, cin, d, heads, concat=True):
+        super().__init__()
+        self.h, self.d, self.concat = heads, d, concat
+        self.lin = nn.Linear(cin, heads * d, bias=False)
+        self.a_src = nn.Parameter(torch.randn(heads, d) * d ** -0.5)
+        self.a_dst = nn.Parameter(torch.randn(heads, d) * d ** -0.5)
+        self.bias = nn.Parameter(torch.randn(heads * d if concat else d) * 0.1)
+    def forward(self, x, adj):  # N, n, cin and N, n, n (adj[b, i, j] = 1: an edge j → i)
+        b, n, _ = x.shape
+        h = self.lin(x).view(b, n, self.h, self.d)
+        e = F.leaky_relu((h * self.a_dst).sum(-1)[:, :, None] + (h * self.a_src).sum(-1)[:, None], 0.2)  # N, i, j, heads
+        alpha = e.masked_fill(adj[..., None] == 0, float("-inf")).softmax(2)
+        out = torch.einsum("bijh,bjhd->bihd", alpha, h)
+        return (out.flatten(2) if self.concat else out.mean(2)) + self.bias
+
+class GAT(nn.Module):
+    """Two multi-head GAT layers (4 heads concatenated, ELU, the second residual under a LayerNorm) and an output GAT
+    layer (2 heads averaged) over node features and a dense 0/1 adjacency given as the second input; per-node outputs
+    (N, nodes, 5)."""
+    def __init__(self, cin=6, d=8, heads=4, out=5):
+        super().__init__()
+        self.l1, self.l2 = GATLayer(cin, d, heads), GATLayer(d * heads, d, heads)
+        self.norm = nn.LayerNorm(d * heads)
+        self.l3 = GATLayer(d * heads, out, 2, concat=False)
+    def forward(self, x, adj):  # N, 10, 6 and N, 10, 10
+        x = F.elu(self.l1(x, adj))
+        x = self.norm(x + F.elu(self.l2(x, adj)))
+        return self.l3(x, adj)
+
+def sparsemax(z):
+    """Sparsemax over the last axis (Martins & Astudillo 2016): sorted descending, the support size k(z) where
+    1 + k·z_(k) > Σ_{j≤k} z_(j), the threshold τ gathered from the cumulative sums, max(z − τ, 0)."""
+    zs = torch.sort(z, dim=-1, descending=True).values
+    k = torch.arange(1, z.shape[-1] + 1, dtype=z.dtype, device=z.device)
+    cs = zs.cumsum(-1) - 1
+    kz = (k * zs > cs).sum(-1, keepdim=True)
+    tau = cs.gather(-1, kz - 1) / kz.to(z.dtype)
+    return torch.clamp(z - tau, min=0)
+
+class GLUBlock(nn.Module):
+    """Linear, BatchNorm, GLU; with ``residual`` the input added back and the sum scaled by √0.5."""
+    def __init__(self, cin, cout, residual):
+        super().__init__()
+        self.fc, self.bn, self.residual = nn.Linear(cin, 2 * cout, bias=False), nn.BatchNorm1d(2 * cout), residual
+    def forward(self, x):
+        y = F.glu(self.bn(self.fc(x)), -1)
+        return (x + y) * math.sqrt(0.5) if self.residual else y
+
+class TabNet(nn.Module):
+    """TabNet (Arik & Pfister 2021) on tabular rows: an input BatchNorm, three decision steps, each an attentive
+    transformer (Linear, BatchNorm, times the prior scales, sparsemax: a feature mask with exact zeros; the prior
+    updated by γ − mask), the masked features through a feature transformer (two GLU blocks shared across the steps,
+    two step-specific, √0.5-scaled residuals), its split into a ReLU'd decision part summed over the steps and the
+    next step's attention part; a final Linear."""
+    def __init__(self, cin=12, nd=8, na=8, steps=3, gamma=1.3, out=4):
+        super().__init__()
+        self.nd, self.gamma = nd, gamma
+        self.bn = nn.BatchNorm1d(cin)
+        shared = nn.ModuleList([GLUBlock(cin, nd + na, False), GLUBlock(nd + na, nd + na, True)])
+        self.steps = nn.ModuleList(nn.ModuleList([*shared, GLUBlock(nd + na, nd + na, True), GLUBlock(nd + na, nd + na, True)])
+                                   for _ in range(steps + 1))
+        self.att = nn.ModuleList(nn.Sequential(nn.Linear(na, cin, bias=False), nn.BatchNorm1d(cin)) for _ in range(steps))
+        self.fc = nn.Linear(nd, out)
+    def transform(self, i, x):
+        for block in self.steps[i]:
+            x = block(x)
+        return x
+    def forward(self, x):  # N, 12
+        x = self.bn(x)
+        prior = torch.ones_like(x)
+        a = self.transform(0, x)[:, self.nd:]
+        out = 0
+        for i, att in enumerate(self.att):
+            mask = sparsemax(att(a) * prior)
+            prior = prior * (self.gamma - mask)
+            h = self.transform(i + 1, mask * x)
+            out = out + F.relu(h[:, : self.nd])
+            a = h[:, self.nd:]
+        return self.fc(out)
+
+class DeformConv2d(nn.Module):
+    """A deformable 3×3 convolution (DCNv1) written with gathers: per-tap (dy, dx) offsets from a Conv, the sampling
+    positions floored into four integer corners, each corner read from the flattened image by a gather of clamped linear
+    indices and weighted bilinearly (zero outside the image), the sampled columns (im2col-like) through a matmul."""
+    def __init__(self, cin, cout, k=3):
+        super().__init__()
+        self.k = k
+        self.offset = nn.Conv2d(cin, 2 * k * k, 3, padding=1)
+        self.weight = nn.Parameter(torch.randn(cout, cin * k * k) * (cin * k * k) ** -0.5)
+        self.bias = nn.Parameter(torch.randn(cout) * 0.1)
+        tap = torch.arange(k, dtype=torch.float) - k // 2
+        self.register_buffer("tap_y", tap.repeat_interleave(k)[:, None, None])
+        self.register_buffer("tap_x", tap.repeat(k)[:, None, None])
+    def forward(self, x):
+        n, c, h, w = x.shape
+        kk = self.k * self.k
+        off = self.offset(x).view(n, kk, 2, h, w)
+        ys = torch.arange(h, dtype=x.dtype, device=x.device)[:, None] + self.tap_y + off[:, :, 0]  # N, kk, h, w
+        xs = torch.arange(w, dtype=x.dtype, device=x.device) + self.tap_x + off[:, :, 1]
+        y0, x0 = ys.floor(), xs.floor()
+        flat = x.flatten(2)  # N, c, h·w
+        cols = 0
+        for dy in (0, 1):
+            for dx in (0, 1):
+                yy, xx = y0 + dy, x0 + dx
+                wgt = (1 - (ys - yy).abs()) * (1 - (xs - xx).abs())
+                inside = ((yy >= 0) & (yy <= h - 1) & (xx >= 0) & (xx <= w - 1)).to(x.dtype)
+                idx = (yy.clamp(0, h - 1) * w + xx.clamp(0, w - 1)).long().view(n, 1, -1).expand(n, c, -1)
+                cols = cols + flat.gather(2, idx).view(n, c, kk, h, w) * (wgt * inside)[:, None]
+        out = self.weight @ cols.reshape(n, c * kk, h * w)
+        return (out + self.bias[:, None]).view(n, -1, h, w)
+
+class DeformNet(nn.Module):
+    """A Conv-BatchNorm-ReLU stem, two deformable convolutions with BatchNorm and ReLU (the second residual), a 1×1
+    Conv head: a dense (N, 4, 16, 16) map."""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU())
+        self.d1, self.bn1 = DeformConv2d(8, 16), nn.BatchNorm2d(16)
+        self.d2, self.bn2 = DeformConv2d(16, 16), nn.BatchNorm2d(16)
+        self.head = nn.Conv2d(16, 4, 1)
+    def forward(self, x):  # N, 3, 16, 16
+        x = F.relu(self.bn1(self.d1(self.stem(x))))
+        x = F.relu(x + self.bn2(self.d2(x)))
+        return self.head(x)
+
+class S4DConv(nn.Module):
+    """An S4D layer (Gu et al. 2022) in real arithmetic, its step size modulated per sample: a diagonal state matrix
+    A = −exp(log_a) + i·a_im per channel, dt = exp(log_dt + 0.5·tanh(Linear(mean over time of u))); the long kernel
+    K[l] = 2·Re(C·(exp(dt·A) − 1)/A·exp(dt·A·l)) evaluated at run time (a Vandermonde product written with exp, cos and
+    sin, summed over the states), spread into a causal Toeplitz matrix by a gather of lags t − s (masked where s > t)
+    and applied by a matmul; a D skip.  (With a fixed step size the kernel depends on the weights only and the dynamo
+    exporter folds it into a constant.)"""
+    def __init__(self, h, n=8, dt_min=0.01, dt_max=0.3):
+        super().__init__()
+        self.log_dt = nn.Parameter(torch.rand(h) * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min))
+        self.dt_mod = nn.Linear(h, h)
+        self.log_a = nn.Parameter(math.log(0.5) + 0.2 * torch.randn(h, n // 2))
+        self.a_im = nn.Parameter(math.pi * torch.arange(n // 2, dtype=torch.float).expand(h, -1) + 0.1 * torch.randn(h, n // 2))
+        self.c_re, self.c_im = nn.Parameter(torch.randn(h, n // 2) * 0.5), nn.Parameter(torch.randn(h, n // 2) * 0.5)
+        self.D = nn.Parameter(torch.randn(h))
+    def kernel(self, dt, length):  # dt: N, h, 1 -> N, h, L
+        a_re, a_im = -self.log_a.exp(), self.a_im  # h, n/2
+        e = torch.exp(a_re * dt)
+        p, q = e * torch.cos(a_im * dt) - 1, e * torch.sin(a_im * dt)  # exp(dt·A) − 1
+        den = a_re * a_re + a_im * a_im
+        b_re, b_im = (p * a_re + q * a_im) / den, (q * a_re - p * a_im) / den  # (exp(dt·A) − 1) / A
+        w_re, w_im = self.c_re * b_re - self.c_im * b_im, self.c_re * b_im + self.c_im * b_re  # N, h, n/2
+        lag = torch.arange(length, dtype=dt.dtype, device=dt.device)
+        mag = torch.exp((a_re * dt)[..., None] * lag)  # N, h, n/2, L
+        ang = (a_im * dt)[..., None] * lag
+        return 2 * (mag * (w_re[..., None] * torch.cos(ang) - w_im[..., None] * torch.sin(ang))).sum(2)
+    def forward(self, u):  # N, h, L
+        length = u.shape[-1]
+        dt = torch.exp(self.log_dt + 0.5 * torch.tanh(self.dt_mod(u.mean(-1))))[..., None]
+        k = self.kernel(dt, length)
+        pos = torch.arange(length, device=u.device)
+        lags = pos[:, None] - pos[None]  # t − s
+        toeplitz = k[..., lags.clamp(min=0)] * (lags >= 0).to(u.dtype)  # N, h, L, L
+        return (toeplitz @ u[..., None]).squeeze(-1) + u * self.D[:, None]
+
+class S4DNet(nn.Module):
+    """A series model: a Linear encoder, two pre-LayerNorm S4D blocks (S4D, GELU, a 1×1 Conv1d to 2h and GLU, residual),
+    a final LayerNorm and a Linear decoder per time step."""
+    def __init__(self, cin=3, h=16, out=3):
+        super().__init__()
+        self.enc = nn.Linear(cin, h)
+        self.norms = nn.ModuleList(nn.LayerNorm(h) for _ in range(2))
+        self.s4 = nn.ModuleList(S4DConv(h) for _ in range(2))
+        self.mix = nn.ModuleList(nn.Conv1d(h, 2 * h, 1) for _ in range(2))
+        self.ln_f, self.dec = nn.LayerNorm(h), nn.Linear(h, out)
+    def forward(self, x):  # N, L, 3
+        x = self.enc(x)
+        for norm, s4, mix in zip(self.norms, self.s4, self.mix):
+            y = s4(norm(x).transpose(1, 2))
+            x = x + F.glu(mix(F.gelu(y)), 1).transpose(1, 2)
+        return self.dec(self.ln_f(x))
+
+
 #: arch -> (builder of the module, input maker(generator), source note)
 ARCHS = {
     "bert": (corpus_models._bert, "text16", "corpus_models"),
@@ -1863,6 +2131,17 @@ ARCHS = {
     "hypernet": (HyperNet, "image16x2", "run-time generated weights: batch-grouped Conv, bmm, std/mean context"),
     "sinkhorn": (SinkhornMatcher, "setpair2x8x10", "dustbin row/column, log-space Sinkhorn: alternating logsumexp"),
     "aft": (AFTNet, "text16", "attention-free transformer: pairwise position biases, exp of max-shifted keys, sigmoid gate"),
+    # thirteenth held-out set (see above): ``--archs heldout13``
+    "switch": (SwitchEncoder, "text16", "top-1 routing with expert capacity: argmax one-hot, cumsum queue position, drops"),
+    "recurrentgemma": (_recurrentgemma, "text16", "RG-LRU gated linear recurrence unrolled over time, causal Conv1d, local attention"),
+    "gptoss": (_gptoss, "text16", "attention sinks concatenated to the scores, clamped SwiGLU, top-k expert routing"),
+    "vitdet": (_vitdet, "image32", "window attention on a padded grid, decomposed relative position biases, Conv block"),
+    "vitmae": (ViTMAE, "image16noise", "patches argsorted by a noise input, the kept half gathered (fewer output tokens)"),
+    "canine": (_canine, "text16", "multiply-modulo hash embeddings, local attention, strided Conv1d to molecules and back"),
+    "gat": (GAT, "graph2x10", "graph attention: LeakyReLU edge scores, non-edges of an adjacency input masked to -inf"),
+    "tabnet": (TabNet, "tab2x12", "sparsemax masks (sort, cumsum, gathered threshold), prior scales, GLU blocks"),
+    "deformconv": (DeformNet, "image16x2", "deformable conv by gathers: floored corners, clamped indices, bilinear weights"),
+    "s4d": (S4DNet, "series2x32x3", "run-time Vandermonde kernel (exp, cos, sin), gathered causal Toeplitz matmul"),
 }
 #: the architectures the tool was tuned on, and the held-out ones
 CORE = ("bert", "gpt2", "llama", "distilbert", "vit", "swin", "t5enc", "whisper", "convnext", "cnn", "rnn", "unet")
@@ -1879,8 +2158,9 @@ HELDOUT9 = ("xlmroberta", "pegasus", "persimmon", "electra", "deit", "mobilenetv
 HELDOUT10 = ("qwen3", "phi3", "codegen", "swin2sr", "biogpt", "patchtsmixer", "shufflenetv2", "siren", "neuralode", "moe")
 HELDOUT11 = ("deepseekv3", "mpt", "gptneo", "starcoder2", "nystromformer", "rwkv", "capsnet", "realnvp", "retnet", "kan")
 HELDOUT12 = ("bigbird", "xlnet", "diffllama", "xlstm", "doge", "perceiver", "involution", "hypernet", "sinkhorn", "aft")
+HELDOUT13 = ("switch", "recurrentgemma", "gptoss", "vitdet", "vitmae", "canine", "gat", "tabnet", "deformconv", "s4d")
 HELDOUT2 = tuple(a for a in ARCHS if a not in CORE + HELDOUT + HELDOUT3 + HELDOUT4 + HELDOUT5 + HELDOUT6 + HELDOUT7
-                 + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12)
+                 + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12 + HELDOUT13)
 #: transformers models run with eager attention: the dynamo exporter fails on Swin's and T5's SDPA
 #: (scripts/corpus_models.py) and on BEiT's with a relative position bias, the TorchScript exporter on
 #: LLaMA's grouped-query SDPA (and GPT-BigCode's multi-query one, Qwen2-MoE's, Qwen3's, Phi-3's, DiffLlama's and
@@ -1916,6 +2196,9 @@ INPUTS = {
     "image16t": lambda g: (torch.randn(2, 3, 16, 16, generator=g), torch.randint(0, 1000, (2,), generator=g).float()),
     "coords2x64x2": lambda g: (torch.rand(2, 64, 2, generator=g) * 2 - 1,),
     "setpair2x8x10": lambda g: (torch.randn(2, 8, 6, generator=g), torch.randn(2, 10, 6, generator=g)),
+    "image16noise": lambda g: (torch.randn(2, 3, 16, 16, generator=g), torch.rand(2, 16, generator=g)),
+    "graph2x10": lambda g: (torch.randn(2, 10, 6, generator=g),
+                            ((torch.rand(2, 10, 10, generator=g) < 0.3) | torch.eye(10, dtype=torch.bool)).float()),
 }
 
 
