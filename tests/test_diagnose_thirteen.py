@@ -168,3 +168,25 @@ def test_a_batchnorm_folded_into_a_transposed_convolution_is_refolded_per_output
     else:
         _found(fd, node.name, cause="weight-mismatch", at_most=1)
         assert f"vs fold({('up', 'up1')[which]}.weight, {('bn', 'bn1')[which]})" in fd.explanation, fd.explanation
+
+
+def test_a_mask_fill_value_changed_is_not_read_as_batch_mixing():
+    """A graph attention layer's masked_fill(-inf) made -1: re-run one sample at a time from the segment's own
+    feeds the softmax agreed, so the rows were said to be mixed ('batch-mixing', no node named, unconfirmed) —
+    but the whole batch agrees from those feeds too: they are not what the local run fed.  The Where is named."""
+    import sweep_models
+    model, inputs = sweep_models.build("gat")
+    proto = dc.export(model, inputs, "dynamo")
+    consts = {n.output[0]: n for n in proto.graph.node if n.op_type == "Constant"}
+    inits = {i.name: i for i in proto.graph.initializer}
+
+    def is_neg_inf(t):
+        value = (onnx.numpy_helper.to_array(consts[t].attribute[0].t) if t in consts
+                 else onnx.numpy_helper.to_array(inits[t]) if t in inits else None)
+        return value is not None and value.size == 1 and np.isneginf(value).all()
+    where = next(n for n in proto.graph.node if n.op_type == "Where" and is_neg_inf(n.input[1]))
+    minus_one = onnx.helper.make_tensor(where.input[1] + "_planted", onnx.TensorProto.FLOAT, [], [-1.0])
+    proto.graph.initializer.append(minus_one)
+    where.input[1] = minus_one.name
+    fd = _bisect(model, inputs, proto)
+    _found(fd, where.name, cause="attribute-mismatch")

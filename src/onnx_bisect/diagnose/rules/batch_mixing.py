@@ -36,9 +36,12 @@ class BatchMixing(Rule):
         rows = sorted({0, batch - 1})[:ROWS]
         try:
             alone = [ctx.compare(_row_run(ctx, feeds, batch, i), reference[i:i + 1]) for i in rows]
+            # the same feeds, the batch whole: the divergence must be there too, or the rows agreeing says only
+            # that these feeds are right (the local run fed the segment elsewhere: a mask applied before them)
+            whole = ctx.compare(ctx.run_segment(feeds=feeds)[ctx.tensor], reference)
         except Exception:  # noqa: BLE001 - a segment that cannot run at batch 1 tells nothing here
             return None
-        if not all(d.ok for d in alone):
+        if not all(d.ok for d in alone) or whole.ok:
             return None
         suspects = _over_batch_axis(ctx)
         listed = ", ".join(f"{name} ({what})" for name, what in suspects.items())
