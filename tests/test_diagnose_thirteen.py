@@ -190,3 +190,34 @@ def test_a_mask_fill_value_changed_is_not_read_as_batch_mixing():
     where.input[1] = minus_one.name
     fd = _bisect(model, inputs, proto)
     _found(fd, where.name, cause="attribute-mismatch")
+
+
+class _Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(141)
+        self.fc1, self.fc2 = torch.nn.Linear(8, 32), torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_dropout_mask_frozen_into_the_graph_is_training_mode(exporter):
+    """A Mul by a constant mask of zeros and 1/(1−p) after the ReLU (a Dropout traced in training mode, its random
+    mask folded into a constant): named training-mode at that Mul, with p; removing it reproduces PyTorch."""
+    model = _Mlp().eval()
+    inputs = (torch.randn(3, 8, generator=torch.Generator().manual_seed(142)),)
+    proto = dc.export(model, inputs, exporter)
+    relu = next(n for n in proto.graph.node if n.op_type == "Relu")
+    keep = np.random.default_rng(143).random((3, 32)) >= 0.3
+    mask = onnx.numpy_helper.from_array((keep / 0.7).astype(np.float32), "planted_mask")
+    proto.graph.initializer.append(mask)
+    out = relu.output[0]
+    for n in proto.graph.node:
+        n.input[:] = [out + "_dropped" if t == out else t for t in n.input]
+    mul = onnx.helper.make_node("Mul", [out, "planted_mask"], [out + "_dropped"], name="planted_dropout")
+    proto.graph.node.insert(list(proto.graph.node).index(relu) + 1, mul)
+    fd = _bisect(model, inputs, proto)
+    evidence = _found(fd, "planted_dropout", cause="training-mode")
+    assert evidence["active_dropout_nodes"] == ["planted_dropout"] and abs(evidence["dropout_ratios"][0] - 0.3) < 1e-3

@@ -24,6 +24,7 @@ class TrainingMode(Rule):
         if not ctx.significant(ctx.layer.local):
             return None
         dropouts = [p for p in ctx.segment_protos if p.op_type == "Dropout" and _dropout_active(ctx, p)]
+        dropouts += [p for p in ctx.segment_protos if p.op_type == "Mul" and _baked_mask(ctx, p) is not None]
         norms = [p for p in ctx.segment_protos if p.op_type == "BatchNormalization" and attribute(p, "training_mode", 0)]
         if norms:  # batch statistics of a weight are the model's own (weight standardisation), not a training export
             weights = input_free(ctx.onnx.skeleton.graph)
@@ -37,7 +38,9 @@ class TrainingMode(Rule):
             evidence["batch_vs_running_mean_max_abs"] = _batch_vs_running(ctx, norms[0])
         what = []
         if dropouts:
-            what.append(f"{len(dropouts)} Dropout node(s) ({', '.join(p.name for p in dropouts)}) drop values at random")
+            what.append(f"{len(dropouts)} Dropout node(s) ({', '.join(p.name for p in dropouts)}) drop values "
+                        + ("at random" if all(p.op_type == "Dropout" for p in dropouts) else
+                           "(a Mul by a mask of zeros and 1/(1−p): a Dropout's mask frozen into the graph)"))
         if norms:
             what.append(f"{len(norms)} BatchNormalization node(s) ({', '.join(p.name for p in norms)}) normalize with "
                         "the batch's own mean and variance (training_mode=1)")
@@ -98,7 +101,33 @@ def _dropout_active(ctx: DiagnosisContext, p) -> bool:
     return attribute(p, "is_test", 1) == 0  # opset < 7
 
 
+#: a constant mask of zeros and one value s > 1 is a frozen Dropout's when its share of zeros is within this of
+#: the drop probability s implies (1 − 1/s), over at least MASK_MIN elements
+MASK_SHARE_SLACK, MASK_MIN = 0.15, 16
+
+
+def _baked_mask(ctx: DiagnosisContext, p) -> tuple[str, float] | None:
+    """``(the input the Mul scales, the drop probability)`` when ``p`` multiplies a computed tensor by a constant
+    mask of zeros and 1/(1−p) — a Dropout exported or traced in training mode whose random mask was folded into
+    a constant; None otherwise."""
+    if len(p.input) != 2:
+        return None
+    for i in (0, 1):
+        mask = ctx.constant(p.input[i])
+        if mask is None or mask.size < MASK_MIN or not np.issubdtype(mask.dtype, np.floating):
+            continue
+        values = np.unique(np.asarray(mask, np.float64))
+        if len(values) != 2 or values[0] != 0 or not values[1] > 1:
+            continue
+        drop = float(np.mean(np.asarray(mask) == 0))
+        if abs(drop - (1 - 1 / values[1])) <= MASK_SHARE_SLACK and ctx.constant(p.input[1 - i]) is None:
+            return p.input[1 - i], 1 - 1 / float(values[1])
+    return None
+
+
 def _ratio(ctx: DiagnosisContext, p) -> float | None:
+    if p.op_type == "Mul":
+        return round(_baked_mask(ctx, p)[1], 4)
     if len(p.input) > 1 and p.input[1]:
         value = ctx.constant(p.input[1])
         return None if value is None else float(np.asarray(value).reshape(-1)[0])
@@ -118,7 +147,8 @@ def _eval_mode(ctx: DiagnosisContext, dropouts, norms) -> FixedSegment:
     model = edits.copy_model(ctx.onnx.skeleton)
     for p in dropouts:
         node = edits.node(model, p.name)
-        identity = helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name)
+        kept = _baked_mask(ctx, p)[0] if p.op_type == "Mul" else node.input[0]
+        identity = helper.make_node("Identity", [kept], [node.output[0]], name=node.name)
         node.CopyFrom(identity)
     for p in norms:
         node = edits.node(model, p.name)
