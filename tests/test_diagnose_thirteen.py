@@ -221,3 +221,35 @@ def test_a_dropout_mask_frozen_into_the_graph_is_training_mode(exporter):
     fd = _bisect(model, inputs, proto)
     evidence = _found(fd, "planted_dropout", cause="training-mode")
     assert evidence["active_dropout_nodes"] == ["planted_dropout"] and abs(evidence["dropout_ratios"][0] - 0.3) < 1e-3
+
+
+class _Attention(torch.nn.Module):
+    """Bidirectional single-head self-attention."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(144)
+        self.qkv, self.out = torch.nn.Linear(8, 24), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, -1)
+        return self.out(torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, -1) @ v)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_causal_mask_added_to_a_bidirectional_attention_is_named(exporter):
+    """An Add of a constant upper-triangular −10000 mask inserted before the softmax of an attention PyTorch runs
+    without one: the Add applies a constant PyTorch does not; leaving it out reproduces PyTorch."""
+    model = _Attention().eval()
+    inputs = (torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(145)),)
+    proto = dc.export(model, inputs, exporter)
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    mask = onnx.numpy_helper.from_array(np.triu(np.full((6, 6), -1e4, np.float32), 1), "planted_causal_mask")
+    proto.graph.initializer.append(mask)
+    scores = softmax.input[0]
+    add = onnx.helper.make_node("Add", [scores, mask.name], [scores + "_masked"], name="planted_causal")
+    softmax.input[0] = scores + "_masked"
+    proto.graph.node.insert(list(proto.graph.node).index(softmax), add)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, "planted_causal", cause="attribute-mismatch")
+    assert "the constant operand not applied" in fd.explanation, fd.explanation

@@ -117,6 +117,8 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         yield dataclasses.replace(alt, shows_in=chain) if chain and alt is not None else alt
     if op in ("Add", "Sub", "Range"):
         yield from _integer_offsets(ctx, proto, make)
+    if op in INVERSES and len(proto.input) == 2:
+        yield from _constant_operand_removed(ctx, proto, make)
     yield from _activations(ctx, proto, make)
     if op in ("LSTM", "GRU", "RNN"):
         yield from _rnn_attributes(proto, make)
@@ -284,6 +286,37 @@ def doubled_removals(ctx, protos, make) -> Iterator:
         before = graph.node_of(proto.input[0])
         if before is not None and before.op_type == proto.op_type:
             yield _removal(proto, make)
+
+
+def _constant_operand_removed(ctx, proto, make) -> Iterator:
+    """An Add / Sub / Mul / Div of a computed tensor and a constant tensor (not a scalar: an epsilon, a scale
+    are the value readings') made an Identity of the computed one: an op PyTorch does not apply — a causal mask
+    added to a bidirectional attention's scores, a table of offsets a rewrite inserted."""
+    graph = ctx.onnx.graph
+    live = [t for t in proto.input if t in graph.input_fed or t in graph.graph_inputs]
+    fixed = [t for t in proto.input if t not in live]
+    if len(live) != 1 or len(fixed) != 1:
+        return
+    value = ctx.constant(fixed[0])
+    if value is not None and value.size < MIN_REMOVED_CONSTANT:
+        return
+    yield make(proto.name, "op", f"{proto.op_type} of the constant '{fixed[0]}'",
+               "Identity (the constant operand not applied)", "the PyTorch output", _identity_of(proto.name, live[0]))
+
+
+#: a constant operand of at least this many elements is tried left out (smaller ones are scalars' readings)
+MIN_REMOVED_CONSTANT = 4
+
+
+def _identity_of(node: str, tensor: str):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type, target.domain = "Identity", ""
+        del target.attribute[:]
+        del target.input[:]
+        target.input.append(tensor)
+        return model, weights
+    return edit
 
 
 def _removal(proto, make):
