@@ -144,6 +144,11 @@ def _with_ops(ctx: DiagnosisContext, first: Divergence, capture):
     return (again, found) if found.cause is not Cause.UNKNOWN else (ctx, first)
 
 
+#: the share of the segment's error its float twin must keep to be diagnosed in float (less: the quantization,
+#: a weight clipped by its scale say, made the rest)
+KEPT_BY_TWIN = 0.5
+
+
 def _in_float(ctx: DiagnosisContext, first: Divergence):
     """A quantized segment no confirmed fix explains, diagnosed again as its float twin (Q/DQ pairs undone,
     PyTorch's weights where rounding explains the file's): where the twin still diverges, the fault is in the float
@@ -154,6 +159,9 @@ def _in_float(ctx: DiagnosisContext, first: Divergence):
         twin = float_twin(ctx)
         if twin is None:
             return ctx, first
+        kept = ctx.compare(ctx.run_segment(twin.model, twin.weights, feeds=twin.feeds)[ctx.tensor], ctx.reference)
+        if kept.ok or ctx.layer.local is None or kept.max_abs < KEPT_BY_TWIN * ctx.layer.local.max_abs:
+            return ctx, first  # undoing the quantization removes (most of) the error: it is quantization's
         again = dataclasses.replace(ctx, onnx=OnnxModel(graph.index_graph(twin.model), twin.model, twin.weights))
         found = diagnose(again, skip=frozenset({Cause.QUANTIZATION}))
     except Exception:  # noqa: BLE001 - a twin that cannot be diagnosed leaves the quantized diagnosis
