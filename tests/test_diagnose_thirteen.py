@@ -253,3 +253,46 @@ def test_a_causal_mask_added_to_a_bidirectional_attention_is_named(exporter):
     fd = _bisect(model, inputs, proto)
     _found(fd, "planted_causal", cause="attribute-mismatch")
     assert "the constant operand not applied" in fd.explanation, fd.explanation
+
+
+class _Heads(torch.nn.Module):
+    """Two-head self-attention, heads split with view(b, s, h, d)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(148)
+        self.qkv, self.out = torch.nn.Linear(8, 24), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        b, s, _ = x.shape
+        q, k, v = (t.reshape(b, s, 2, 4).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        y = torch.softmax(q @ k.transpose(-1, -2) / 2.0, -1) @ v
+        return self.out(y.transpose(1, 2).reshape(b, s, 8))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_heads_split_column_major_are_named_at_the_reshape(exporter):
+    """A head split done as (d h) instead of (h d): the Reshape splits the last axis into [4, 2] and a Transpose
+    turns it back into [2, 4].  The Reshape splitting the axis the other way round, the Transpose left out,
+    reproduces PyTorch: named at the Reshape, shown in the Transpose."""
+    model = _Heads().eval()
+    inputs = (torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(149)),)
+    proto = dc.export(model, inputs, exporter)
+    consts = {n.output[0]: n for n in proto.graph.node if n.op_type == "Constant"}
+    inits = {i.name: i for i in proto.graph.initializer}
+
+    def shape_of(t):
+        return (onnx.numpy_helper.to_array(consts[t].attribute[0].t) if t in consts
+                else onnx.numpy_helper.to_array(inits[t]) if t in inits else None)
+    reshape = next(n for n in proto.graph.node if n.op_type == "Reshape" and shape_of(n.input[1]) is not None
+                   and len(shape_of(n.input[1])) == 4 and list(shape_of(n.input[1])[2:]) == [2, 4])
+    planted = onnx.numpy_helper.from_array(np.array([*shape_of(reshape.input[1])[:2], 4, 2], np.int64), "planted_dh")
+    proto.graph.initializer.append(planted)
+    reshape.input[1] = planted.name
+    out = reshape.output[0]
+    reshape.output[0] = out + "_dh"
+    back = onnx.helper.make_node("Transpose", [out + "_dh"], [out], name="planted_back", perm=[0, 1, 3, 2])
+    proto.graph.node.insert(list(proto.graph.node).index(reshape) + 1, back)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, reshape.name, cause="attribute-mismatch")
+    assert "planted_back" in fd.layer.segment and "split order" in fd.explanation, fd.explanation

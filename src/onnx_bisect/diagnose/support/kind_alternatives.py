@@ -132,6 +132,8 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         bias = _layer_norm_bias(ctx, proto) if op == "SimplifiedLayerNormalization" else None
         yield make(proto.name, "op", op, NORM_KINDS[op], "the PyTorch output",
                    _norm_kind(proto.name, NORM_KINDS[op], bias))
+    if op == "Transpose":
+        yield from _split_order(ctx, proto, make)
     if op == "Identity":
         yield from _restored(ctx, proto, make)
     elif op in REMOVABLE and proto.domain in ("", "ai.onnx") and not _doubled_by_reader(ctx, proto):
@@ -315,6 +317,41 @@ def _identity_of(node: str, tensor: str):
         del target.attribute[:]
         del target.input[:]
         target.input.append(tensor)
+        return model, weights
+    return edit
+
+
+def _split_order(ctx, proto, make) -> Iterator:
+    """A Transpose exchanging two adjacent axes next to the Reshape that splits or merges them: the split or the
+    merge in the other order ((d h) for (h d): heads split column-major).  Merged: the Transpose left out (the
+    Reshape merges the axes as they come); split: the Reshape splitting the axis the other way round, the
+    Transpose left out — shown in the Reshape too."""
+    graph, perm = ctx.onnx.graph, attribute(proto, "perm")
+    moved = [i for i, a in enumerate(perm or ()) if a != i]
+    if len(moved) != 2 or moved[1] != moved[0] + 1:
+        return
+    readers = graph.consumers.get(proto.output[0], ())
+    if readers and all(graph.nodes[r].op_type == "Reshape" for r in readers):
+        yield make(proto.name, "op", "Transpose", "Identity (the axes merged in their own order)",
+                   "the PyTorch output", _identity_of(proto.name, proto.input[0]))
+    source = graph.node_of(proto.input[0])
+    shape = ctx.constant(source.inputs[1]) if source is not None and source.op_type == "Reshape" \
+        and len(source.inputs) > 1 else None
+    i = moved[0]
+    if shape is None or shape.ndim != 1 or len(shape) != len(perm) or 0 in (shape[i], shape[i + 1]):
+        return
+    swapped = shape.copy()
+    swapped[i], swapped[i + 1] = shape[i + 1], shape[i]
+    alt = make(source.name, "split order", [int(v) for v in shape], [int(v) for v in swapped],
+               "the PyTorch output", _split_swapped(source.name, proto.name, swapped))
+    yield dataclasses.replace(alt, shows_in=(proto.name,)) if alt is not None else alt
+
+
+def _split_swapped(reshape: str, transpose: str, shape: np.ndarray):
+    def edit(model, weights):
+        target = edits.node(model, reshape)
+        target.input[1] = edits.add_initializer(model, f"{reshape}_split_swapped", shape.astype(np.int64))
+        _identity_of(transpose, edits.node(model, transpose).input[0])(model, weights)
         return model, weights
     return edit
 
