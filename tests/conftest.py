@@ -51,7 +51,7 @@ def run_cli_in_process(*argv: Any) -> CliResult:
         try:
             status = main([str(a) for a in argv])
         except SystemExit as exc:  # argparse's own usage errors
-            status = exc.code
+            status = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     return CliResult(out.getvalue(), err.getvalue(), int(status), None)
 
 

@@ -317,23 +317,28 @@ def outcomes(tmp_path_factory):
     installed entry point are checked too.
     """
     def run_case(case_id, folder, runner):
-        argv = CASES[case_id][0](folder)
-        before = _snapshot(folder)
-        result = runner(*argv)
-        return result, before, _snapshot(folder)
+        try:
+            argv = CASES[case_id][0](folder)
+            before = _snapshot(folder)
+            result = runner(*argv)
+            return _Done((result, before, _snapshot(folder)))
+        except Exception as exc:  # noqa: BLE001 - one case's failure is that case's, raised by its test
+            return _Done(error=exc)
 
     folders = {case_id: make_tiny_model_dir(tmp_path_factory.mktemp(case_id)) for case_id in CASES}
-    return {case_id: _Done(run_case(case_id, folders[case_id], run_cli if i == 0 else run_cli_in_process))
+    return {case_id: run_case(case_id, folders[case_id], run_cli if i == 0 else run_cli_in_process)
             for i, case_id in enumerate(CASES)}
 
 
 class _Done:
-    """A finished outcome, read as a future is."""
+    """A finished outcome (or the exception that ended it), read as a future is."""
 
-    def __init__(self, value):
-        self.value = value
+    def __init__(self, value=None, error: Exception | None = None):
+        self.value, self.error = value, error
 
     def result(self):
+        if self.error is not None:
+            raise self.error
         return self.value
 
 

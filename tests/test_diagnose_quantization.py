@@ -271,4 +271,3 @@ def test_a_fault_in_a_quantized_segment_that_its_quantization_does_not_explain_i
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     assert list(fd.layer.segment) == [pad.name] and fd.evidence.get("diagnosed_in_float")
     assert f"{pad.name}.pads = {pads.tolist()}" in fd.explanation
-

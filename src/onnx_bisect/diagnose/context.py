@@ -185,6 +185,15 @@ class DiagnosisContext:
         return self._modules.get(name)
 
     @cached_property
+    def parameter_names(self) -> frozenset[str]:
+        """The PyTorch model's parameter and buffer names (the reference file's initializers' with --reference):
+        an initializer so named is a weight."""
+        module = self.baseline.loaded.module
+        if module is None:
+            return frozenset(self.baseline.weights or ())
+        return frozenset(n for n, _ in [*module.named_parameters(), *module.named_buffers()])
+
+    @cached_property
     def _modules(self) -> dict[str, Any]:
         # No PyTorch model when the reference is another ONNX model: rules that read modules find none.
         return {} if self.baseline.loaded.module is None else dict(

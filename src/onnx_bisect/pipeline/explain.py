@@ -83,13 +83,8 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
     ctx = _context(p, runner, layer, introduced, measured.layers, references, model_feeds, captured, inputs,
                    tolerance, cmp, refined.ops if refined is not None else ops)
     with progress.step("diagnose", "diagnosing the first divergence"):
-        first = diagnose(ctx)
-        if first.cause is Cause.UNKNOWN and wide is not None:
-            ctx, first, refined = _wider(ctx, first, wide, refined)
-        elif first.cause is Cause.UNKNOWN and refined is None and introduced and not ops:
-            ctx, first = _with_ops(ctx, first, lambda: ops_around(p, layer, references, aligned.cuts, inputs))
-        if first.confirmed is not True and _quantized(p):
-            ctx, first = _in_float(ctx, first)
+        ctx, first, refined = _diagnosed(ctx, wide, refined, _quantized(p), not ops and introduced,
+                                         lambda: ops_around(p, layer, references, aligned.cuts, inputs))
     repro = _repro(ctx, first, runner, policy, progress)
     if refined is not None or amp is not None:
         first = dataclasses.replace(first, within=refined.within if refined else None, amplification=amp)
@@ -97,6 +92,21 @@ def explain_case(p: Prepared, runner: Runner, model_feeds, final, aligned, measu
     if policy.memo is not None:
         policy.memo.keep(first)
     return Explanation(first, faithful, warnings=_passed_over(skipped), repro=repro)
+
+
+def _diagnosed(ctx: DiagnosisContext, wide: DiagnosisContext | None, refined, quantized: bool, bare: bool,
+               capture_ops):
+    """The diagnosis of ``ctx``, and again where it names no cause or no confirmed one: as the wider segment it
+    was narrowed from, with PyTorch's ops around a segment too small to narrow (``bare``: none captured), as a
+    quantized segment's float twin; ``(context, divergence, refinement)``."""
+    first = diagnose(ctx)
+    if first.cause is Cause.UNKNOWN and wide is not None:
+        ctx, first, refined = _wider(ctx, first, wide, refined)
+    elif first.cause is Cause.UNKNOWN and refined is None and bare:
+        ctx, first = _with_ops(ctx, first, capture_ops)
+    if first.confirmed is not True and quantized:
+        first = _in_float(ctx, first)
+    return ctx, first, refined
 
 
 def _narrowed(p: Prepared, runner: Runner, layer, references, model_feeds, cuts, layers, captured, inputs, tolerance,
@@ -154,24 +164,25 @@ def _in_float(ctx: DiagnosisContext, first: Divergence):
     PyTorch's weights where rounding explains the file's): where the twin still diverges, the fault is in the float
     computation the quantized graph approximates (a Pad's constant, an index offset, a kernel's layout), and
     quantization noise hid its fix in the quantized segment.  The twin's diagnosis stands when its fix is confirmed
-    there; quantization is not asked again (undoing it did not remove the divergence)."""
+    there; quantization is not asked again (undoing it did not remove the divergence).  The repro stays cut
+    from the user's file."""
     try:
         twin = float_twin(ctx)
         if twin is None:
-            return ctx, first
+            return first
         kept = ctx.compare(ctx.run_segment(twin.model, twin.weights, feeds=twin.feeds)[ctx.tensor], ctx.reference)
         if kept.ok or ctx.layer.local is None or kept.max_abs < KEPT_BY_TWIN * ctx.layer.local.max_abs:
-            return ctx, first  # undoing the quantization removes (most of) the error: it is quantization's
+            return first  # undoing the quantization removes (most of) the error: it is quantization's
         again = dataclasses.replace(ctx, onnx=OnnxModel(graph.index_graph(twin.model), twin.model, twin.weights))
         found = diagnose(again, skip=frozenset({Cause.QUANTIZATION}))
     except Exception:  # noqa: BLE001 - a twin that cannot be diagnosed leaves the quantized diagnosis
-        return ctx, first
+        return first
     if found.cause is Cause.UNKNOWN or found.confirmed is not True:
-        return ctx, first
+        return first
     note = ("Undoing the segment's quantization (its Q/DQ pairs made identities, PyTorch's float weights) does not "
             "remove the divergence, so quantization is not its cause; in that float computation: ")
-    return again, dataclasses.replace(found, explanation=note + found.explanation,
-                                      evidence={**found.evidence, "diagnosed_in_float": True})
+    return dataclasses.replace(found, explanation=note + found.explanation,
+                               evidence={**found.evidence, "diagnosed_in_float": True})
 
 
 #: a confirmed fix naming at most this many nodes (a precision fix: the nodes to keep in float32) pins the segment

@@ -6,6 +6,7 @@ import numpy as np
 from onnx import helper
 
 from ..support import edits
+from ..support.masks import dropout_probability
 from ...records import Cause
 from ...records.graph import input_free
 from ...records.nest import to_numpy
@@ -46,7 +47,10 @@ class TrainingMode(Rule):
                         "the batch's own mean and variance (training_mode=1)")
         summary = ("The ONNX graph was exported in training mode: " + " and ".join(what)
                    + "; PyTorch ran in eval mode.")
-        return Finding(self.cause, 0.9, summary, FIX, evidence, counterfactual=lambda c: _eval_mode(c, dropouts, norms))
+        # a frozen mask is read from its values alone: unconfirmed, it is a lead, not a cause
+        confidence = 0.8 if dropouts and not norms and all(p.op_type == "Mul" for p in dropouts) else 0.9
+        return Finding(self.cause, confidence, summary, FIX, evidence,
+                       counterfactual=lambda c: _eval_mode(c, dropouts, norms))
 
 
 class NondeterministicReference(Rule):
@@ -101,27 +105,15 @@ def _dropout_active(ctx: DiagnosisContext, p) -> bool:
     return attribute(p, "is_test", 1) == 0  # opset < 7
 
 
-#: a constant mask of zeros and one value s > 1 is a frozen Dropout's when its share of zeros is within this of
-#: the drop probability s implies (1 − 1/s), over at least MASK_MIN elements
-MASK_SHARE_SLACK, MASK_MIN = 0.15, 16
-
-
 def _baked_mask(ctx: DiagnosisContext, p) -> tuple[str, float] | None:
     """``(the input the Mul scales, the drop probability)`` when ``p`` multiplies a computed tensor by a constant
-    mask of zeros and 1/(1−p) — a Dropout exported or traced in training mode whose random mask was folded into
-    a constant; None otherwise."""
+    mask of zeros and 1/(1−p) (:func:`~..support.masks.dropout_probability`); None otherwise."""
     if len(p.input) != 2:
         return None
     for i in (0, 1):
-        mask = ctx.constant(p.input[i])
-        if mask is None or mask.size < MASK_MIN or not np.issubdtype(mask.dtype, np.floating):
-            continue
-        values = np.unique(np.asarray(mask, np.float64))
-        if len(values) != 2 or values[0] != 0 or not values[1] > 1:
-            continue
-        drop = float(np.mean(np.asarray(mask) == 0))
-        if abs(drop - (1 - 1 / values[1])) <= MASK_SHARE_SLACK and ctx.constant(p.input[1 - i]) is None:
-            return p.input[1 - i], 1 - 1 / float(values[1])
+        drop = dropout_probability(ctx.constant(p.input[i]))
+        if drop is not None and ctx.constant(p.input[1 - i]) is None:
+            return p.input[1 - i], drop
     return None
 
 

@@ -20,6 +20,7 @@ from onnx import helper
 
 from ..context import attribute
 from . import edits
+from .masks import dropout_probability
 from .alternative_edits import retyped, rewired, with_attributes, with_inputs
 from .value_alternatives import base_name, op_numbers
 from ...records.nest import informative, to_numpy
@@ -292,16 +293,18 @@ def doubled_removals(ctx, protos, make) -> Iterator:
 
 def _constant_operand_removed(ctx, proto, make) -> Iterator:
     """An Add / Sub / Mul / Div of a computed tensor and a constant tensor (not a scalar: an epsilon, a scale
-    are the value readings') made an Identity of the computed one: an op PyTorch does not apply — a causal mask
-    added to a bidirectional attention's scores, a table of offsets a rewrite inserted."""
+    are the value readings'; not a parameter's: a LayerNorm's gamma of ones is a weight to compare) made an
+    Identity of the computed one: an op PyTorch does not apply — a causal mask added to a bidirectional
+    attention's scores, a table of offsets a rewrite inserted."""
     graph = ctx.onnx.graph
     live = [t for t in proto.input if t in graph.input_fed or t in graph.graph_inputs]
     fixed = [t for t in proto.input if t not in live]
     if len(live) != 1 or len(fixed) != 1:
         return
     value = ctx.constant(fixed[0])
-    if value is not None and value.size < MIN_REMOVED_CONSTANT:
-        return
+    if value is None or value.size < MIN_REMOVED_CONSTANT or fixed[0] in ctx.parameter_names \
+            or proto.op_type == "Mul" and dropout_probability(value) is not None:
+        return  # a parameter's value is the weight readings'; a frozen Dropout mask the training-mode rule's
     yield make(proto.name, "op", f"{proto.op_type} of the constant '{fixed[0]}'",
                "Identity (the constant operand not applied)", "the PyTorch output", _identity_of(proto.name, live[0]))
 

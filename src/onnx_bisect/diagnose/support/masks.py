@@ -1,0 +1,21 @@
+"""Constants that are a Dropout's mask frozen into a graph: read by the training-mode rule (its cause) and left
+alone by the readings that would take them for an op to remove."""
+from __future__ import annotations
+
+import numpy as np
+
+#: a constant mask of zeros and one value s > 1 is a frozen Dropout's when its share of zeros is within this of
+#: the drop probability s implies (1 − 1/s), over at least MASK_MIN elements
+MASK_SHARE_SLACK, MASK_MIN = 0.15, 16
+
+
+def dropout_probability(mask: np.ndarray | None) -> float | None:
+    """The drop probability p of a constant holding zeros and 1/(1−p) in about that share (a Dropout traced or
+    exported in training mode, its random mask folded into a constant); None for any other value."""
+    if mask is None or mask.size < MASK_MIN or not np.issubdtype(mask.dtype, np.floating):
+        return None
+    values = np.unique(np.asarray(mask, np.float64))
+    if len(values) != 2 or values[0] != 0 or not values[1] > 1:
+        return None
+    drop = float(np.mean(np.asarray(mask) == 0))
+    return 1 - 1 / float(values[1]) if abs(drop - (1 - 1 / values[1])) <= MASK_SHARE_SLACK else None
