@@ -55,7 +55,9 @@ class BatchNormFold(Rule):
                 # aligned with the conv (the wrong fold matched nothing else), but it computes conv + BatchNorm
                 summary += f" The tensor was aligned with {conv_name}; it computes {conv_name} followed by {bn_name}."
                 reference = functools.partial(_bn_reference, bn_name=bn_name)
-            return Finding(self.cause, 0.9, summary, fix, evidence,
+            # no way of folding fits (other statistics, or another BatchNorm's): unconfirmed, that is a lead only
+            confidence = 0.75 if fold["mistake"] == "running-statistics" else 0.9
+            return Finding(self.cause, confidence, summary, fix, evidence,
                            counterfactual=lambda c, s=site: _refold(c, s, conv, bn), reference=reference)
         return None
 
