@@ -89,7 +89,7 @@ def _export_with(which: Exporter, model, inputs: ModelInputs, opset, dynamic_axe
             proto = ir.serde.serialize_model(model_ir)
             return ExportedModel(proto=proto, exporter=which, opset=opset_of(proto), program=program)
         phase(on_progress, WRITING)
-        ir.save(model_ir, path, external_data=EXPORT_NAME + ".data", alignment=ALIGNMENT)
+        ir.save(model_ir, path, external_data=EXPORT_NAME + ".data", **_aligned())
         let_go(model_ir)
     else:
         program = None
@@ -170,6 +170,14 @@ def export_dynamo(model, inputs: ModelInputs, opset: int | None = None, dynamic_
         phase(on_progress, OPTIMIZING)
         program.optimize()
     return program.model, program.exported_program
+
+
+def _aligned() -> dict:
+    """``ir.save``'s alignment of large tensors in the data file (memory-mapped reads), where the installed
+    onnx-ir has it (1.1 and later; 1.0 takes no ``alignment`` and the export failed over to TorchScript)."""
+    import inspect
+
+    return {"alignment": ALIGNMENT} if "alignment" in inspect.signature(ir.save).parameters else {}
 
 
 #: where the IR model keeps the initializers the exporter made (see :func:`let_go`)
