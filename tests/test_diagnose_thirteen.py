@@ -296,3 +296,25 @@ def test_heads_split_column_major_are_named_at_the_reshape(exporter):
     fd = _bisect(model, inputs, proto)
     _found(fd, reshape.name, cause="attribute-mismatch")
     assert "planted_back" in fd.layer.segment and "split order" in fd.explanation, fd.explanation
+
+
+def test_a_channel_dropout_mask_frozen_into_a_conv_net_is_training_mode():
+    """A Dropout2d's mask frozen per channel (eight channels, one dropped, the rest times 8/7) after a Conv's
+    ReLU: training-mode at the Mul (a mask of eight numbers; the removal of a constant operand also fits, and
+    is left to this rule)."""
+    torch.manual_seed(150)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.ReLU(),
+                                torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
+    inputs = (torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(151)),)
+    proto = dc.export(model, inputs, "torchscript")
+    relu = next(n for n in proto.graph.node if n.op_type == "Relu")
+    keep = np.ones((1, 8, 1, 1))
+    keep[0, 5] = 0
+    proto.graph.initializer.append(onnx.numpy_helper.from_array((keep * 8 / 7).astype(np.float32), "planted_mask"))
+    out = relu.output[0]
+    for n in proto.graph.node:
+        n.input[:] = [out + "_dropped" if t == out else t for t in n.input]
+    mul = onnx.helper.make_node("Mul", [out, "planted_mask"], [out + "_dropped"], name="planted_dropout")
+    proto.graph.node.insert(list(proto.graph.node).index(relu) + 1, mul)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, "planted_dropout", cause="training-mode")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 #: a constant mask of zeros and one value s > 1 is a frozen Dropout's when its share of zeros is within this of
-#: the drop probability s implies (1 − 1/s), over at least MASK_MIN elements
-MASK_SHARE_SLACK, MASK_MIN = 0.15, 16
+#: the drop probability s implies (1 − 1/s), over at least MASK_MIN elements (a Dropout2d's mask: one per channel)
+MASK_SHARE_SLACK, MASK_MIN = 0.15, 8
 
 
 def dropout_probability(mask: np.ndarray | None) -> float | None:
