@@ -202,6 +202,18 @@ class _Mlp(torch.nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
+def _masked_after_relu(proto, mask: np.ndarray):
+    """``proto`` with the first Relu's output multiplied by the constant ``mask`` (a Mul named planted_dropout)."""
+    relu = next(n for n in proto.graph.node if n.op_type == "Relu")
+    proto.graph.initializer.append(onnx.numpy_helper.from_array(mask.astype(np.float32), "planted_mask"))
+    out = relu.output[0]
+    for n in proto.graph.node:
+        n.input[:] = [out + "_dropped" if t == out else t for t in n.input]
+    mul = onnx.helper.make_node("Mul", [out, "planted_mask"], [out + "_dropped"], name="planted_dropout")
+    proto.graph.node.insert(list(proto.graph.node).index(relu) + 1, mul)
+    return proto
+
+
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 def test_a_dropout_mask_frozen_into_the_graph_is_training_mode(exporter):
     """A Mul by a constant mask of zeros and 1/(1−p) after the ReLU (a Dropout traced in training mode, its random
@@ -209,16 +221,8 @@ def test_a_dropout_mask_frozen_into_the_graph_is_training_mode(exporter):
     model = _Mlp().eval()
     inputs = (torch.randn(3, 8, generator=torch.Generator().manual_seed(142)),)
     proto = dc.export(model, inputs, exporter)
-    relu = next(n for n in proto.graph.node if n.op_type == "Relu")
     keep = np.random.default_rng(143).random((3, 32)) >= 0.3
-    mask = onnx.numpy_helper.from_array((keep / 0.7).astype(np.float32), "planted_mask")
-    proto.graph.initializer.append(mask)
-    out = relu.output[0]
-    for n in proto.graph.node:
-        n.input[:] = [out + "_dropped" if t == out else t for t in n.input]
-    mul = onnx.helper.make_node("Mul", [out, "planted_mask"], [out + "_dropped"], name="planted_dropout")
-    proto.graph.node.insert(list(proto.graph.node).index(relu) + 1, mul)
-    fd = _bisect(model, inputs, proto)
+    fd = _bisect(model, inputs, _masked_after_relu(proto, keep / 0.7))
     evidence = _found(fd, "planted_dropout", cause="training-mode")
     assert evidence["active_dropout_nodes"] == ["planted_dropout"] and abs(evidence["dropout_ratios"][0] - 0.3) < 1e-3
 
@@ -307,14 +311,7 @@ def test_a_channel_dropout_mask_frozen_into_a_conv_net_is_training_mode():
                                 torch.nn.Conv2d(8, 4, 3, padding=1)).eval()
     inputs = (torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(151)),)
     proto = dc.export(model, inputs, "torchscript")
-    relu = next(n for n in proto.graph.node if n.op_type == "Relu")
     keep = np.ones((1, 8, 1, 1))
     keep[0, 5] = 0
-    proto.graph.initializer.append(onnx.numpy_helper.from_array((keep * 8 / 7).astype(np.float32), "planted_mask"))
-    out = relu.output[0]
-    for n in proto.graph.node:
-        n.input[:] = [out + "_dropped" if t == out else t for t in n.input]
-    mul = onnx.helper.make_node("Mul", [out, "planted_mask"], [out + "_dropped"], name="planted_dropout")
-    proto.graph.node.insert(list(proto.graph.node).index(relu) + 1, mul)
-    fd = _bisect(model, inputs, proto)
+    fd = _bisect(model, inputs, _masked_after_relu(proto, keep * 8 / 7))
     _found(fd, "planted_dropout", cause="training-mode")
