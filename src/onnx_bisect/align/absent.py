@@ -41,8 +41,7 @@ def release_constants(state: AlignmentState, x: AlignInputs) -> list[Claim]:
         if t is None or t in live or t not in x.values or kind(pair.activation.value) != "f" \
                 or informative(x.values[t]) or not informative(pair.activation.value):
             continue  # (a folded table of numbers may be a stale one: that stays the weight rule's to name)
-        found = layout_of(pair.activation.value, x.values[t])
-        if found is None or found[1] > STRUCTURE_MAX_REL:
+        if not _holds(pair, x.values[t]):
             draft.release(pair.activation.index)
     return draft.claims
 
@@ -56,12 +55,16 @@ def release_unread(state: AlignmentState, x: AlignInputs) -> list[Claim]:
     draft = state.draft()
     for pair in list(draft.values()):
         t = pair.tensor
-        if t is None or t in reaching or t not in x.values:
-            continue
-        found = layout_of(pair.activation.value, x.values[t])
-        if found is None or found[1] > STRUCTURE_MAX_REL:  # (one that holds the value is kept: a GRU's final
-            draft.release(pair.activation.index)          # state nothing reads still shows its module's)
+        # (one that holds the value is kept: a GRU's final state nothing reads still shows its module's)
+        if t is not None and t not in reaching and t in x.values and not _holds(pair, x.values[t]):
+            draft.release(pair.activation.index)
     return draft.claims
+
+
+def _holds(pair: TensorPair, value) -> bool:
+    """Whether the ONNX tensor's ``value`` is the activation's, in some layout, at the structure pass's closeness."""
+    found = layout_of(pair.activation.value, value)
+    return found is not None and found[1] <= STRUCTURE_MAX_REL
 
 
 def unmatched(a: Activation, scopes, values) -> TensorPair:

@@ -316,7 +316,7 @@ def _fold_pairs(loaded: LoadedModel, capture: Capture | None) -> dict[str, np.nd
         named = list(modules.items())
         pairs = [(a, b) for (a, m), (b, n) in zip(named, named[1:])
                  if module_kind(m).folds_batchnorm and module_kind(n) is ModuleKind.BATCHNORM
-                 and getattr(n, "num_features", None) == layout.conv_bn_arrays(m, n)[0].shape[0]]
+                 and getattr(n, "num_features", None) == layout.out_channels(m)]
     out = {}
     for conv_name, bn_name in pairs:
         w, b = layout.fold_arrays(modules[conv_name], modules[bn_name])

@@ -155,6 +155,11 @@ def _arr(t):
     return t.detach().double().cpu().numpy()
 
 
+def out_channels(module) -> int | None:
+    """A Conv's, ConvTranspose's or Linear's number of output channels (None for another module)."""
+    return getattr(module, "out_channels", None) or getattr(module, "out_features", None)
+
+
 def conv_bn_arrays(conv, bn):
     """``(w, b, gamma, beta, running_mean, running_var)`` as float64 arrays (defaults for absent ones); ``w``
     output channels first (a transposed convolution's regrouped, see :func:`out_major`)."""
