@@ -11,6 +11,8 @@ import pytest
 import torch
 
 import onnx_bisect
+from onnx_bisect.capture.modules import capture_activations
+from onnx_bisect.records import ModelInputs
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
@@ -87,6 +89,54 @@ def test_a_clean_model_with_a_shared_module_or_a_bfloat16_buffer_runs_clean(mode
         report = onnx_bisect.bisect(model().eval(), inputs)
     assert report.ok and not report.warnings, report.warnings
     assert not [r for r in report.layers if r.status.value == "diverged"]
+
+
+class _Mix(torch.nn.Module):
+    """A query-key mixing block with ops of its own (a scaled softmax of q·kᵀ)."""
+
+    def __init__(self):
+        super().__init__()
+        self.q, self.k = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        return x + torch.softmax(self.q(x) @ self.k(x).transpose(-1, -2) * 0.5, -1) @ x
+
+
+class _Steps(torch.nn.Module):
+    """One _Mix shared by three steps, each step's list holding it (TabNet's layout): steps.1.0 is steps.0.0."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(3)
+        shared = _Mix()
+        self.steps = torch.nn.ModuleList(torch.nn.ModuleList([shared, torch.nn.Linear(8, 8)]) for _ in range(3))
+        self.head = torch.nn.Linear(8, 2)
+
+    def forward(self, x):
+        for mix, ff in self.steps:
+            x = x + torch.tanh(ff(mix(x)))
+        return self.head(x)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_fault_in_the_second_call_of_a_block_shared_under_three_names_is_owned_by_that_call(exporter):
+    """Each call of a block registered under three names is recorded once (it was recorded under every name,
+    three times), and the dynamo exporter's scope of the name a call was reached through (steps.1.0) is that
+    block's: the Softmax of its second call, given the wrong axis, is owned by the block's second call, not by a
+    child module of another name's record."""
+    model = _Steps().eval()
+    inputs = (torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(4)),)
+    with dc.quiet():
+        capture = capture_activations(model, ModelInputs(inputs))
+    assert [a.call for a in capture.activations if a.module == "steps.0.0"] == [0, 1, 2]
+    assert not [a for a in capture.activations if a.module.startswith(("steps.1.0", "steps.2.0"))]
+    proto = dc.export(model, inputs, exporter)
+    target = [n for n in proto.graph.node if n.op_type == "Softmax"][1]
+    del target.attribute[:]
+    target.attribute.append(onnx.helper.make_attribute("axis", 1))
+    fd = _bisect(model, inputs, proto)
+    _found(fd, target.name, cause="attribute-mismatch")
+    assert (fd.layer.pair.activation.module, fd.layer.pair.activation.call) == ("steps.0.0", 1), fd.layer.pair
 
 
 def test_a_module_output_the_file_prunes_is_not_paired_with_a_tensor_no_output_reads():

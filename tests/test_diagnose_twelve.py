@@ -375,22 +375,40 @@ class _PooledNorm(torch.nn.Module):
         return self.head(self.bn(self.pool(torch.relu(self.conv(x)))).mean((2, 3)))
 
 
-@pytest.mark.parametrize("mistake", ["variance", "mean"])
-def test_a_batchnorm_written_as_a_scale_and_shift_with_a_folding_mistake_is_a_batchnorm_fold(mistake):
+class _LinearNorm(torch.nn.Module):
+    """A BatchNorm1d after a Linear (TabNet's GLU blocks): the Linear carries no fold of it."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(142)
+        self.fc, self.bn, self.head = torch.nn.Linear(12, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 2)
+        with torch.no_grad():
+            self.bn.running_mean.uniform_(-1, 1), self.bn.running_var.uniform_(0.5, 2)
+            self.bn.weight.uniform_(0.5, 1.5), self.bn.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):  # (4, 12)
+        return self.head(torch.relu(self.bn(self.fc(x))))
+
+
+@pytest.mark.parametrize("mistake,after", [("variance", "pool"), ("mean", "pool"), ("variance", "linear")])
+def test_a_batchnorm_written_as_a_scale_and_shift_with_a_folding_mistake_is_a_batchnorm_fold(mistake, after):
     """The BatchNormalization node replaced by a per-channel Mul and Add whose constants fold it with one mistake
     (the variance for the standard deviation, or the running mean not subtracted): a fold, named with the
-    mistake that fits and confirmed by writing the true scale and shift."""
-    model = _PooledNorm().eval()
-    inputs = (torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(141)),)
+    mistake that fits and confirmed by writing the true scale and shift.  After a Linear too: the Linear's
+    weights hold no fold, and the BatchNorm's own Mul and Add are judged."""
+    model = (_PooledNorm() if after == "pool" else _LinearNorm()).eval()
+    shape = (2, 3, 8, 8) if after == "pool" else (4, 12)
+    inputs = (torch.randn(*shape, generator=torch.Generator().manual_seed(141)),)
     proto = dc.export(model, inputs, "torchscript")
     bn = next(n for n in proto.graph.node if n.op_type == "BatchNormalization")
     g, b, m, v = (model.bn.weight, model.bn.bias, model.bn.running_mean, model.bn.running_var)
     g, b, m, v = (t.detach().numpy().astype(np.float64) for t in (g, b, m, v))
     scale = g / (v + model.bn.eps) if mistake == "variance" else g / np.sqrt(v + model.bn.eps)
     shift = b - m * scale if mistake == "variance" else b
+    per_channel = (1, -1, 1, 1) if after == "pool" else (1, -1)
     proto.graph.initializer.extend([
-        onnx.numpy_helper.from_array(scale.reshape(1, -1, 1, 1).astype(np.float32), "planted_scale"),
-        onnx.numpy_helper.from_array(shift.reshape(1, -1, 1, 1).astype(np.float32), "planted_shift")])
+        onnx.numpy_helper.from_array(scale.reshape(per_channel).astype(np.float32), "planted_scale"),
+        onnx.numpy_helper.from_array(shift.reshape(per_channel).astype(np.float32), "planted_shift")])
     mul = helper.make_node("Mul", [bn.input[0], "planted_scale"], ["planted_scaled"], name="planted_mul")
     add = helper.make_node("Add", ["planted_scaled", "planted_shift"], [bn.output[0]], name="planted_add")
     at = list(proto.graph.node).index(bn)

@@ -37,7 +37,7 @@ class ScopeMap:
 
 def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
     """Resolve node scopes to known module names and find each scope's exported tensors."""
-    known = {a.module for a in capture.activations}
+    known = {a.module for a in capture.activations} | set(capture.aliases)
     prefix = _common_prefix(graph, known)
     module_of: dict[int, str] = {}
     for node in graph.nodes:
@@ -45,7 +45,7 @@ def map_scopes(capture: Capture, graph: GraphIndex) -> ScopeMap:
             continue
         resolved = _resolve(node.scope[prefix:], known)
         if resolved is not None:
-            module_of[node.index] = resolved
+            module_of[node.index] = capture.aliases.get(resolved, resolved)
     boundary: dict[str, list[str]] = defaultdict(list)
     weak: set[str] = set()
     blocked: set[str] = set()

@@ -184,6 +184,9 @@ class Capture:
     activations: tuple[Activation, ...]
     outputs: tuple[np.ndarray, ...]  # flattened model outputs, exporter order
     output_names: tuple[str, ...]
+    #: every other name a module is registered under -> the one its calls are recorded under (a block shared by
+    #: several steps: the dynamo exporter scopes each call by the name it was reached through, TorchScript by the first)
+    aliases: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

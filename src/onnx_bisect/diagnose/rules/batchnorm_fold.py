@@ -59,7 +59,8 @@ class BatchNormFold(Rule):
             confidence = 0.75 if fold["mistake"] == "running-statistics" else 0.9
             return Finding(self.cause, confidence, summary, fix, evidence,
                            counterfactual=lambda c, s=site: _refold(c, s, conv, bn), reference=reference)
-        return None
+        # the layer before it carries no fold (a Linear before a BatchNorm1d): the BatchNorm may be its own Mul, Add
+        return _scale_and_shift(ctx)
 
 
 #: scale and shift mistakes of a BatchNorm written as a per-channel Mul and Add: ``(name, text, scale, shift)``
