@@ -93,6 +93,12 @@ def _gather(ctx, proto, make) -> Iterator:
             yield make(proto.name, "indices", indices.tolist(), fitted.tolist(), "the PyTorch output",
                        with_inputs(proto.name, {1: fitted.astype(indices.dtype)}))
         return
+    signed = _signed_selections(ctx, proto, data, axis, indices)
+    if signed:
+        for args in signed:  # shown in the Mul applying the signs too
+            alt = make(*args)
+            yield dataclasses.replace(alt, shows_in=(graph_reader(ctx, proto),)) if alt is not None else alt
+        return
     if indices.size > 4:
         return
     flat = indices.reshape(-1)
@@ -107,6 +113,70 @@ def _gather(ctx, proto, make) -> Iterator:
                 yield make(proto.name, "indices", indices.tolist(), want.reshape(indices.shape).tolist(),
                            "the PyTorch output",
                            with_inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
+
+
+def graph_reader(ctx, proto) -> str:
+    """The name of the one node reading ``proto``'s first output."""
+    graph = ctx.onnx.graph
+    return graph.nodes[graph.consumers[proto.output[0]][0]].name
+
+
+def _signed_selections(ctx, proto, data: np.ndarray, axis: int, indices: np.ndarray) -> list[tuple]:
+    """A Gather of constant indices whose output a Mul by a constant of ±1 along the same axis reads (a signed
+    selection: a rotation's pairs, a flip) where PyTorch's ops of that shape hold other signed selections of the
+    same data — rotary pairs (i, i+1) rotated where PyTorch rotates halves (i, i + d/2): the indices and the
+    signs fitted to each such op's value, as the Alternatives' arguments (``make(*those)``), nearest op first."""
+    graph = ctx.onnx.graph
+    readers = [graph.nodes[r] for r in graph.consumers.get(proto.output[0], ())]
+    if indices.ndim != 1 or len(readers) != 1 or readers[0].op_type != "Mul":
+        return []
+    mul = readers[0]
+    k = 1 - list(mul.inputs).index(proto.output[0])
+    signs = ctx.constant(mul.inputs[k]) if len(mul.inputs) == 2 else None
+    if signs is None or signs.size != indices.size or not np.all(np.abs(signs) == 1):
+        return []
+    have = np.moveaxis(np.take(data, indices, axis=axis), axis, -1) * signs.reshape(-1)
+    found, seen = [], set()
+    for op in reversed(ctx.ops):
+        value = np.asarray(op.value) if op.value is not None else None
+        if value is None or value.shape != np.take(data, indices, axis=axis).shape or value.dtype.kind != "f":
+            continue
+        fitted = _fit_signed(data, axis, np.moveaxis(value, axis, -1))
+        if fitted is None or np.allclose(np.moveaxis(value, axis, -1), have, rtol=1e-4, atol=1e-6):
+            continue
+        want, want_signs = fitted
+        if (key := (tuple(want), tuple(want_signs))) in seen or len(seen) >= MAX_SIGNED:
+            continue
+        seen.add(key)
+        edit_gather = with_inputs(proto.name, {1: want.astype(indices.dtype)})
+        edit_signs = with_inputs(mul.name, {k: want_signs.reshape(signs.shape).astype(signs.dtype)})
+        found.append((proto.name, "signed indices", [f"{'-' if s < 0 else '+'}{int(i)}" for i, s in
+                                                     zip(indices % data.shape[axis], signs.reshape(-1))],
+                      [f"{'-' if s < 0 else '+'}{int(i)}" for i, s in zip(want, want_signs)],
+                      f"PyTorch's {op.module_type}",
+                      lambda m, w, g=edit_gather, e=edit_signs: e(*g(m, w))))
+    return found
+
+
+#: distinct signed selections (fitted to PyTorch's ops) tried for one Gather
+MAX_SIGNED = 4
+
+
+def _fit_signed(data: np.ndarray, axis: int, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each slice of ``wanted`` (its last axis the selection's) as plus or minus one slice of ``data`` along
+    ``axis``: (indices, signs), or None when some slice is no such copy."""
+    slices = np.moveaxis(data.astype(np.float64), axis, 0).reshape(data.shape[axis], -1)  # (size, rest)
+    target = np.moveaxis(wanted.astype(np.float64), -1, 0).reshape(wanted.shape[-1], -1)  # (positions, rest)
+    if slices.shape[1] != target.shape[1] or not np.isfinite(slices).all() or not np.isfinite(target).all():
+        return None
+    both = np.concatenate([slices, -slices])  # (2 size, rest)
+    distances = (target ** 2).sum(1)[:, None] + (both ** 2).sum(1)[None, :] - 2 * target @ both.T
+    best = distances.argmin(1)
+    scale = (target ** 2).sum(1) + 1e-30
+    if np.any(distances[np.arange(len(best)), best] > 1e-8 * scale):
+        return None
+    size = data.shape[axis]
+    return best % size, np.where(best < size, 1.0, -1.0)
 
 
 def _gather_axis(ctx, proto, shape_of, make) -> Iterator:
