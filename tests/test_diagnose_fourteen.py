@@ -79,3 +79,37 @@ def test_rotary_pairs_rotated_where_pytorch_rotates_halves_are_named_with_the_si
     _found(fd, "planted_gather", cause="attribute-mismatch")
     assert "planted_mul" in fd.layer.segment, fd.layer.segment
     assert "'-8', '-9'" in fd.explanation and "'-1', '+0'" in fd.explanation, fd.explanation
+
+
+class _Positions(torch.nn.Module):
+    """Token and learned position embeddings (GPT-2's wte + wpe, positions an arange), a norm and a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(143)
+        self.wte, self.wpe = torch.nn.Embedding(20, 16), torch.nn.Embedding(12, 16)
+        self.norm, self.head = torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+
+    def forward(self, ids):  # (2, 8) token ids
+        positions = torch.arange(ids.shape[1])
+        return self.head(self.norm(self.wte(ids) + self.wpe(positions)))
+
+
+def test_a_folded_position_table_read_two_positions_on_is_named_with_the_shift():
+    """The dynamo export folds wpe(arange) into a constant; that constant's rows shifted by two (OPT's offset of
+    two lost or added): the folded table is paired with PyTorch's position lookup by the rows they share — by
+    correlation alone a shifted table of random rows is nearest some other module's output — and named with
+    the shift."""
+    model = _Positions().eval()
+    inputs = (torch.randint(0, 20, (2, 8), generator=torch.Generator().manual_seed(144)),)
+    proto = dc.export(model, inputs, "dynamo")
+    want = model.wpe.weight.detach().numpy()[:8]
+    table = next(t for t in proto.graph.initializer if tuple(t.dims)[-2:] == (8, 16)
+                 and np.allclose(numpy_helper.to_array(t).reshape(8, 16), want))
+    value = numpy_helper.to_array(table)
+    shifted = np.concatenate([value.reshape(8, 16)[2:], value.reshape(8, 16)[-2:]]).reshape(value.shape)
+    table.CopyFrom(numpy_helper.from_array(shifted.astype(value.dtype), table.name))
+    reader = next(n for n in proto.graph.node if table.name in n.input)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, reader.name, cause="weight-mismatch")
+    assert "shifted by 2 positions" in fd.explanation and "wpe" in fd.explanation, fd.explanation

@@ -935,13 +935,17 @@ def _stale_table(ctx: DiagnosisContext) -> Finding | None:
         tables = [(what, np.clip(t.reshape(value.shape), span.min, span.max).astype(value.dtype))
                   for what, t in outputs.items()]
         tables = [(w, t) for w, t in tables if not np.allclose(t, value, rtol=1e-3, atol=1e-6)]
+        # nearest first: most of the constant's rows among the table's (a table read from another offset, its
+        # rows shifted), then by correlation
+        tables.sort(key=lambda p: (-_rows_shared(value, p[1]), -layout.relate(value, p[1]).correlation))
         if tables:
-            what, table = max(tables, key=lambda p: layout.relate(value, p[1]).correlation)
+            what, table = tables[0]
             if value.ndim >= 2 and value.shape[-1] == value.shape[-2] and np.allclose(
                     np.swapaxes(table, -1, -2), value, rtol=1e-3, atol=1e-6):
                 continue  # the table transposed (a mask with query and key exchanged): the attribute rule's case
-            found.append((name, value, what, table.astype(value.dtype)))
-    for chosen in ([found] if len(found) > 1 else []) + [[f] for f in found][:MAX_TABLES]:
+            found.append([(name, value, w, t.astype(value.dtype)) for w, t in tables[:TABLES_PER_CONSTANT]])
+    tries = ([[f[0] for f in found]] if len(found) > 1 else []) + [[t] for f in found for t in f]
+    for chosen in tries[:MAX_TABLES]:
         model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
         try:
             for name, _, _, restored in chosen:
@@ -952,6 +956,41 @@ def _stale_table(ctx: DiagnosisContext) -> Finding | None:
         if ctx.compare(values[ctx.tensor], ctx.reference).ok:
             return _table_finding(ctx, chosen)
     return None
+
+
+#: PyTorch values tried in a constant table's place, nearest first
+TABLES_PER_CONSTANT = 3
+
+
+def _rows_shared(value: np.ndarray, table: np.ndarray) -> float:
+    """The fraction of ``value``'s rows (along its last axis) that equal some row of ``table``."""
+    if value.ndim == 0 or value.shape[-1] < 2:
+        return 0.0
+    a = value.reshape(-1, value.shape[-1]).astype(np.float64)
+    b = table.reshape(-1, value.shape[-1]).astype(np.float64)
+    if len(a) * len(b) > 1 << 22 or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return 0.0
+    distances = (a ** 2).sum(1)[:, None] + (b ** 2).sum(1)[None, :] - 2 * a @ b.T
+    return float(np.mean(distances.min(1) <= 1e-8 * ((a ** 2).sum(1) + 1e-30)))
+
+
+def _row_shift(value: np.ndarray, table: np.ndarray) -> int | None:
+    """k when most of ``value``'s rows i are ``table``'s row i + k (k ≠ 0: a table read from another offset)."""
+    if value.ndim < 2 or _rows_shared(value, table) < 0.5:
+        return None
+    a = value.reshape(-1, value.shape[-1]).astype(np.float64)
+    b = table.reshape(-1, value.shape[-1]).astype(np.float64)
+    distances = (a ** 2).sum(1)[:, None] + (b ** 2).sum(1)[None, :] - 2 * a @ b.T
+    shifts = distances.argmin(1) - np.arange(len(a))
+    k, count = np.unique(shifts, return_counts=True)
+    best = int(k[count.argmax()])
+    return best if best != 0 and count.max() >= len(a) / 2 else None
+
+
+def _shift_text(row: dict) -> str:
+    shift = row.get("row_shift")
+    return "" if shift is None else \
+        f"; its rows are PyTorch's shifted by {shift} positions, row i holding row i + {shift}"
 
 
 def _input_free(ops) -> list:
@@ -968,12 +1007,17 @@ def _table_finding(ctx: DiagnosisContext, chosen) -> Finding:
     rows = [{"initializer": name, "parameter": what, "layout": "folded table",
              "fraction_differing": float(np.mean(~np.isclose(value, restored, rtol=1e-3, atol=1e-6)))}
             for name, value, what, restored in chosen]
+    for r, (_, value, _, restored) in zip(rows, chosen):
+        shift = _row_shift(value, restored)
+        if shift is not None:
+            r["row_shift"] = shift
     listed = "; ".join(f"'{r['initializer']}' is {r['parameter']} with other numbers ({r['fraction_differing']:.0%} "
-                       "of its elements differ)" for r in rows)
+                       f"of its elements differ{_shift_text(r)})" for r in rows)
     summary = (f"Constant tables differ from what PyTorch computes: {listed} (each paired with the PyTorch value "
-               "nearest it by correlation among those computed from no input). With PyTorch's in their place the "
-               "segment reproduces PyTorch's output. The tables were perhaps computed with another configuration "
-               "than the model runs (a rotary base or a position offset, another length) or from a stale buffer.")
+               "nearest it, by rows in common then correlation, among those computed from no input). With "
+               "PyTorch's in their place the segment reproduces PyTorch's output. The tables were perhaps computed "
+               "with another configuration than the model runs (a rotary base or a position offset, another "
+               "length) or from a stale buffer.")
     fix = ("Re-export with the configuration and buffers the model runs with (rope_theta, max positions), or "
            "recompute the table in the graph instead of folding it.")
     replaced = [(name, restored) for name, _, _, restored in chosen]
