@@ -113,3 +113,129 @@ def test_a_folded_position_table_read_two_positions_on_is_named_with_the_shift()
     fd = _bisect(model, inputs, proto)
     _found(fd, reader.name, cause="weight-mismatch")
     assert "shifted by 2 positions" in fd.explanation and "wpe" in fd.explanation, fd.explanation
+
+
+class _Square(torch.nn.Module):
+    """Two square Linears with a GELU between them."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(145)
+        self.fc1, self.fc2 = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+
+def _quantize_weight(proto: onnx.ModelProto, weight: np.ndarray, misread: str) -> str:
+    """fc1's weight initializer replaced by int8 integers quantized per output channel and a DequantizeLinear
+    that reads them wrongly: ``axis`` (its scales applied along the other axis) or ``sign`` (the int8 bytes
+    stored as uint8, zero point 0).  Returns the name of the node reading the dequantized weight."""
+    inits = {t.name: t for t in proto.graph.initializer}
+    name, reader = next((t, n) for n in proto.graph.node for t in n.input if t in inits
+                        and np.allclose(np.abs(numpy_helper.to_array(inits[t])).sum(), np.abs(weight).sum())
+                        and numpy_helper.to_array(inits[t]).shape == weight.shape)
+    stored = numpy_helper.to_array(inits[name]).astype(np.float64)
+    axis = 0 if np.allclose(stored, weight) else 1  # (out, in) as in PyTorch, or transposed for a MatMul
+    scale = np.abs(stored).max(axis=1 - axis) / 127.0
+    q = np.clip(np.round(stored / np.expand_dims(scale, 1 - axis)), -127, 127).astype(np.int8)
+    if misread == "sign":
+        q, zero, read_axis = q.view(np.uint8), np.zeros(16, np.uint8), axis
+    else:
+        zero, read_axis = np.zeros(16, np.int8), 1 - axis
+    proto.graph.initializer.extend([numpy_helper.from_array(q, "planted_q"),
+                                    numpy_helper.from_array(scale.astype(np.float32), "planted_scale"),
+                                    numpy_helper.from_array(zero, "planted_zero")])
+    dq = helper.make_node("DequantizeLinear", ["planted_q", "planted_scale", "planted_zero"], ["planted_w"],
+                          name="planted_dq", axis=read_axis)
+    reader.input[list(reader.input).index(name)] = "planted_w"
+    proto.graph.node.insert(list(proto.graph.node).index(reader), dq)
+    return reader.name
+
+
+@pytest.mark.parametrize("misread", ["axis", "sign"])
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_quantized_weight_read_along_another_axis_or_with_another_sign_is_named_as_quantization(misread, exporter):
+    """The int8 weight's scales applied along the wrong axis, or its bytes read as uint8: a quantization fault
+    naming the reading, not a weight from another checkpoint; re-run with PyTorch's weight, the segment agrees."""
+    model = _Square().eval()
+    inputs = (torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(146)),)
+    proto = dc.export(model, inputs, exporter)
+    reader = _quantize_weight(proto, model.fc1.weight.detach().numpy().astype(np.float64), misread)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, reader, cause="quantization")
+    assert "planted_dq" in fd.layer.segment and fd.confirmed, fd.layer.segment
+    said = "scales applied along axis" if misread == "axis" else "integers read as int8"
+    assert said in fd.explanation and "fc1.weight" in fd.explanation, fd.explanation
+
+
+class _BiasedAttention(torch.nn.Module):
+    """Attention with a relative bias handed in and divided by √d inside (LayoutLMv3), a Dropout on the
+    probabilities; returns the context and the probabilities."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv, self.drop = torch.nn.Linear(16, 48), torch.nn.Dropout(0.1)
+
+    def forward(self, x, bias):  # (2, 6, 16), (2, 6, 6)
+        q, k, v = self.qkv(x).chunk(3, -1)
+        probs = self.drop(torch.softmax(q @ k.transpose(-1, -2) / 4.0 + bias / 4.0, -1))
+        return probs @ v, probs
+
+
+class _SharedBias(torch.nn.Module):
+    """Two such layers reading one bias: the dynamo export computes ``bias / 4`` once, in the first layer's
+    scope, and the second layer reads it from there."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(147)
+        self.layers = torch.nn.ModuleList(_BiasedAttention() for _ in range(2))
+        self.rel = torch.nn.Linear(1, 1)
+
+    def forward(self, x):
+        bias = self.rel((x[..., :1] - x[..., :1].transpose(-1, -2))[..., None])[..., 0]
+        for layer in self.layers:
+            x = x + layer(x, bias)[0]
+        return x
+
+
+def test_a_tensor_shared_across_layers_is_not_taken_for_the_probabilities_its_scope_does_not_hand_on():
+    """The shared ``bias / 4`` leaves the first layer's scope and has the probabilities' shape; the probabilities
+    do not leave it (only the product with v does).  Paired by scope and shape, the clean file showed a
+    divergence at the Dropout; the tensor of the scope holding the value is paired instead, and the run is
+    clean."""
+    model = _SharedBias().eval()
+    inputs = (torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(148)),)
+    proto = dc.export(model, inputs, "dynamo")
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, inputs, onnx=proto)
+    assert report.ok and not report.warnings, report.warnings
+    assert not [r for r in report.layers if r.status.value == "diverged"]
+    drop = next(r for r in report.layers if r.pair.activation.module == "layers.0.drop")
+    producer = next(n for n in proto.graph.node if drop.pair.tensor in n.output)
+    assert producer.op_type == "Softmax", (drop.pair.tensor, producer.op_type)
+
+
+def test_an_unsigned_quantizer_clipping_a_linears_negative_outputs_is_named_with_its_clipping(tmp_path):
+    """A uint8 Q/DQ pair with zero point 0 inserted after fc1's product (as if a ReLU followed, which none does):
+    the range from 0 is not taken for an absorbed ReLU when only the plain float twin reproduces PyTorch; the
+    quantizer, cut off the segment where its integers are read, is shown, and its clipping measured."""
+    model = _Square().eval()
+    inputs = (torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(149)),)
+    proto = dc.export(model, inputs, "torchscript")
+    matmul = next(n for n in proto.graph.node if n.op_type in ("MatMul", "Gemm"))
+    high = float(np.abs(model.fc1(inputs[0]).detach().numpy()).max()) * 1.1
+    proto.graph.initializer.extend([numpy_helper.from_array(np.array(high / 255, np.float32), "planted_s"),
+                                    numpy_helper.from_array(np.array(0, np.uint8), "planted_z")])
+    q = helper.make_node("QuantizeLinear", ["planted_x", "planted_s", "planted_z"], ["planted_q"], name="planted_quant")
+    dq = helper.make_node("DequantizeLinear", ["planted_q", "planted_s", "planted_z"], [matmul.output[0]],
+                          name="planted_dequant")
+    matmul.output[0] = "planted_x"
+    at = list(proto.graph.node).index(matmul) + 1
+    proto.graph.node.insert(at, dq)
+    proto.graph.node.insert(at, q)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, "planted_quant", cause="quantization", at_most=4)
+    [act] = [a for a in fd.evidence["activations"] if a["node"] == "planted_quant"]
+    assert act["clip_fraction"] > 0.3 and not act["acts_as_relu"], act

@@ -63,7 +63,12 @@ def release_unread(state: AlignmentState, x: AlignInputs) -> list[Claim]:
 
 def _holds(pair: TensorPair, value) -> bool:
     """Whether the ONNX tensor's ``value`` is the activation's, in some layout, at the structure pass's closeness."""
-    found = layout_of(pair.activation.value, value)
+    return holds(pair.activation.value, value)
+
+
+def holds(activation_value, value) -> bool:
+    """Whether ``value`` is ``activation_value``, in some layout, at the structure pass's closeness."""
+    found = layout_of(activation_value, value)
     return found is not None and found[1] <= STRUCTURE_MAX_REL
 
 

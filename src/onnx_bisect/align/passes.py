@@ -25,7 +25,7 @@ import numpy as np
 
 from ..records import Capture, TensorPair
 from ..records.graph import GraphIndex
-from . import absent, derived, fused_outputs, fusion, scopes, structure
+from . import absent, derived, fused_outputs, fusion, mispaired, scopes, structure
 from .state import AlignInputs, AlignmentState, Claim
 
 
@@ -48,6 +48,7 @@ SETTLE = (Pass("shared tensors", derived.pair_shared), Pass("identities", derive
 PASSES: tuple[Pass, ...] = (
     Pass("graph outputs", derived.pair_graph_outputs),
     Pass("module scopes", scopes.pair_by_scope),
+    Pass("scope tensors holding another quantity", mispaired.repair_other_quantities),
     Pass("containers computed before their children", scopes.release_early_containers),
     Pass("fused by the runtime", fused_outputs.release_fused_outputs),
     Pass("fused into the producer", fusion.pair_into_producer),

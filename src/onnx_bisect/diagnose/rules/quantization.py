@@ -26,10 +26,19 @@ class Quantization(Rule):
         protos = [p for p in ctx.segment_protos if p.op_type in QUANT_OPS]
         if not protos or not ctx.significant(ctx.layer.local):
             return None
+        before = _quantizers_before(ctx, protos)  # a DequantizeLinear's QuantizeLinear, cut off the segment
+        protos += before
         quantizers = [p for p in protos if p.op_type == "QuantizeLinear"]
         acts = _activations(ctx, quantizers)
+        if _relu_like(acts) and not _reproduces(ctx, protos, _relu_like(acts)) and _reproduces(ctx, protos, set()):
+            # a range from 0 taken for a ReLU the quantizer absorbed, but PyTorch applies none there: it clips
+            acts = _activations(ctx, quantizers, absorbed=False)
         products = integer_products(ctx, protos)
         dequantizers = [p for p in protos if p.op_type == "DequantizeLinear"] + [q.dequantizer for q in products]
+        reread = next((m for m in (misread(ctx, p) for p in dequantizers if p.op_type == "DequantizeLinear")
+                       if m is not None), None)
+        if reread is not None:
+            return reread
         weights = [w for w in (_weight(ctx, p) for p in dequantizers) if w is not None]
         inside = set(ctx.layer.segment)
         compute = sorted({ctx.onnx.graph.nodes[i].name for p in protos if p.op_type == "DequantizeLinear"
@@ -50,14 +59,103 @@ class Quantization(Rule):
         evidence = {"activations": acts, "weights": weights, "quantized_nodes": compute}
         relu = _relu_like(acts)
         return Finding(self.cause, 0.9, summary, advice, evidence,
+                       changes=(*ctx.layer.segment, *(p.name for p in before)) if before else (),
                        counterfactual=lambda c: _dequantized(c, protos, relu))
 
 
-def _activations(ctx: DiagnosisContext, quantizers) -> list[dict]:
-    """Each activation quantizer measured on the value it quantizes in the segment's run."""
+def _quantizers_before(ctx: DiagnosisContext, protos) -> list:
+    """The QuantizeLinear nodes outside the segment whose integers a DequantizeLinear of it reads (the segment
+    begins at a tensor the quantizer's input is paired with): where the activation is quantized, so where its
+    range or scale is measured — and shown."""
+    graph, inside = ctx.onnx.graph, {p.name for p in protos}
+    found = []
+    for p in protos:
+        source = graph.node_of(p.input[0]) if p.op_type == "DequantizeLinear" else None
+        if source is not None and source.op_type == "QuantizeLinear" and source.name not in inside:
+            inside.add(source.name)
+            found.append(ctx.node(source.name))
+    return [p for p in found if p is not None]
+
+
+def misread(ctx: DiagnosisContext, dq) -> Finding | None:
+    """A quantized weight that, read as the file reads it, is not PyTorch's parameter within rounding, but read
+    as its quantizer wrote it is: its per-channel scales applied along another axis of that length (the
+    DequantizeLinear's ``axis``), or its integers' bytes (and zero point) read with the other signedness (int8
+    written, uint8 read: every negative weight 256 steps too high).  Confirmed by re-running with that reading."""
+    q, scale = ctx.initializer(dq.input[0]), ctx.constant(dq.input[1])
+    if q is None or scale is None or q.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+        return None
+    zp_name = dq.input[2] if len(dq.input) > 2 and dq.input[2] else None
+    zp = ctx.constant(zp_name) if zp_name else np.zeros((), q.dtype)
+    axis = attribute(dq, "axis", 1) % q.ndim
+    as_read = _reading(ctx, dq, q, scale, zp, axis)
+    if as_read is not None and as_read[2] <= BEYOND_ROUNDING:
+        return None  # the weight is PyTorch's: nothing misread
+    other = np.int8 if q.dtype == np.uint8 else np.uint8
+    readings = [(f"its per-channel scales applied along axis {axis} where they were computed along axis {a}",
+                 {"axis": a}, q, zp, a) for a in range(q.ndim) if a != axis and scale.size > 1
+                and q.shape[a] == scale.size]
+    readings.append((f"its integers read as {np.dtype(other)}, the type its quantizer wrote them in (stored as "
+                     f"{q.dtype}: the same bytes read {'unsigned' if q.dtype == np.uint8 else 'signed'})", {},
+                     q.view(other),
+                     zp.astype(q.dtype).view(other), axis))
+    for text, attrs, q2, zp2, a in readings:
+        found = _reading(ctx, dq, q2, scale, zp2, a)
+        if found is None or found[2] > BEYOND_ROUNDING:
+            continue
+        name, _, _ = found
+        summary = (f"The quantized weight '{dq.input[0]}' ({dq.name}) is not {name} within rounding as the file "
+                   f"reads it, but is with {text}: read that way it lies within half a step of PyTorch's weight. "
+                   "With PyTorch's weight in its place the segment reproduces PyTorch's output.")
+        fix = ("Re-quantize the weight, or write the DequantizeLinear to read it as quantized: the same axis for "
+               "the scales as the quantizer used, the integer type the quantizer wrote.")
+
+        def restored(c: DiagnosisContext, value=found[1]) -> FixedSegment:
+            # the reading is exact only to the quantizer's rounding: the re-run restores PyTorch's own weight
+            model = edits.copy_model(c.onnx.skeleton)
+            float_weight(model, dq.name, value)
+            return FixedSegment(model, c.onnx.weights)
+        readers = tuple(ctx.onnx.graph.nodes[i].name for i in ctx.onnx.graph.consumers.get(dq.output[0], ()))
+        return Finding(Cause.QUANTIZATION, 0.95, summary, fix,
+                       {"initializer": dq.input[0], "parameter": name, "reading": text, "attributes": attrs},
+                       changes=(dq.name, *readers), counterfactual=restored)
+    return None
+
+
+def _reading(ctx: DiagnosisContext, dq, q: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int):
+    """``(parameter, PyTorch value, fraction beyond half a step)`` of integers ``q`` dequantized with ``scale``
+    and ``zp`` per slice along ``axis``; None when no parameter matches it."""
+    shape = [1] * q.ndim
+    if scale.size > 1:
+        shape[axis] = scale.size
+    zp_shape = shape if zp.size > 1 else [1] * q.ndim
+    w = (q.astype(np.float64) - zp.astype(np.float64).reshape(zp_shape)) * scale.astype(np.float64).reshape(shape)
+    match = _torch_weight(ctx, w, dq.input[0])
+    if match is None:
+        return None
+    half = 0.5 * np.abs(scale.astype(np.float64)).reshape(shape) * (1 + 1e-3) + 1e-12
+    low, high = RANGES[q.dtype]
+    inside = (q != low) & (q != high)
+    return match[0], match[1], float(np.mean((np.abs(w - match[1]) > half) & inside))
+
+
+def _activations(ctx: DiagnosisContext, quantizers, absorbed: bool = True) -> list[dict]:
+    """Each activation quantizer measured on the value it quantizes in the segment's run (``absorbed``: a range
+    from 0 may be a ReLU the quantizer absorbed)."""
     values = ctx.run_segment(outputs=[q.input[0] for q in quantizers])
-    acts = [_activation(ctx, q, values[q.input[0]]) for q in quantizers if q.input[0] in values]
+    acts = [_activation(ctx, q, values[q.input[0]], absorbed) for q in quantizers if q.input[0] in values]
     return [a for a in acts if a is not None]
+
+
+def _reproduces(ctx: DiagnosisContext, protos, relu: set[str]) -> bool:
+    """Whether the segment without its quantization (the quantizers in ``relu`` kept as a ReLU) reproduces
+    PyTorch's output."""
+    try:
+        fixed = _dequantized(ctx, protos, relu)
+        values = ctx.run_segment(fixed.model, fixed.weights)
+    except Exception:  # noqa: BLE001 - a twin that does not run says nothing
+        return False
+    return ctx.tensor in values and ctx.compare(values[ctx.tensor], ctx.reference).ok
 
 
 def _absorbing_relu(ctx: DiagnosisContext, protos) -> set[str]:
@@ -69,7 +167,7 @@ def _relu_like(acts: list[dict]) -> set[str]:
     return {a["node"] for a in acts if a["acts_as_relu"]}
 
 
-def _activation(ctx: DiagnosisContext, q, x: np.ndarray) -> dict | None:
+def _activation(ctx: DiagnosisContext, q, x: np.ndarray, absorbed: bool = True) -> dict | None:
     scale = ctx.constant(q.input[1])
     if scale is None or not np.issubdtype(x.dtype, np.floating):
         return None
@@ -84,7 +182,7 @@ def _activation(ctx: DiagnosisContext, q, x: np.ndarray) -> dict | None:
     lo, hi = (lo_q - z) * s, (hi_q - z) * s
     # A range starting at 0 in front of a tensor that is non-negative in the reference is a ReLU the quantizer
     # absorbed (quantize_static fuses Conv+Relu this way): cutting the negatives there is the model, not clipping.
-    relu = bool(np.all(lo == 0)) and float(x64.min()) < 0 and _reference_nonnegative(ctx, q)
+    relu = absorbed and bool(np.all(lo == 0)) and float(x64.min()) < 0 and _reference_nonnegative(ctx, q)
     below = np.zeros(x64.shape, bool) if relu else x64 < lo - 0.5 * s
     clipped = float(np.mean(below | (x64 > hi + 0.5 * s)))
     dq = (np.clip(np.round(x64 / s) + z, lo_q, hi_q) - z) * s

@@ -381,6 +381,8 @@ def _quantized(ctx: DiagnosisContext, candidates) -> list:
     parameter, relation, torch value)`` rows."""
     out = []
     for w, dq in quantization.dequantized_weights(ctx):
+        if dq.op_type == "DequantizeLinear" and quantization.misread(ctx, dq) is not None:
+            continue  # the quantizer's weight read another way (the scales' axis, the integers' sign): its rule's
         name = layout.float_name(dq.input[0])
         best = _best(w, name, candidates)
         if best is None or not (best[1].related or best[0] == name):
