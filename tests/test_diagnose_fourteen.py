@@ -239,3 +239,54 @@ def test_an_unsigned_quantizer_clipping_a_linears_negative_outputs_is_named_with
     _found(fd, "planted_quant", cause="quantization", at_most=4)
     [act] = [a for a in fd.evidence["activations"] if a["node"] == "planted_quant"]
     assert act["clip_fraction"] > 0.3 and not act["acts_as_relu"], act
+
+
+class _Mlp(torch.nn.Module):
+    """A Linear, an activation module, a Linear."""
+
+    def __init__(self, act: torch.nn.Module):
+        super().__init__()
+        torch.manual_seed(150)
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(16, 32), act, torch.nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x)))
+
+
+def _erf_as_sign(proto: onnx.ModelProto) -> str:
+    """GELU's Erf made a Sign: x/2·(1 + sign(x)) is a ReLU (a hidden_act read as 'relu')."""
+    erf = next(n for n in proto.graph.node if n.op_type == "Erf")
+    erf.op_type = "Sign"
+    return erf.name
+
+
+def _silu_as_gelu(proto: onnx.ModelProto) -> str:
+    """x·sigmoid(x) made x·Φ(x): the Sigmoid replaced by 0.5·(1 + erf(x/√2))."""
+    sig = next(n for n in proto.graph.node if n.op_type == "Sigmoid")
+    proto.graph.initializer.extend([numpy_helper.from_array(np.array(2 ** -0.5, np.float32), "planted_k"),
+                                    numpy_helper.from_array(np.array(1.0, np.float32), "planted_one"),
+                                    numpy_helper.from_array(np.array(0.5, np.float32), "planted_half")])
+    new = [helper.make_node("Mul", [sig.input[0], "planted_k"], ["planted_u"], name="planted_scale"),
+           helper.make_node("Erf", ["planted_u"], ["planted_e"], name="planted_erf"),
+           helper.make_node("Add", ["planted_e", "planted_one"], ["planted_a"], name="planted_add"),
+           helper.make_node("Mul", ["planted_a", "planted_half"], [sig.output[0]], name="planted_phi")]
+    at = list(proto.graph.node).index(sig)
+    proto.graph.node.remove(sig)
+    for n in reversed(new):
+        proto.graph.node.insert(at, n)
+    return "planted_erf"
+
+
+@pytest.mark.parametrize("act,plant,exporter,said", [
+    (torch.nn.GELU(), _erf_as_sign, "torchscript", "applies ReLU"),
+    (torch.nn.SiLU(), _silu_as_gelu, "dynamo", "applies GELU (erf)")])
+def test_an_activation_computed_as_another_function_is_named_with_both_functions(act, plant, exporter, said):
+    """Whatever ops the file writes it with, the function the segment applies to the activation's input is told
+    from PyTorch's on the real values, and writing PyTorch's in its place makes the segment agree."""
+    model = _Mlp(act).eval()
+    inputs = (torch.randn(3, 16, generator=torch.Generator().manual_seed(151)),)
+    proto = dc.export(model, inputs, exporter)
+    planted = plant(proto)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, planted, cause="attribute-mismatch", at_most=6)
+    assert said in fd.explanation, fd.explanation

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from ..records import Cause, Divergence
+from .rules.activation_kind import ActivationKind
 from .rules.attribute_mismatch import AttributeMismatch
 from .rules.baked_shape import BakedShape
 from .rules.batch_mixing import BatchMixing
@@ -21,7 +22,7 @@ from .rules.weight_mismatch import WeightMismatch
 
 #: every rule class; a new cause is one new module and one line here
 RULES: list[type[Rule]] = [
-    RuntimeOptimization, GeluApproximation, EpsilonMismatch, BatchNormFold, WeightMismatch,
+    RuntimeOptimization, GeluApproximation, ActivationKind, EpsilonMismatch, BatchNormFold, WeightMismatch,
     AttributeMismatch, ResizeMode, LowPrecision, Quantization, TrainingMode, Float64Cast, IntegerRoundTrip,
     NondeterministicReference,
     BakedShape, BatchMixing, NumericalStability,
