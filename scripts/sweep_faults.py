@@ -1813,3 +1813,7 @@ FAULTS.update({k.name: k for k in sweep_faults_twelve.KINDS})
 import sweep_faults_thirteen  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_thirteen.KINDS})
+# the fourteenth set (scripts/sweep_faults_fourteen.py)
+import sweep_faults_fourteen  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_fourteen.KINDS})

@@ -1985,6 +1985,334 @@ class S4DNet(nn.Module):
         return self.dec(self.ln_f(x))
 
 
+# --------------------------------------------------------------------------- fourteenth held-out set
+# Added after the thirteenth held-out set and measured before any of their misses was looked at (``fault_sweep.py
+# --archs heldout14``): LayoutLMv3's text stream (2-D layout embeddings gathered from x / y / width / height tables by
+# the four bounding-box coordinates of a second, integer input, and two kinds of attention bias: 1-D relative position
+# buckets and 2-D ones from the boxes' x and y differences, each bucketed with a log, one-hot encoded and projected
+# to the heads), FNet (attention replaced by the real part of a 2-D Fourier transform over the tokens and the hidden
+# axis, written as run-time cosine and sine DFT matrices, C_T·X·C_D − S_T·X·S_D, since the TorchScript exporter has no
+# ``aten::fft_fftn``), Bamba (a hybrid of Mamba-2 and attention layers: the Mamba-2 SSD chunked scan with a
+# segment-sum of the decays made into a causal exp mask, 5-D einsums within and across chunks, an inter-chunk state
+# recurrence by an einsum against a decay matrix, a gated RMSNorm; a causal depthwise Conv1d; grouped-query rotary
+# attention in the other layer), Conditional DETR (a small ResNet backbone with frozen BatchNorms, sine position
+# embeddings from cumsums of the pixel mask, learned object queries, reference points from an MLP and a sigmoid, the
+# conditional spatial query: sine embeddings of the reference points scaled by an MLP of the decoder state and
+# concatenated per head with the content query in cross-attention; the output has 8 query tokens, not image tokens),
+# MiniMax (lightning attention: SiLU'd q / k / v, linear attention with per-head decay slopes — ALiBi's geometric
+# series, scaled down with depth — evaluated block by block: an intra-block causal decay mask and an inter-block
+# key-value state carried with exp decays; an RMSNorm and a sigmoid output gate; alternating with softmax attention;
+# a top-1 of 2 expert MoE whose renormalised routing weight is always 1), the SigLIP vision tower (its multihead
+# attention pooling head: a learned probe token repeated over the batch cross-attends to the patches through
+# nn.MultiheadAttention, a residual MLP; the output is one pooled vector per image), and four hand-written models: a
+# Performer (FAVOR+ positive random features: exp of projections onto orthogonal random directions minus half the
+# squared norm and a max stabiliser, linear attention as a key-value outer-product sum, and a causal layer whose
+# sums are cumsums over time of 5-D outer products), a Hyena operator (an implicit long filter as long as the input,
+# generated from sin / cos positional features of the lags by a sine-activated MLP and an exponential decay window,
+# applied as a depthwise Conv1d with that generated kernel over a left pad of L − 1; short causal Conv1d, data-
+# controlled multiplicative gates), a NeRF-style radiance field with volume rendering (points along rays at fixed
+# depths, sinusoidal positional encodings of 2^k·π frequencies, a skip concatenation in the MLP, α = 1 − exp(−σδ),
+# transmittance by exp of an exclusive cumsum, weighted sums over the samples into RGB, depth and opacity) and slot
+# attention (a softmax over the slots rather than the keys, renormalised over the inputs, three iterations with
+# shared weights and a GRUCell update, slots initialised from a fixed noise buffer, a soft position embedding from a
+# coordinate grid).
+
+class LayoutLMv3Text(nn.Module):
+    """LayoutLMv3Model without the visual stream, called with token ids and their bounding boxes (N, T, 4 integer
+    x0, y0, x1, y1 in [0, 128)); 1-D and 2-D relative attention biases on."""
+    def __init__(self):
+        super().__init__()
+        from transformers import LayoutLMv3Config, LayoutLMv3Model
+        self.model = LayoutLMv3Model(LayoutLMv3Config(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64, max_2d_position_embeddings=128, coordinate_size=6, shape_size=4, rel_pos_bins=16, max_rel_pos=32, rel_2d_pos_bins=32, max_rel_2d_pos=128, has_relative_attention_bias=True, has_spatial_attention_bias=True, visual_embed=False))
+    def forward(self, ids, bbox):  # N, T and N, T, 4
+        return self.model(input_ids=ids, bbox=bbox).last_hidden_state
+
+class _RealPart:
+    def __init__(self, real):
+        self.real = real
+
+def real_fft2(x):
+    """``torch.fft.fftn(x, dim=(1, 2))`` as FNet uses it (only ``.real`` is read), by DFT matrices made at run time:
+    Re(F_T X F_D) = C_T X C_D − S_T X S_D with C, S the cosines and sines of 2π·j·k / n.  The same values; the
+    TorchScript exporter has no ``aten::fft_fftn`` (the dynamo exporter would write a DFT op).  The dynamo exporter
+    folds the cosine and sine matrices into initializers; the TorchScript export computes them (Cos, Sin)."""
+    def cos_sin(n):
+        k = torch.arange(n, dtype=x.dtype, device=x.device)
+        angle = (2 * math.pi / n) * k[:, None] * k
+        return torch.cos(angle), torch.sin(angle)
+    (ct, st), (cd, sd) = cos_sin(x.shape[1]), cos_sin(x.shape[2])
+    return _RealPart(ct @ x @ cd - st @ x @ sd)
+
+def _fnet():
+    from transformers import FNetConfig, FNetModel
+    model = FNetModel(FNetConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, intermediate_size=64, max_position_embeddings=64, use_tpu_fourier_optimizations=False))
+    for module in model.modules():
+        if type(module).__name__ == "FNetBasicFourierTransform":
+            module.fourier_transform = real_fft2
+    return LastHidden(model, "input_ids")
+
+class _NonNegativePermute:
+    """``Tensor.permute`` with negative dims made non-negative while active: the Mamba-2 scan's
+    ``permute(0, -2, -1, 1)`` becomes, from the TorchScript exporter, a Transpose with perm {0, -2, -1, 1} that ONNX
+    Runtime rejects.  The same values."""
+    def __enter__(self):
+        self.orig = orig = torch.Tensor.permute
+        def permute(t, *dims):
+            dims = dims[0] if len(dims) == 1 and isinstance(dims[0], (tuple, list)) else dims
+            return orig(t, *[d % t.dim() for d in dims])
+        torch.Tensor.permute = permute
+    def __exit__(self, *exc):
+        torch.Tensor.permute = self.orig
+
+class Bamba(nn.Module):
+    """A BambaModel: a Mamba-2 layer (4 heads of 16, state 8, chunks of 8: two chunks of the 16 tokens) then a
+    grouped-query attention layer; run with non-negative permute dims (_NonNegativePermute)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import BambaConfig, BambaModel
+        self.model = BambaModel(BambaConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, attn_layer_indices=[1], mamba_n_heads=4, mamba_d_head=16, mamba_d_state=8, mamba_expand=2, mamba_chunk_size=8, mamba_n_groups=1, mamba_d_conv=4))
+    def forward(self, ids):
+        with _NonNegativePermute():
+            return self.model(input_ids=ids).last_hidden_state
+
+class ConditionalDETR(nn.Module):
+    """A ConditionalDetrModel on a transformers ResNet backbone (no timm, no pretrained weights: basic blocks, 16 and 32
+    channels, the stride-16 stage), one encoder and two decoder layers, 8 object queries; the decoder output (N, 8, 32).
+    The frozen BatchNorms' buffers get random statistics here (corpus_models.randomize leaves buffers alone).  With
+    no pixel mask input the position embeddings depend on the image size only: the dynamo exporter folds them into
+    initializers, the TorchScript export computes them (CumSum, Sin, Cos; the mask resized by a Resize)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import ConditionalDetrConfig, ConditionalDetrModel, ResNetConfig
+        backbone = ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic", out_features=["stage2"])
+        self.model = ConditionalDetrModel(ConditionalDetrConfig(use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=backbone, d_model=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=8))
+        for module in self.model.modules():
+            if type(module).__name__.endswith("FrozenBatchNorm2d"):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0.0, 0.1)
+                module.running_mean.normal_(0.0, 0.5)
+                module.running_var.uniform_(0.25, 2.0)
+    def forward(self, x):  # N, 3, 64, 64
+        return self.model(pixel_values=x).last_hidden_state
+
+def _minimax():
+    from transformers import MiniMaxConfig, MiniMaxModel
+    model = MiniMaxModel(MiniMaxConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8, layer_types=["linear_attention", "full_attention"], block_size=4, num_local_experts=2, num_experts_per_tok=1))
+    model.set_experts_implementation("batched_mm")  # as GPT-OSS
+    return LastHidden(model, "input_ids")
+
+class SiglipPooled(nn.Module):
+    """A SiglipVisionModel's ``pooler_output``: the multihead attention pooling head's one vector per image (N, 32)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import SiglipVisionConfig, SiglipVisionModel
+        self.model = SiglipVisionModel(SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=32, patch_size=4))
+    def forward(self, x):  # N, 3, 32, 32
+        return self.model(pixel_values=x).pooler_output
+
+class FavorAttention(nn.Module):
+    """Performer self-attention (FAVOR+, Choromanski et al. 2021): q and k mapped to positive random features
+    φ(x) = exp(ωᵀx − ‖x‖²/2 − stabiliser) / √m with m = 16 orthogonal random directions ω (a QR of a seeded Gaussian,
+    rows rescaled to chi-distributed norms, a buffer); the keys' stabiliser the max over time and features, the
+    queries' the max over features; attention in linear time: Σ_s φ(k_s) v_sᵀ, normalised by φ(q)·Σ_s φ(k_s).
+    With ``causal``, the sums are prefix sums (cumsum over time of the 5-D outer products φ(k_s) v_sᵀ)."""
+    def __init__(self, d, heads, m=16, causal=False):
+        super().__init__()
+        self.h, self.dh, self.m, self.causal = heads, d // heads, m, causal
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        q, _ = torch.linalg.qr(torch.randn(self.dh, self.dh))
+        blocks = [q.T]
+        while sum(b.shape[0] for b in blocks) < m:
+            blocks.append(torch.linalg.qr(torch.randn(self.dh, self.dh))[0].T)
+        omega = torch.cat(blocks)[:m] * torch.randn(m, self.dh).norm(dim=1, keepdim=True)
+        self.register_buffer("omega", omega)
+    def features(self, x, query):  # N, h, T, dh
+        x = x * self.dh ** -0.25
+        wx = x @ self.omega.T  # N, h, T, m
+        stab = wx.amax(-1, keepdim=True) if query else wx.amax((-2, -1), keepdim=True)
+        return (torch.exp(wx - x.pow(2).sum(-1, keepdim=True) / 2 - stab) + 1e-4) / math.sqrt(self.m)
+    def forward(self, x):  # N, T, d
+        n, t, _ = x.shape
+        q, k, v = self.qkv(x).view(n, t, 3, self.h, self.dh).permute(2, 0, 3, 1, 4)
+        q, k = self.features(q, True), self.features(k, False)
+        if self.causal:
+            kv = torch.einsum("nhtm,nhtd->nhtmd", k, v).cumsum(2)
+            out = torch.einsum("nhtm,nhtmd->nhtd", q, kv) / (q * k.cumsum(2)).sum(-1, keepdim=True)
+        else:
+            kv = torch.einsum("nhtm,nhtd->nhmd", k, v)
+            out = torch.einsum("nhtm,nhmd->nhtd", q, kv) / (q * k.sum(2, keepdim=True)).sum(-1, keepdim=True)
+        return self.o(out.transpose(1, 2).reshape(n, t, -1))
+
+class Performer(nn.Module):
+    """Token and learned position embeddings, a bidirectional then a causal pre-LayerNorm FAVOR+ block with GELU
+    FFNs, a final LayerNorm."""
+    def __init__(self, vocab=128, d=32, heads=4):
+        super().__init__()
+        self.emb, self.pos = nn.Embedding(vocab, d), nn.Parameter(torch.randn(64, d) * 0.5)
+        self.attn = nn.ModuleList((FavorAttention(d, heads), FavorAttention(d, heads, causal=True)))
+        self.ln1 = nn.ModuleList(nn.LayerNorm(d) for _ in range(2))
+        self.ln2 = nn.ModuleList(nn.LayerNorm(d) for _ in range(2))
+        self.ffn = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d)) for _ in range(2))
+        self.ln_f = nn.LayerNorm(d)
+    def forward(self, ids):
+        x = self.emb(ids) + self.pos[: ids.shape[1]]
+        for ln1, attn, ln2, ffn in zip(self.ln1, self.attn, self.ln2, self.ffn):
+            x = x + attn(ln1(x))
+            x = x + ffn(ln2(x))
+        return self.ln_f(x)
+
+
+class HyenaFilter(nn.Module):
+    """Hyena's implicit long filter: positional features of each lag t (t / L, cos and sin of 2π k t / L for k = 1..4,
+    computed at run time from arange of the length) through a sine-activated MLP (learned frequency), times an
+    exponential decay window exp(−|α_c| t / L) per channel: a (filters, channels, L) kernel computed in the graph by
+    the TorchScript export; the dynamo exporter folds it (it depends on weights and the length only) into Conv weight
+    initializers."""
+    def __init__(self, d, order, width=16, bands=4):
+        super().__init__()
+        self.bands, self.d, self.order = bands, d, order
+        self.l1, self.l2 = nn.Linear(1 + 2 * bands, width), nn.Linear(width, width)
+        self.l3 = nn.Linear(width, order * d)
+        self.freq = nn.Parameter(torch.ones(width) + 0.2 * torch.randn(width))
+        self.decay = nn.Parameter(torch.linspace(0.5, 4.0, order * d))
+    def forward(self, length: int, ref):
+        # the lags in reverse order (L − 1 … 0), so the kernel comes out flipped for F.conv1d's cross-correlation
+        t = torch.arange(length - 1, -1, -1, device=ref.device, dtype=ref.dtype)[:, None] / length  # L, 1 (lag / L)
+        k = torch.arange(1, self.bands + 1, device=ref.device, dtype=ref.dtype)
+        z = torch.cat((t, torch.cos(2 * math.pi * k * t), torch.sin(2 * math.pi * k * t)), -1)
+        h = torch.sin(self.freq * self.l1(z))
+        h = self.l3(torch.sin(self.freq * self.l2(h)))  # L, order·d
+        h = h * torch.exp(-self.decay.abs() * t)
+        return h.T.reshape(self.order, self.d, length)
+
+class HyenaOperator(nn.Module):
+    """Hyena operator of order 3 (Poli et al. 2023, as the safari code): an input projection to four streams x0, x1,
+    x2, v, a short causal depthwise Conv1d (left pad 2); v gated by x2, long-convolved with the first implicit filter,
+    gated by x1, long-convolved with the second, gated by x0.  Each long convolution is a depthwise F.conv1d with the
+    run-time kernel over a left pad of L − 1 (a causal convolution as long as the input) plus a skip D·v; an output
+    projection."""
+    def __init__(self, d, order=3):
+        super().__init__()
+        self.d = d
+        self.in_proj, self.out_proj = nn.Linear(d, (order + 1) * d), nn.Linear(d, d)
+        self.short = nn.Conv1d((order + 1) * d, (order + 1) * d, 3, groups=(order + 1) * d)
+        self.filter = HyenaFilter(d, order - 1)
+        self.skip = nn.Parameter(torch.randn(order - 1, d) * 0.5)
+    def forward(self, x):  # N, T, d
+        t = int(x.shape[1])  # a Python int: the generated filter's length is the kernel size of a Conv
+        u = self.short(F.pad(self.in_proj(x).transpose(1, 2), (2, 0)))  # N, 4d, T
+        *gates, v = u.split(self.d, dim=1)
+        h = self.filter(t, x)  # order − 1, d, T
+        for i, gate in enumerate(reversed(gates[1:])):
+            v = v * gate
+            v = F.conv1d(F.pad(v, (t - 1, 0)), h[i][:, None, :], groups=self.d) + self.skip[i, :, None] * v
+        return self.out_proj((v * gates[0]).transpose(1, 2))
+
+class HyenaNet(nn.Module):
+    """Token embeddings, two pre-LayerNorm Hyena blocks with GELU FFNs, a final LayerNorm."""
+    def __init__(self, vocab=128, d=32):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.mix = nn.ModuleList(HyenaOperator(d) for _ in range(2))
+        self.ln1 = nn.ModuleList(nn.LayerNorm(d) for _ in range(2))
+        self.ln2 = nn.ModuleList(nn.LayerNorm(d) for _ in range(2))
+        self.ffn = nn.ModuleList(nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d)) for _ in range(2))
+        self.ln_f = nn.LayerNorm(d)
+    def forward(self, ids):
+        x = self.emb(ids)
+        for ln1, mix, ln2, ffn in zip(self.ln1, self.mix, self.ln2, self.ffn):
+            x = x + mix(ln1(x))
+            x = x + ffn(ln2(x))
+        return self.ln_f(x)
+
+
+def positional_encoding(x, bands: int):
+    """NeRF's γ(x): x, then sin and cos of 2^k·π·x for k < bands, concatenated on the last axis."""
+    freqs = (2.0 ** torch.arange(bands, dtype=x.dtype, device=x.device)) * math.pi
+    xf = (x[..., None, :] * freqs[:, None]).flatten(-2)
+    return torch.cat((x, torch.sin(xf), torch.cos(xf)), -1)
+
+class NeRF(nn.Module):
+    """A NeRF-style radiance field rendered along rays: 12 fixed depths between near and far per ray, the sample points
+    o + t·d encoded by γ (6 bands), a 4-layer ReLU MLP of width 64 with the encoding concatenated
+    back in the middle (skip), a ReLU density, view directions normalised and encoded (2 bands) for a sigmoid colour
+    branch; volume rendering: α = 1 − exp(−σ·δ) (δ the spacing times |d|), transmittance exp(−exclusive cumsum of
+    σ·δ), weights α·T summed against colour and depth; per ray RGB, depth and accumulated opacity (N, rays, 5)."""
+    def __init__(self, width=64, bands=6, dir_bands=2, samples=12, near=1.0, far=3.0):
+        super().__init__()
+        self.bands, self.dir_bands = bands, dir_bands
+        self.register_buffer("t", torch.linspace(near, far, samples))
+        cin, cdir = 3 + 6 * bands, 3 + 6 * dir_bands
+        self.l1, self.l2 = nn.Linear(cin, width), nn.Linear(width, width)
+        self.l3, self.l4 = nn.Linear(width + cin, width), nn.Linear(width, width)
+        self.sigma, self.feat = nn.Linear(width, 1), nn.Linear(width, width)
+        self.rgb1, self.rgb2 = nn.Linear(width + cdir, width // 2), nn.Linear(width // 2, 3)
+    def forward(self, origins, dirs):  # N, R, 3 each
+        t = self.t
+        pts = origins[:, :, None, :] + dirs[:, :, None, :] * t[:, None]  # N, R, S, 3
+        enc = positional_encoding(pts, self.bands)
+        h = F.relu(self.l2(F.relu(self.l1(enc))))
+        h = F.relu(self.l4(F.relu(self.l3(torch.cat((h, enc), -1)))))
+        sigma = F.relu(self.sigma(h)).squeeze(-1)  # N, R, S
+        view = positional_encoding(F.normalize(dirs, dim=-1), self.dir_bands)
+        view = view[:, :, None, :].expand(-1, -1, t.shape[0], -1)
+        rgb = torch.sigmoid(self.rgb2(F.relu(self.rgb1(torch.cat((self.feat(h), view), -1)))))
+        delta = torch.cat((t[1:] - t[:-1], t[-1:] - t[-2:-1]))  # S
+        sd = sigma * delta * dirs.norm(dim=-1, keepdim=True)
+        alpha = 1 - torch.exp(-sd)
+        weights = alpha * torch.exp(-(sd.cumsum(-1) - sd))
+        rgb_map = (weights[..., None] * rgb).sum(-2)
+        depth = (weights * t).sum(-1, keepdim=True)
+        return torch.cat((rgb_map, depth, weights.sum(-1, keepdim=True)), -1)
+
+
+class SlotAttention(nn.Module):
+    """Slot attention (Locatello et al. 2020): slots initialised as μ + σ·noise (a fixed seeded noise buffer, so the
+    model is deterministic), three iterations with shared weights of dot-product attention whose softmax runs over
+    the slots (they compete for each input), ε added and renormalised over the inputs (a weighted mean), a GRUCell
+    update and a residual MLP."""
+    def __init__(self, d=32, slots=4, iters=3):
+        super().__init__()
+        self.iters, self.scale = iters, d ** -0.5
+        self.mu, self.log_sigma = nn.Parameter(torch.randn(d) * 0.5), nn.Parameter(torch.randn(d) * 0.1 - 1.0)
+        self.register_buffer("noise", torch.randn(slots, d))
+        self.q, self.k, self.v = nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False), nn.Linear(d, d, bias=False)
+        self.ln_in, self.ln_slots, self.ln_mlp = nn.LayerNorm(d), nn.LayerNorm(d), nn.LayerNorm(d)
+        self.gru = nn.GRUCell(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, 2 * d), nn.ReLU(), nn.Linear(2 * d, d))
+    def forward(self, inputs):  # N, n, d
+        n, _, d = inputs.shape
+        x = self.ln_in(inputs)
+        k, v = self.k(x), self.v(x)
+        slots = (self.mu + self.log_sigma.exp() * self.noise).expand(n, -1, -1)
+        for _ in range(self.iters):
+            prev = slots
+            logits = torch.einsum("nid,nsd->nis", k, self.q(self.ln_slots(slots))) * self.scale
+            attn = logits.softmax(-1) + 1e-8  # over the slots
+            attn = attn / attn.sum(1, keepdim=True)  # over the inputs
+            updates = torch.einsum("nis,nid->nsd", attn, v)
+            slots = self.gru(updates.reshape(-1, d), prev.reshape(-1, d)).view(n, -1, d)
+            slots = slots + self.mlp(self.ln_mlp(slots))
+        return slots
+
+class SlotNet(nn.Module):
+    """A Conv encoder (two 3×3 Conv + ReLU, the second strided), a soft position embedding (a Linear of a 4-channel
+    coordinate grid buffer added), a per-pixel MLP, slot attention with 4 slots; the slots (N, 4, 32)."""
+    def __init__(self, d=32):
+        super().__init__()
+        self.enc = nn.Sequential(nn.Conv2d(3, d, 3, padding=1), nn.ReLU(),
+                                 nn.Conv2d(d, d, 3, stride=2, padding=1), nn.ReLU())
+        ys, xs = torch.meshgrid(torch.linspace(0, 1, 8), torch.linspace(0, 1, 8), indexing="ij")
+        self.register_buffer("grid", torch.stack((ys, xs, 1 - ys, 1 - xs), -1).view(64, 4))
+        self.pos = nn.Linear(4, d)
+        self.norm = nn.LayerNorm(d)
+        self.mlp = nn.Sequential(nn.Linear(d, d), nn.ReLU(), nn.Linear(d, d))
+        self.slots = SlotAttention(d)
+    def forward(self, x):  # N, 3, 16, 16
+        f = self.enc(x).flatten(2).transpose(1, 2) + self.pos(self.grid)
+        return self.slots(self.mlp(self.norm(f)))
+
+
 #: arch -> (builder of the module, input maker(generator), source note)
 ARCHS = {
     "bert": (corpus_models._bert, "text16", "corpus_models"),
@@ -2142,6 +2470,17 @@ ARCHS = {
     "tabnet": (TabNet, "tab2x12", "sparsemax masks (sort, cumsum, gathered threshold), prior scales, GLU blocks"),
     "deformconv": (DeformNet, "image16x2", "deformable conv by gathers: floored corners, clamped indices, bilinear weights"),
     "s4d": (S4DNet, "series2x32x3", "run-time Vandermonde kernel (exp, cos, sin), gathered causal Toeplitz matmul"),
+    # fourteenth held-out set (see above): ``--archs heldout14``
+    "layoutlmv3": (LayoutLMv3Text, "textbox16", "2-D layout embeddings gathered by box coordinates, 1-D and 2-D relative biases"),
+    "fnet": (_fnet, "text16", "Fourier token mixing: real part of a 2-D DFT by run-time cos / sin matrices"),
+    "bamba": (Bamba, "text16", "hybrid Mamba-2 SSD chunked scan (segment-sum exp mask, 5-D einsums) and GQA attention"),
+    "conddetr": (ConditionalDETR, "image64", "ResNet backbone, sine position embeddings, object queries, conditional spatial queries"),
+    "minimax": (_minimax, "text16", "lightning attention: block-wise linear attention with decay slopes, top-1 MoE"),
+    "siglip": (SiglipPooled, "image32", "multihead attention pooling: a learned probe cross-attends to the patches"),
+    "performer": (Performer, "text16", "FAVOR+ random features (exp, stabilisers), linear attention, causal cumsum of outer products"),
+    "hyena": (HyenaNet, "text16", "implicit long filters from a sine MLP, run-time-kernel causal Conv1d, multiplicative gates"),
+    "nerf": (NeRF, "rays2x16", "sinusoidal positional encoding, skip concat, volume rendering by exp and exclusive cumsum"),
+    "slotattn": (SlotNet, "image16x2", "slot attention: softmax over slots, renormalised over inputs, GRUCell iterations"),
 }
 #: the architectures the tool was tuned on, and the held-out ones
 CORE = ("bert", "gpt2", "llama", "distilbert", "vit", "swin", "t5enc", "whisper", "convnext", "cnn", "rnn", "unet")
@@ -2159,14 +2498,15 @@ HELDOUT10 = ("qwen3", "phi3", "codegen", "swin2sr", "biogpt", "patchtsmixer", "s
 HELDOUT11 = ("deepseekv3", "mpt", "gptneo", "starcoder2", "nystromformer", "rwkv", "capsnet", "realnvp", "retnet", "kan")
 HELDOUT12 = ("bigbird", "xlnet", "diffllama", "xlstm", "doge", "perceiver", "involution", "hypernet", "sinkhorn", "aft")
 HELDOUT13 = ("switch", "recurrentgemma", "gptoss", "vitdet", "vitmae", "canine", "gat", "tabnet", "deformconv", "s4d")
+HELDOUT14 = ("layoutlmv3", "fnet", "bamba", "conddetr", "minimax", "siglip", "performer", "hyena", "nerf", "slotattn")
 HELDOUT2 = tuple(a for a in ARCHS if a not in CORE + HELDOUT + HELDOUT3 + HELDOUT4 + HELDOUT5 + HELDOUT6 + HELDOUT7
-                 + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12 + HELDOUT13)
+                 + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12 + HELDOUT13 + HELDOUT14)
 #: transformers models run with eager attention: the dynamo exporter fails on Swin's and T5's SDPA
 #: (scripts/corpus_models.py) and on BEiT's with a relative position bias, the TorchScript exporter on
-#: LLaMA's grouped-query SDPA (and GPT-BigCode's multi-query one, Qwen2-MoE's, Qwen3's, Phi-3's, DiffLlama's and
-#: Doge's grouped-query ones)
+#: LLaMA's grouped-query SDPA (and GPT-BigCode's multi-query one, Qwen2-MoE's, Qwen3's, Phi-3's, DiffLlama's,
+#: Doge's, Bamba's and MiniMax's grouped-query ones)
 EAGER = {"swin", "t5enc", "llama", "beit", "bigcode", "gemma", "swinv2", "dinov2", "qwen2moe", "nemotron", "lfm2",
-         "stablelm", "granite", "qwen3", "phi3", "diffllama", "doge"}
+         "stablelm", "granite", "qwen3", "phi3", "diffllama", "doge", "bamba", "minimax"}
 
 INPUTS = {
     "text16": lambda g: (torch.randint(0, 128, (1, 16), generator=g),),
@@ -2199,7 +2539,23 @@ INPUTS = {
     "image16noise": lambda g: (torch.randn(2, 3, 16, 16, generator=g), torch.rand(2, 16, generator=g)),
     "graph2x10": lambda g: (torch.randn(2, 10, 6, generator=g),
                             ((torch.rand(2, 10, 10, generator=g) < 0.3) | torch.eye(10, dtype=torch.bool)).float()),
+    "textbox16": lambda g: _text_boxes(g),
+    "rays2x16": lambda g: _rays(g),
 }
+
+
+def _text_boxes(g):
+    """Token ids (1, 16) and their boxes (1, 16, 4): x0, y0 in [0, 100), x1 = x0 + w, y1 = y0 + h, w, h in [1, 28)."""
+    ids = torch.randint(0, 128, (1, 16), generator=g)
+    xy, wh = torch.randint(0, 100, (1, 16, 2), generator=g), torch.randint(1, 28, (1, 16, 2), generator=g)
+    return ids, torch.cat((xy, xy + wh), -1)
+
+
+def _rays(g):
+    """Ray origins (2, 16, 3) near the origin and directions of length 1 to 1.2."""
+    d = torch.randn(2, 16, 3, generator=g)
+    origins = torch.randn(2, 16, 3, generator=g) * 0.3
+    return origins, d / d.norm(dim=-1, keepdim=True) * (1 + 0.2 * torch.rand(2, 16, 1, generator=g))
 
 
 def build(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:

@@ -39,6 +39,8 @@ FUNCTIONS = {
 }
 #: the GELU forms among each other are the GELU rule's (gelu-approximation)
 GELUS = frozenset({"GELU (erf)", "GELU (tanh)", "quick GELU"})
+#: tensors of the output's shape tried as the activation's input, nearest the output first
+MAX_INPUTS = 8
 #: a function "fits" a tensor when it is this close, relative to 1 + the tensor's largest magnitude
 FIT = 1e-3
 
@@ -77,8 +79,11 @@ def _site(ctx: DiagnosisContext):
     the divergent tensor's shape that one function maps to ONNX's output and another to PyTorch's; None."""
     y = ctx.local_value.astype(np.float64)
     ref = ctx.reference.astype(np.float64).reshape(y.shape)
-    tensors = [t for p in ctx.segment_protos for t in p.input if t and ctx.initializer(t) is None]
-    values = ctx.computed(list(dict.fromkeys(tensors)))
+    tensors = [t for p in ctx.segment_protos for t in p.input if t and ctx.initializer(t) is None
+               and ctx.shape_of(t) == y.shape]
+    # the activation's input lies just before its output: the nearest few tensors of its shape
+    tensors = sorted(dict.fromkeys(tensors), key=ctx.onnx.graph.order_of, reverse=True)[:MAX_INPUTS]
+    values = ctx.computed(tensors)
     for x, value in values.items():
         if x == ctx.tensor or np.shape(value) != y.shape or np.asarray(value).dtype.kind != "f":
             continue
@@ -89,8 +94,8 @@ def _site(ctx: DiagnosisContext):
         onnx_fn, torch_fn = min(onnx_err, key=onnx_err.get), min(torch_err, key=torch_err.get)
         if onnx_fn == torch_fn or {onnx_fn, torch_fn} <= GELUS:
             continue
-        if onnx_err[onnx_fn] <= FIT * (1 + np.max(np.abs(y))) and torch_err[torch_fn] <= FIT * (1 + np.max(np.abs(ref))) \
-                and onnx_err[torch_fn] > 10 * FIT * (1 + np.max(np.abs(y))):
+        close_y, close_ref = FIT * (1 + np.max(np.abs(y))), FIT * (1 + np.max(np.abs(ref)))
+        if onnx_err[onnx_fn] <= close_y and torch_err[torch_fn] <= close_ref and onnx_err[torch_fn] > 10 * close_y:
             return x, onnx_fn, torch_fn, onnx_err
     return None
 
