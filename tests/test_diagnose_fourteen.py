@@ -290,3 +290,34 @@ def test_an_activation_computed_as_another_function_is_named_with_both_functions
     fd = _bisect(model, inputs, proto)
     _found(fd, planted, cause="attribute-mismatch", at_most=6)
     assert said in fd.explanation, fd.explanation
+
+
+class _Residual(torch.nn.Module):
+    """A post-norm residual block: LayerNorm(fc(h) + h) after a LayerNorm."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(152)
+        self.ln1, self.fc, self.ln2 = torch.nn.LayerNorm(16), torch.nn.Linear(16, 16), torch.nn.LayerNorm(16)
+
+    def forward(self, x):  # (2, 5, 16)
+        h = self.ln1(x)
+        return self.ln2(self.fc(h) + h)
+
+
+def test_a_residual_add_reading_a_linears_product_before_its_bias_is_rewired_to_the_stream():
+    """The residual Add reads the fc's MatMul output (its product before the bias Add) where the stream belongs
+    (FNet, rewired): that product is no value PyTorch's addmm keeps, but it is the Linear's output less its bias
+    — a right value in the wrong place — so the Add's input is tried at the earlier tensors and the stream
+    reproduces PyTorch."""
+    model = _Residual().eval()
+    inputs = (torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(153)),)
+    proto = dc.export(model, inputs, "dynamo")
+    nodes = list(proto.graph.node)
+    matmul = next(n for n in nodes if n.op_type == "MatMul")
+    stream = next(n for n in nodes if n.op_type == "LayerNormalization").output[0]
+    residual = next(n for n in nodes if n.op_type == "Add" and stream in n.input)
+    residual.input[list(residual.input).index(stream)] = matmul.output[0]
+    fd = _bisect(model, inputs, proto)
+    _found(fd, residual.name, cause="attribute-mismatch")
+    assert f"'{stream}'" in fd.explanation, fd.explanation

@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from ...records import ModuleKind
 from ..context import attribute
 from . import edits
 from .masks import dropout_probability
@@ -651,7 +652,22 @@ def _held_by(ctx, value: np.ndarray) -> int | None:
     upstream."""
     refs = [(a.index, a.value) for a in ctx.ops] + [(-1, r) for r in ctx.cut.references.values()]
     same = [(k, np.asarray(r)) for k, r in refs if np.asarray(r).size == value.size and np.asarray(r).dtype.kind == "f"]
-    return next((k for k, r in same[:MAX_HELD_COMPARED] if ctx.compare(value, r.reshape(value.shape)).ok), None)
+    found = next((k for k, r in same[:MAX_HELD_COMPARED] if ctx.compare(value, r.reshape(value.shape)).ok), None)
+    return found if found is not None else _product_held(ctx, value)
+
+
+def _product_held(ctx, value: np.ndarray) -> int | None:
+    """The index of the Linear whose product before its bias the tensor holds (a MatMul of a MatMul + Add pair:
+    PyTorch's ``addmm`` keeps no such value), or None."""
+    if value.ndim == 0 or value.dtype.kind != "f":
+        return None
+    biased = [a for a in ctx.baseline.capture.activations if a.bias is not None and a.value.size == value.size
+              and a.bias.size == value.shape[-1] and a.kind is ModuleKind.LINEAR]
+    for a in biased[:MAX_HELD_COMPARED]:
+        with_bias = (value.astype(np.float64) + a.bias.astype(np.float64)).astype(value.dtype)
+        if ctx.compare(with_bias, np.asarray(a.value).reshape(value.shape)).ok:
+            return a.index
+    return None
 
 
 #: PyTorch ops walked back from the divergent op for values to feed: at most this many steps (views, expands
