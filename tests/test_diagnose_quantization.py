@@ -18,6 +18,21 @@ from diagnosis_suite import bisect_case  # noqa: E402
 import plant  # noqa: E402
 
 
+def _int8_dot_products() -> bool:
+    """Whether this CPU has VNNI int8 dot products: without them ONNX Runtime's quantization guide warns that its
+    u8s8 kernels may saturate, and a QDQ model's numbers then move by more than its quantization."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return any(f in flags.split() for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
+
+
+#: two cases whose premise holds only where ONNX Runtime's int8 kernels do not saturate (seen here: an AVX2-only
+#: CPU gives the clean int8 transformer its largest error at the output, and the clean involution a divergence)
+VNNI = pytest.mark.skipif(not _int8_dot_products(), reason="no VNNI: ONNX Runtime's int8 kernels saturate here")
+
+
 def test_activation_quantizer_that_clips():
     report, _ = bisect_case(dc.quantization("mlp", "dynamo"))
     fd = report.first_divergence
@@ -36,6 +51,7 @@ def test_per_tensor_weight_quantization():
     assert w["sqnr_db_per_channel"] > w["sqnr_db"]
 
 
+@VNNI
 def test_a_clean_quantized_model_whose_outputs_agree_is_not_said_to_hide_a_fault():
     """A QDQ int8 model at a tolerance its outputs meet: layers whose own error is their quantization (re-run
     without their Q/DQ and with PyTorch's float weights they agree) are marked ``quantized``, not diverged, and
@@ -46,8 +62,7 @@ def test_a_clean_quantized_model_whose_outputs_agree_is_not_said_to_hide_a_fault
     loose = onnx_bisect.bisect(case.model, case.inputs, onnx=case.proto, atol=1.5 * worst, rtol=0.0)
     assert loose.ok
     beyond = [r for r in loose.layers if r.diff is not None and not r.diff.ok]
-    if not beyond:  # ONNX Runtime's int8 kernels differ by CPU: on some the error is largest at the outputs
-        pytest.skip("on this CPU no layer's quantization error exceeds a tolerance the outputs meet")
+    assert beyond, "the tolerance leaves some layer beyond it: the case tests nothing otherwise"
     assert all(r.status is Status.QUANTIZED and r.origin is ErrorOrigin.NONE for r in beyond), \
         [(r.pair.activation.name, r.status) for r in beyond]
     assert not [w for w in loose.warnings if "inside the model introduce error" in w]
@@ -248,6 +263,7 @@ def test_noise_in_a_dynamically_quantized_weight_is_still_the_weights_fault():
     assert "integer products computed in float" in fd.explanation, fd.explanation
 
 
+@VNNI
 def test_a_fault_in_a_quantized_segment_that_its_quantization_does_not_explain_is_diagnosed_in_float(tmp_path):
     """A QDQ int8 involution network (an im2col: Pad, index Gathers, each output quantized) whose second unfold's
     Pad was given other pads (the same total): undoing the segment's quantization leaves the divergence, so
@@ -261,10 +277,6 @@ def test_a_fault_in_a_quantized_segment_that_its_quantization_does_not_explain_i
     onnx.save(dc.export(model, inputs, "torchscript"), src)
     with dc.quiet():
         alignment_corpus.int8(sweep_models.calibration("involution", 4))(src, dst)
-    with dc.quiet():
-        clean = onnx_bisect.bisect(model, inputs, onnx=onnx.load(dst), atol=0.03, rtol=0.03)
-    if not clean.ok:  # without VNNI, ONNX Runtime's fused int8 kernels saturate: the clean file diverges already
-        pytest.skip(f"the clean int8 file diverges on this CPU ({clean.first_divergence.cause})")
     bad = onnx.load(dst)
     pad = [n for n in bad.graph.node if n.op_type == "Pad"][1]
     source = next(n for n in bad.graph.node if n.output[0] == pad.input[1])

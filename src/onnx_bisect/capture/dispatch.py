@@ -24,7 +24,7 @@ from torch.utils._pytree import tree_flatten, tree_map_only
 
 from ..records import Activation, ModelInputs
 from ..records.nest import to_numpy
-from .modules import module_names
+from .modules import unique_modules
 
 #: ops whose outputs are not values of the computation (allocation, bookkeeping)
 SKIPPED = frozenset({"aten.empty", "aten.empty_like", "aten.zeros", "aten.ones", "aten.full", "aten.scalar_tensor",
@@ -59,7 +59,7 @@ class _ModuleStack:
         self.open = start is None
         self.done = False
         self._handles = []
-        for name, m in module_names(model)[0]:
+        for name, m in unique_modules(model):
             self._handles.append(m.register_forward_pre_hook(self._enter(name)))
             self._handles.append(m.register_forward_hook(self._leave(name)))
 

@@ -37,7 +37,7 @@ def capture_activations(model: torch.nn.Module, inputs: ModelInputs, store: Arra
         flat = list(flatten_outputs(recorder.output))
         return Capture(activations=tuple(recorder.activations),
                        outputs=tuple(recorder.stored(t) for _, t in flat),
-                       output_names=tuple(path for path, _ in flat), aliases=module_names(model)[1])
+                       output_names=tuple(path for path, _ in flat), aliases=module_aliases(model))
     recorder = _record(model, inputs, copy=frozenset(), on_call=on_call)
     changed = recorder.changed()
     if changed:
@@ -49,19 +49,21 @@ def capture_activations(model: torch.nn.Module, inputs: ModelInputs, store: Arra
         activations=tuple(recorder.activations),
         outputs=tuple(to_numpy(t) for _, t in flat),
         output_names=tuple(path for path, _ in flat),
-        aliases=module_names(model)[1],
+        aliases=module_aliases(model),
     )
 
 
-def module_names(model: torch.nn.Module) -> tuple[list[tuple[str, torch.nn.Module]], dict[str, str]]:
-    """Each module once, under the first name it is registered by, and every other name by which it (or a module
-    inside it) is reachable, mapped to that first name.  A block shared by several steps (TabNet's shared GLU
-    layers, ALBERT's one layer) is one module: each of its calls is recorded once, under one name, whichever
-    name the forward reached it through."""
-    unique = list(model.named_modules())
-    first = {id(m): name for name, m in unique}
-    aliases = {name: first[id(m)] for name, m in model.named_modules(remove_duplicate=False) if first[id(m)] != name}
-    return unique, aliases
+def unique_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
+    """Each module once, under the first name it is registered by.  A block shared by several steps (TabNet's
+    shared GLU layers, ALBERT's one layer) is one module: each of its calls is recorded once, under that name,
+    whichever name the forward reached it through."""
+    return list(model.named_modules())
+
+
+def module_aliases(model: torch.nn.Module) -> dict[str, str]:
+    """Every other name by which a module (or a module inside it) is reachable -> its first name."""
+    first = {id(m): name for name, m in model.named_modules()}
+    return {name: first[id(m)] for name, m in model.named_modules(remove_duplicate=False) if first[id(m)] != name}
 
 
 def capture_outputs(model: torch.nn.Module, inputs: ModelInputs) -> Capture:
@@ -114,7 +116,7 @@ def _record(model: torch.nn.Module, inputs: ModelInputs, copy: frozenset[int] | 
     recorder.on_call = on_call
     model.eval()
     handles = []
-    for name, m in module_names(model)[0]:
+    for name, m in unique_modules(model):
         handles.append(m.register_forward_pre_hook(recorder.pre_hook(name), with_kwargs=True))
         handles.append(m.register_forward_hook(recorder.hook(name, m), with_kwargs=True))
     args, kwargs = _copy_inputs(inputs)
@@ -141,7 +143,7 @@ class _Recorder:
         self._made_by: dict[int, int] = {}  # id(tensor) -> activation index
         self._values: dict[tuple[int, int], np.ndarray] = {}  # (id, version) -> recorded value
         self._kept: list[tuple[int, torch.Tensor, int]] = []  # (activation index, tensor, version when recorded)
-        self._leaf = {name: not any(True for _ in m.children()) for name, m in module_names(model)[0]}
+        self._leaf = {name: not any(True for _ in m.children()) for name, m in unique_modules(model)}
         # (id, version) of each running call's inputs, taken before the call: an
         # in-place module (ReLU(inplace=True)) returns its input object with a
         # new version, and must not count as returning its input unchanged.
@@ -256,7 +258,7 @@ def unused_outputs(model: torch.nn.Module, inputs: ModelInputs,
                     seen[(name, call, path)] = (tensor.grad_fn, tensor.output_nr)
         return _hook
 
-    handles = [m.register_forward_hook(hook(name)) for name, m in module_names(model)[0] if name in modules]
+    handles = [m.register_forward_hook(hook(name)) for name, m in unique_modules(model) if name in modules]
     args, kwargs = _copy_inputs(inputs)
     args, kwargs = tree_map_only(torch.Tensor, lambda t: t.requires_grad_(True) if t.is_floating_point() else t,
                                  (args, kwargs))

@@ -216,6 +216,7 @@ class DiagnosisContext:
             for end in range(len(node.scope), start - 1, -1):
                 name = ".".join(node.scope[start:end])
                 if name in self._modules and (name or end == start):
+                    name = self.baseline.capture.aliases.get(name, name)  # a shared block's first name
                     return name, self._modules[name]
         return None, None
 
@@ -254,6 +255,7 @@ class DiagnosisContext:
 
     def activation_of(self, qualname: str):
         """The first captured activation of module ``qualname`` (None if not captured)."""
+        qualname = self.baseline.capture.aliases.get(qualname, qualname)  # recorded under a shared block's first name
         return next((a for a in self.baseline.capture.activations if a.module == qualname and a.call == 0), None)
 
     # ------------------------------------------------------------ numbers

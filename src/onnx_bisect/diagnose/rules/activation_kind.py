@@ -9,7 +9,7 @@ from onnx import helper
 from ...records import Cause
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 from ..support import edits
-from .gelu import _between, _decomposed, _sigmoid_form, gelu_erf, gelu_sigmoid, gelu_tanh
+from .gelu import between, decomposed, gelu_erf, gelu_sigmoid, gelu_tanh, sigmoid_form
 
 
 def _sigmoid(x):
@@ -39,6 +39,12 @@ FUNCTIONS = {
 }
 #: the GELU forms among each other are the GELU rule's (gelu-approximation)
 GELUS = frozenset({"GELU (erf)", "GELU (tanh)", "quick GELU"})
+#: ops one of which a segment applying an activation function holds (an identity-like segment has no function)
+NONLINEAR = frozenset({"Relu", "Sigmoid", "Tanh", "Erf", "Clip", "Softplus", "Elu", "LeakyRelu", "HardSwish",
+                       "HardSigmoid", "Max", "Min", "Sign", "Gelu", "FastGelu", "QuickGelu", "BiasGelu", "Mish",
+                       "Selu", "Celu", "PRelu", "Exp", "Softsign", "Where", "Abs", "ThresholdedRelu"})
+#: elements of a tensor the functions are first told apart on
+SAMPLE = 1 << 16
 #: tensors of the output's shape tried as the activation's input, nearest the output first
 MAX_INPUTS = 8
 #: a function "fits" a tensor when it is this close, relative to 1 + the tensor's largest magnitude
@@ -51,13 +57,13 @@ class ActivationKind(Rule):
     cause = Cause.ATTRIBUTE_MISMATCH
 
     def match(self, ctx: DiagnosisContext) -> Finding | None:
-        if not ctx.significant(ctx.layer.local):
+        if not ctx.significant(ctx.layer.local) or not any(n.op_type in NONLINEAR for n in ctx.segment_nodes):
             return None
         site = _site(ctx)
         if site is None:
             return None
         x, onnx_fn, torch_fn, errors = site
-        nodes = _between(ctx, x, ctx.tensor)
+        nodes = between(ctx, x, ctx.tensor)
         if not nodes:
             return None
         module = ctx.layer.pair.activation
@@ -68,6 +74,13 @@ class ActivationKind(Rule):
         fix = (f"Export the activation as {torch_fn}: check the configuration the export was made from (a "
                "hidden_act read as another) and the converter's mapping of the activation.")
         dtype = ctx.local_value.dtype
+        fixed = _replaced(ctx, x, nodes, torch_fn, dtype)
+        try:
+            values = ctx.run_segment(fixed.model, fixed.weights)
+        except Exception:  # noqa: BLE001 - a replacement that does not run is no reading
+            return None
+        if ctx.tensor not in values or not ctx.compare(values[ctx.tensor], ctx.reference).ok:
+            return None
         return Finding(self.cause, 0.9, summary, fix,
                        {"activation_input": x, "onnx_function": onnx_fn, "pytorch_function": torch_fn,
                         "nodes": list(nodes), **{f"max_abs_onnx_vs_{k}": v for k, v in errors.items()}},
@@ -84,20 +97,31 @@ def _site(ctx: DiagnosisContext):
     # the activation's input lies just before its output: the nearest few tensors of its shape
     tensors = sorted(dict.fromkeys(tensors), key=ctx.onnx.graph.order_of, reverse=True)[:MAX_INPUTS]
     values = ctx.computed(tensors)
-    for x, value in values.items():
-        if x == ctx.tensor or np.shape(value) != y.shape or np.asarray(value).dtype.kind != "f":
+    sample = _sample(y.size)
+    for x in tensors:
+        value = values.get(x)
+        if value is None or x == ctx.tensor or np.shape(value) != y.shape or np.asarray(value).dtype.kind != "f":
             continue
-        xv = np.asarray(value, np.float64)
-        with np.errstate(all="ignore"):
-            onnx_err = {k: float(np.max(np.abs(y - f(xv)))) for k, f in FUNCTIONS.items()}
-            torch_err = {k: float(np.max(np.abs(ref - f(xv)))) for k, f in FUNCTIONS.items()}
+        xv = np.asarray(value, np.float64).reshape(-1)[sample]
+        with np.errstate(all="ignore"):  # told on a sample; the winners are then measured on everything
+            onnx_err = {k: float(np.max(np.abs(y.reshape(-1)[sample] - f(xv)))) for k, f in FUNCTIONS.items()}
+            torch_err = {k: float(np.max(np.abs(ref.reshape(-1)[sample] - f(xv)))) for k, f in FUNCTIONS.items()}
         onnx_fn, torch_fn = min(onnx_err, key=onnx_err.get), min(torch_err, key=torch_err.get)
         if onnx_fn == torch_fn or {onnx_fn, torch_fn} <= GELUS:
             continue
         close_y, close_ref = FIT * (1 + np.max(np.abs(y))), FIT * (1 + np.max(np.abs(ref)))
         if onnx_err[onnx_fn] <= close_y and torch_err[torch_fn] <= close_ref and onnx_err[torch_fn] > 10 * close_y:
-            return x, onnx_fn, torch_fn, onnx_err
+            full = np.asarray(value, np.float64)
+            with np.errstate(all="ignore"):
+                errors = {k: float(np.max(np.abs(y - FUNCTIONS[k](full)))) for k in (onnx_fn, torch_fn)}
+            if errors[onnx_fn] <= close_y:
+                return x, onnx_fn, torch_fn, errors
     return None
+
+
+def _sample(size: int) -> np.ndarray | slice:
+    """Evenly spread positions of at most SAMPLE elements of a flat tensor of ``size``."""
+    return slice(None) if size <= SAMPLE else np.linspace(0, size - 1, SAMPLE).astype(np.int64)
 
 
 def _replaced(ctx: DiagnosisContext, x: str, nodes: tuple[str, ...], function: str, dtype) -> FixedSegment:
@@ -109,7 +133,7 @@ def _replaced(ctx: DiagnosisContext, x: str, nodes: tuple[str, ...], function: s
         return edits.add_initializer(model, f"{prefix}_{name}", np.array(value, dtype=dtype))
 
     def node(op, ins, out, **attrs):
-        return helper.make_node(op, ins, [out], name=f"{prefix}_{op}_{out[-1]}", **attrs)
+        return helper.make_node(op, ins, [out], name=f"{prefix}_{op}", **attrs)
 
     single = {"ReLU": ("Relu", {}), "sigmoid": ("Sigmoid", {}), "tanh": ("Tanh", {}), "softplus": ("Softplus", {}),
               "Hardswish": ("HardSwish", {}), "Hardsigmoid": ("HardSigmoid", {"alpha": 1 / 6, "beta": 0.5}),
@@ -118,9 +142,9 @@ def _replaced(ctx: DiagnosisContext, x: str, nodes: tuple[str, ...], function: s
         op, attrs = single[function]
         new = [node(op, [x], y, **attrs)]
     elif function == "GELU (erf)" or function == "GELU (tanh)":
-        new = _decomposed(model, x, y, "erf" if "erf" in function else "tanh", prefix, dtype)
+        new = decomposed(model, x, y, "erf" if "erf" in function else "tanh", prefix, dtype)
     elif function == "quick GELU":
-        new = _sigmoid_form(model, x, y, prefix, dtype, None)
+        new = sigmoid_form(model, x, y, prefix, dtype, None)
     elif function == "SiLU":
         new = [node("Sigmoid", [x], f"{prefix}_s"), node("Mul", [x, f"{prefix}_s"], y)]
     elif function == "Mish":

@@ -87,14 +87,15 @@ def _scale_and_shift(ctx: DiagnosisContext) -> Finding | None:
             or getattr(bn, "running_var", None) is None:
         return None
     gamma, beta, mean, var = layout.bn_arrays(bn)
-    found = {}
+    found, outputs = {}, {}
     for proto in ctx.segment_protos:
         if proto.op_type in ("Mul", "Add") and len(proto.input) == 2:
             for t in proto.input:
                 value = ctx.initializer(t)
-                if value is not None and value.size == gamma.size and np.issubdtype(value.dtype, np.floating):
-                    found.setdefault(proto.op_type, (t, value))
-    if set(found) != {"Mul", "Add"}:
+                if value is not None and value.size == gamma.size and np.issubdtype(value.dtype, np.floating) \
+                        and proto.op_type not in found and (proto.op_type == "Mul" or outputs.get("Mul") in proto.input):
+                    found[proto.op_type], outputs[proto.op_type] = (t, value), proto.output[0]
+    if set(found) != {"Mul", "Add"}:  # the scale's Mul, then the Add of the shift to its product
         return None
     (scale_name, scale), (shift_name, shift) = found["Mul"], found["Add"]
     true = (gamma / np.sqrt(var + bn.eps), beta - mean * gamma / np.sqrt(var + bn.eps))

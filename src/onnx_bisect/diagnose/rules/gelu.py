@@ -85,7 +85,7 @@ class GeluApproximation(Rule):
             f"{torch_formula} formula (the two formulas differ by up to {gap:.2g} there)."
         )
         fix = _fix_text(torch_formula)
-        return Finding(self.cause, 0.9, summary, fix, evidence, changes=_between(ctx, x, y),
+        return Finding(self.cause, 0.9, summary, fix, evidence, changes=between(ctx, x, y),
                        counterfactual=lambda c: _switch(c, site, torch_formula, dtype))
 
 
@@ -165,7 +165,7 @@ def _by_value(ctx: DiagnosisContext, anchor: onnx.NodeProto, protos: list[onnx.N
     return best[1], best[2], "erf" if anchor.op_type == "Erf" else None, nodes, None, whole
 
 
-def _between(ctx: DiagnosisContext, x: str, y: str) -> tuple[str, ...]:
+def between(ctx: DiagnosisContext, x: str, y: str) -> tuple[str, ...]:
     """The nodes computing the GELU: on a path from its input ``x`` to its output ``y`` (the polynomial
     before a Tanh included), in graph order."""
     names = {n.name for n in ctx.onnx.skeleton.graph.node}
@@ -238,17 +238,17 @@ def _switch(ctx: DiagnosisContext, site, formula: str, dtype) -> FixedSegment:
     # replaced and the new core writes it
     core = next(n.output[0] for n in model.graph.node if n.name == node_names[0]) if whole else None
     if formula == "sigmoid":
-        nodes += _sigmoid_form(model, x, y, prefix, dtype, core)
+        nodes += sigmoid_form(model, x, y, prefix, dtype, core)
     elif opset >= 20 and core is None:
         nodes.append(helper.make_node("Gelu", [x], [y], name=prefix,
                                       approximate="none" if formula == "erf" else "tanh"))
     else:
-        nodes += _decomposed(model, x, y, formula, prefix, dtype, core)
+        nodes += decomposed(model, x, y, formula, prefix, dtype, core)
     edits.replace_nodes(model, set(node_names) if whole else {producer.name}, nodes)
     return FixedSegment(model, ctx.onnx.weights)
 
 
-def _decomposed(model, x: str, y: str, formula: str, prefix: str, dtype, core: str | None = None) -> list:
+def decomposed(model, x: str, y: str, formula: str, prefix: str, dtype, core: str | None = None) -> list:
     def const(name, value):
         return edits.add_initializer(model, f"{prefix}_{name}", np.array(value, dtype=dtype))
 
@@ -267,7 +267,7 @@ def _decomposed(model, x: str, y: str, formula: str, prefix: str, dtype, core: s
     return [helper.make_node(op, ins, [out], name=f"{prefix}_{k}_{op}") for k, (op, ins, out) in enumerate(steps)]
 
 
-def _sigmoid_form(model, x: str, y: str, prefix: str, dtype, core: str | None) -> list:
+def sigmoid_form(model, x: str, y: str, prefix: str, dtype, core: str | None) -> list:
     """``x·σ(1.702x)`` written as ``x/2·(1 + tanh(0.851x))`` (the same numbers): the Tanh writes ``core`` when the
     segment ends at the replaced GELU's core."""
     def const(name, value):

@@ -81,9 +81,11 @@ def misread(ctx: DiagnosisContext, dq) -> Finding | None:
     """A quantized weight that, read as the file reads it, is not PyTorch's parameter within rounding, but read
     as its quantizer wrote it is: its per-channel scales applied along another axis of that length (the
     DequantizeLinear's ``axis``), or its integers' bytes (and zero point) read with the other signedness (int8
-    written, uint8 read: every negative weight 256 steps too high).  Confirmed by re-running with that reading."""
+    written, uint8 read: every negative weight 256 steps too high).  Claimed only when the segment, re-run with
+    PyTorch's weight in the quantized one's place, reproduces PyTorch's output."""
     q, scale = ctx.initializer(dq.input[0]), ctx.constant(dq.input[1])
-    if q is None or scale is None or q.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)):
+    if q is None or scale is None or q.dtype not in (np.dtype(np.int8), np.dtype(np.uint8)) or q.ndim == 0 \
+            or q.size < 2:
         return None
     zp_name = dq.input[2] if len(dq.input) > 2 and dq.input[2] else None
     zp = ctx.constant(zp_name) if zp_name else np.zeros((), q.dtype)
@@ -115,11 +117,22 @@ def misread(ctx: DiagnosisContext, dq) -> Finding | None:
             model = edits.copy_model(c.onnx.skeleton)
             float_weight(model, dq.name, value)
             return FixedSegment(model, c.onnx.weights)
+        if not _fixes(ctx, restored(ctx)):
+            continue
         readers = tuple(ctx.onnx.graph.nodes[i].name for i in ctx.onnx.graph.consumers.get(dq.output[0], ()))
         return Finding(Cause.QUANTIZATION, 0.95, summary, fix,
                        {"initializer": dq.input[0], "parameter": name, "reading": text, "attributes": attrs},
                        changes=(dq.name, *readers), counterfactual=restored)
     return None
+
+
+def _fixes(ctx: DiagnosisContext, fixed: FixedSegment) -> bool:
+    """Whether the segment re-run with ``fixed`` reproduces PyTorch's output."""
+    try:
+        values = ctx.run_segment(fixed.model, fixed.weights)
+    except Exception:  # noqa: BLE001 - a fix that does not run fixes nothing
+        return False
+    return ctx.tensor in values and ctx.compare(values[ctx.tensor], ctx.reference).ok
 
 
 def _reading(ctx: DiagnosisContext, dq, q: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int):
@@ -152,10 +165,9 @@ def _reproduces(ctx: DiagnosisContext, protos, relu: set[str]) -> bool:
     PyTorch's output."""
     try:
         fixed = _dequantized(ctx, protos, relu)
-        values = ctx.run_segment(fixed.model, fixed.weights)
-    except Exception:  # noqa: BLE001 - a twin that does not run says nothing
+    except Exception:  # noqa: BLE001 - a twin that cannot be made says nothing
         return False
-    return ctx.tensor in values and ctx.compare(values[ctx.tensor], ctx.reference).ok
+    return _fixes(ctx, fixed)
 
 
 def _absorbing_relu(ctx: DiagnosisContext, protos) -> set[str]:

@@ -918,7 +918,8 @@ def _stale_table(ctx: DiagnosisContext) -> Finding | None:
     """Constants the segment reads (no layer's weight) holding other numbers than the module outputs they were
     folded from (rotary cos and sin tables, a position table, a mask computed from buffers): with those outputs in
     their place the segment reproduces PyTorch — tables built with another base or length, a stale buffer.  Each
-    constant is given its nearest such output (by correlation), all together first, then one at a time."""
+    constant is given its nearest such outputs (most rows in common, then correlation), all together first, then
+    one at a time."""
     graph, found, fixed = ctx.onnx.graph, [], _input_free(ctx.ops)
     candidates = layout.torch_candidates(ctx)
     for name in dict.fromkeys(t for p in ctx.segment_protos for t in p.input):
@@ -946,7 +947,9 @@ def _stale_table(ctx: DiagnosisContext) -> Finding | None:
                     np.swapaxes(table, -1, -2), value, rtol=1e-3, atol=1e-6):
                 continue  # the table transposed (a mask with query and key exchanged): the attribute rule's case
             found.append([(name, value, w, t.astype(value.dtype)) for w, t in tables[:TABLES_PER_CONSTANT]])
-    tries = ([[f[0] for f in found]] if len(found) > 1 else []) + [[t] for f in found for t in f]
+    # all constants' nearest together, then each constant's nearest alone, then each one's next ones
+    tries = ([[f[0] for f in found]] if len(found) > 1 else []) + [
+        [f[r]] for r in range(TABLES_PER_CONSTANT) for f in found if r < len(f)]
     for chosen in tries[:MAX_TABLES]:
         model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
         try:
@@ -964,35 +967,50 @@ def _stale_table(ctx: DiagnosisContext) -> Finding | None:
 TABLES_PER_CONSTANT = 3
 
 
-def _rows_shared(value: np.ndarray, table: np.ndarray) -> float:
-    """The fraction of ``value``'s rows (along its last axis) that equal some row of ``table``."""
+def _nearest_rows(value: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """For each of ``value``'s rows (along its last axis) the nearest row of ``table`` and whether it equals it;
+    None when the tables are too large to compare row by row or hold non-finite numbers."""
     if value.ndim == 0 or value.shape[-1] < 2:
-        return 0.0
-    a = value.reshape(-1, value.shape[-1]).astype(np.float64)
-    b = table.reshape(-1, value.shape[-1]).astype(np.float64)
-    if len(a) * len(b) > 1 << 22 or not (np.isfinite(a).all() and np.isfinite(b).all()):
-        return 0.0
-    distances = (a ** 2).sum(1)[:, None] + (b ** 2).sum(1)[None, :] - 2 * a @ b.T
-    return float(np.mean(distances.min(1) <= 1e-8 * ((a ** 2).sum(1) + 1e-30)))
-
-
-def _row_shift(value: np.ndarray, table: np.ndarray) -> int | None:
-    """k when most of ``value``'s rows i are ``table``'s row i + k (k ≠ 0: a table read from another offset)."""
-    if value.ndim < 2 or _rows_shared(value, table) < 0.5:
         return None
     a = value.reshape(-1, value.shape[-1]).astype(np.float64)
     b = table.reshape(-1, value.shape[-1]).astype(np.float64)
+    if len(a) * len(b) * a.shape[1] > MAX_ROW_WORK or not (np.isfinite(a).all() and np.isfinite(b).all()):
+        return None
     distances = (a ** 2).sum(1)[:, None] + (b ** 2).sum(1)[None, :] - 2 * a @ b.T
-    shifts = distances.argmin(1) - np.arange(len(a))
+    nearest = distances.argmin(1)
+    return nearest, distances[np.arange(len(a)), nearest] <= 1e-8 * ((a ** 2).sum(1) + 1e-30)
+
+
+#: multiply-adds a row-by-row comparison of two tables may take
+MAX_ROW_WORK = 1 << 26
+
+
+def _rows_shared(value: np.ndarray, table: np.ndarray) -> float:
+    """The fraction of ``value``'s rows (along its last axis) that equal some row of ``table``."""
+    rows = _nearest_rows(value, table)
+    return 0.0 if rows is None else float(np.mean(rows[1]))
+
+
+def _row_shift(value: np.ndarray, table: np.ndarray) -> tuple[int, int, int] | None:
+    """``(k, rows, of)`` when ``rows`` of ``value``'s ``of`` rows i — at least half — are ``table``'s row i + k
+    (k ≠ 0: a table read from another offset)."""
+    found = _nearest_rows(value, table) if value.ndim >= 2 else None
+    if found is None:
+        return None
+    nearest, equal = found
+    shifts = (nearest - np.arange(len(nearest)))[equal]
+    if not shifts.size:
+        return None
     k, count = np.unique(shifts, return_counts=True)
     best = int(k[count.argmax()])
-    return best if best != 0 and count.max() >= len(a) / 2 else None
+    return (best, int(count.max()), len(nearest)) if best != 0 and count.max() >= len(nearest) / 2 else None
 
 
 def _shift_text(row: dict) -> str:
-    shift = row.get("row_shift")
-    return "" if shift is None else \
-        f"; its rows are PyTorch's shifted by {shift} positions, row i holding row i + {shift}"
+    if row.get("row_shift") is None:
+        return ""
+    k, n, of = row["row_shift"], row["rows_shifted"], row["rows"]
+    return f"; {n} of its {of} rows are PyTorch's shifted by {k} positions, row i holding row i + {k}"
 
 
 def _input_free(ops) -> list:
@@ -1012,7 +1030,7 @@ def _table_finding(ctx: DiagnosisContext, chosen) -> Finding:
     for r, (_, value, _, restored) in zip(rows, chosen):
         shift = _row_shift(value, restored)
         if shift is not None:
-            r["row_shift"] = shift
+            r["row_shift"], r["rows_shifted"], r["rows"] = shift
     listed = "; ".join(f"'{r['initializer']}' is {r['parameter']} with other numbers ({r['fraction_differing']:.0%} "
                        f"of its elements differ{_shift_text(r)})" for r in rows)
     summary = (f"Constant tables differ from what PyTorch computes: {listed} (each paired with the PyTorch value "

@@ -661,13 +661,19 @@ def _product_held(ctx, value: np.ndarray) -> int | None:
     PyTorch's ``addmm`` keeps no such value), or None."""
     if value.ndim == 0 or value.dtype.kind != "f":
         return None
-    biased = [a for a in ctx.baseline.capture.activations if a.bias is not None and a.value.size == value.size
-              and a.bias.size == value.shape[-1] and a.kind is ModuleKind.LINEAR]
-    for a in biased[:MAX_HELD_COMPARED]:
-        with_bias = (value.astype(np.float64) + a.bias.astype(np.float64)).astype(value.dtype)
+    here = ctx.layer.pair.activation.index
+    biased = sorted((a for a in ctx.baseline.capture.activations if a.bias is not None and a.value.size == value.size
+                     and a.bias.size == value.shape[-1] and a.kind is ModuleKind.LINEAR),
+                    key=lambda a: abs(a.index - here))  # the Linears nearest the divergent layer
+    for a in biased[:MAX_PRODUCTS]:
+        with_bias = value + a.bias.astype(value.dtype)
         if ctx.compare(with_bias, np.asarray(a.value).reshape(value.shape)).ok:
             return a.index
     return None
+
+
+#: Linears (nearest the divergent layer first) whose product before the bias an input is compared with
+MAX_PRODUCTS = 8
 
 
 #: PyTorch ops walked back from the divergent op for values to feed: at most this many steps (views, expands

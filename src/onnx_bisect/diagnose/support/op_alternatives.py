@@ -133,19 +133,24 @@ def _signed_selections(ctx, proto, data: np.ndarray, axis: int, indices: np.ndar
     mul = readers[0]
     k = 1 - list(mul.inputs).index(proto.output[0])
     signs = ctx.constant(mul.inputs[k]) if len(mul.inputs) == 2 else None
-    if signs is None or signs.size != indices.size or not np.all(np.abs(signs) == 1):
-        return []
-    have = np.moveaxis(np.take(data, indices, axis=axis), axis, -1) * signs.reshape(-1)
+    taken = np.take(data, indices, axis=axis)
+    if signs is None or signs.size != indices.size or not np.all(np.abs(signs) == 1) or signs.ndim > taken.ndim \
+            or signs.shape[signs.ndim - taken.ndim + axis if signs.ndim == taken.ndim else -1] != signs.size \
+            or (signs.ndim < taken.ndim and axis != taken.ndim - 1):
+        return []  # the signs must lie along the Gather's axis
+    have = np.moveaxis(taken, axis, -1) * signs.reshape(-1)
     found, seen = [], set()
     for op in reversed(ctx.ops):
         value = np.asarray(op.value) if op.value is not None else None
-        if value is None or value.shape != np.take(data, indices, axis=axis).shape or value.dtype.kind != "f":
+        if value is None or value.shape != taken.shape or value.dtype.kind != "f":
             continue
+        if len(seen) >= MAX_SIGNED:
+            break
         fitted = _fit_signed(data, axis, np.moveaxis(value, axis, -1))
         if fitted is None or np.allclose(np.moveaxis(value, axis, -1), have, rtol=1e-4, atol=1e-6):
             continue
         want, want_signs = fitted
-        if (key := (tuple(want), tuple(want_signs))) in seen or len(seen) >= MAX_SIGNED:
+        if (key := (tuple(want), tuple(want_signs))) in seen:
             continue
         seen.add(key)
         edit_gather = with_inputs(proto.name, {1: want.astype(indices.dtype)})
