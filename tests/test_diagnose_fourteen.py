@@ -191,10 +191,11 @@ class _SharedBias(torch.nn.Module):
         super().__init__()
         torch.manual_seed(147)
         self.layers = torch.nn.ModuleList(_BiasedAttention() for _ in range(2))
-        self.rel = torch.nn.Linear(1, 1)
+        self.rel, self.embed = torch.nn.Linear(1, 1), torch.nn.Linear(16, 16)
 
-    def forward(self, x):
-        bias = self.rel((x[..., :1] - x[..., :1].transpose(-1, -2))[..., None])[..., 0]
+    def forward(self, x, pos):  # (2, 6, 16), (2, 6, 1): the bias from the positions, as LayoutLMv3's from boxes
+        bias = self.rel((pos - pos.transpose(-1, -2))[..., None])[..., 0]
+        x = self.embed(x)
         for layer in self.layers:
             x = x + layer(x, bias)[0]
         return x
@@ -206,7 +207,8 @@ def test_a_tensor_shared_across_layers_is_not_taken_for_the_probabilities_its_sc
     divergence at the Dropout; the tensor of the scope holding the value is paired instead, and the run is
     clean."""
     model = _SharedBias().eval()
-    inputs = (torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(148)),)
+    inputs = (torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(148)),
+              torch.randn(2, 6, 1, generator=torch.Generator().manual_seed(149)))
     proto = dc.export(model, inputs, "dynamo")
     with dc.quiet():
         report = onnx_bisect.bisect(model, inputs, onnx=proto)
@@ -321,3 +323,19 @@ def test_a_residual_add_reading_a_linears_product_before_its_bias_is_rewired_to_
     fd = _bisect(model, inputs, proto)
     _found(fd, residual.name, cause="attribute-mismatch")
     assert f"'{stream}'" in fd.explanation, fd.explanation
+
+
+def test_with_a_fault_in_the_first_layers_softmax_the_shared_tensor_is_not_blamed():
+    """The same file with the first layer's Softmax over the wrong axis: no tensor of its scope holds the
+    probabilities now, and the shared ``bias / 4`` is not computed from the layer's input, so it is no output of
+    the layer — left unpaired rather than measured against the probabilities (which blamed the nodes computing
+    the bias) — and the Softmax is named."""
+    model = _SharedBias().eval()
+    inputs = (torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(148)),
+              torch.randn(2, 6, 1, generator=torch.Generator().manual_seed(149)))
+    proto = dc.export(model, inputs, "dynamo")
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    del softmax.attribute[:]
+    softmax.attribute.append(onnx.helper.make_attribute("axis", -2))
+    fd = _bisect(model, inputs, proto)
+    _found(fd, softmax.name, cause="attribute-mismatch")

@@ -36,7 +36,25 @@ def repair_other_quantities(state: AlignmentState, x: AlignInputs) -> list[Claim
         if holders:
             draft.claim(pair_to(a, x.graph, holders[-1], MatchMethod.METADATA, pair.confidence,
                                 f"'{t}', which its scope hands on, holds another value"), replaces=True)
+            continue
+        # no tensor of the scope holds it (a fault inside the module): a tensor not computed from the module's
+        # inputs is no output of the module at all, and measuring it there would blame what computed it
+        sources = _input_tensors(draft, x, a)
+        if sources and not any(_computed_from(x.graph, t, s) for s in sources):
+            draft.release(a.index)
     return draft.claims
+
+
+def _input_tensors(draft, x: AlignInputs, a) -> list[str]:
+    """The tensors paired with the activations ``a`` was computed from — for a module that read none of them (a
+    Dropout applied to an op's value), those of the call of its parent that encloses it."""
+    inputs = a.inputs
+    if not inputs:
+        parent = a.module.rpartition(".")[0] if a.module else None
+        enclosing = next((b for b in x.capture.activations[a.index + 1:] if b.module == parent), None)
+        inputs = enclosing.inputs if enclosing is not None else ()
+    pairs = [draft.get(i) for i in inputs]
+    return [p.tensor for p in pairs if p is not None and p.tensor]
 
 
 def _computed_from(graph: GraphIndex, tensor: str, source: str) -> bool:
