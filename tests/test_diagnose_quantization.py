@@ -14,23 +14,10 @@ from onnx_bisect.records import ErrorOrigin, Status
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
+from cpu import VNNI  # noqa: E402
 from diagnosis_suite import bisect_case  # noqa: E402
 import plant  # noqa: E402
 
-
-def _int8_dot_products() -> bool:
-    """Whether this CPU has VNNI int8 dot products: without them ONNX Runtime's quantization guide warns that its
-    u8s8 kernels may saturate, and a QDQ model's numbers then move by more than its quantization."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    return any(f in flags.split() for f in ("avx512_vnni", "avx_vnni", "amx_int8"))
-
-
-#: two cases whose premise holds only where ONNX Runtime's int8 kernels do not saturate (seen here: an AVX2-only
-#: CPU gives the clean int8 transformer its largest error at the output, and the clean involution a divergence)
-VNNI = pytest.mark.skipif(not _int8_dot_products(), reason="no VNNI: ONNX Runtime's int8 kernels saturate here")
 
 
 def test_activation_quantizer_that_clips():

@@ -21,6 +21,7 @@ from onnx_bisect.report.text import computing_nodes
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 import plant  # noqa: E402
+from cpu import VNNI  # noqa: E402
 
 
 def _quantized_transformer():
@@ -36,6 +37,7 @@ def _bisect(case, proto, tol):
         return onnx_bisect.bisect(case.model, case.inputs, onnx=proto, atol=tol, rtol=0.0)
 
 
+@VNNI
 def test_a_softmax_axis_in_a_quantized_file_is_narrowed_to_the_softmax():
     """Every tensor of a QDQ file differs from PyTorch by its quantization step, so no op value pairs with it
     at float noise: the segment is searched in its float twin (Q/DQ pairs undone), and the region found there is
@@ -51,6 +53,7 @@ def test_a_softmax_axis_in_a_quantized_file_is_narrowed_to_the_softmax():
     assert fd.within is not None and len(fd.within.segment) > len(fd.layer.segment)
 
 
+@VNNI
 def test_a_quantized_weight_that_is_not_pytorchs_is_a_weight_mismatch():
     """Noise written into an int8 weight puts most elements beyond half a quantization step of PyTorch's weight:
     rounding cannot explain that, so the cause is the weight, not quantization."""
@@ -186,6 +189,7 @@ class Tagger(torch.nn.Module):
         return self.head(self.lstm(torch.relu(self.proj(x)))[0])
 
 
+@VNNI
 def test_zeros_matching_every_initial_state_do_not_undo_the_matches_of_a_quantized_lstm():
     """In a quantized 2-layer LSTM whose second layer's recurrence weights are not PyTorch's, the initial states
     (zeros: they equal every zero state PyTorch selects) must not make the first layer's good values look out of

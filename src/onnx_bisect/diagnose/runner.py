@@ -22,8 +22,9 @@ from .rules.weight_mismatch import WeightMismatch
 
 #: every rule class; a new cause is one new module and one line here
 RULES: list[type[Rule]] = [
-    RuntimeOptimization, GeluApproximation, ActivationKind, EpsilonMismatch, BatchNormFold, WeightMismatch,
-    AttributeMismatch, ResizeMode, LowPrecision, Quantization, TrainingMode, Float64Cast, IntegerRoundTrip,
+    RuntimeOptimization, GeluApproximation, EpsilonMismatch, BatchNormFold, WeightMismatch,
+    AttributeMismatch, ActivationKind, ResizeMode, LowPrecision, Quantization, TrainingMode, Float64Cast,
+    IntegerRoundTrip,
     NondeterministicReference,
     BakedShape, BatchMixing, NumericalStability,
 ]
