@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ..records import MatchMethod
-from ..records.graph import GraphIndex
+from ..records.graph import GraphIndex, reached_from
 from .absent import holds
 from .similarity import kind
 from .state import AlignInputs, AlignmentState, Claim, pair_to
@@ -58,16 +58,6 @@ def _input_tensors(draft, x: AlignInputs, a) -> list[str]:
 
 
 def _computed_from(graph: GraphIndex, tensor: str, source: str) -> bool:
-    """Whether ``tensor`` is computed (directly or not) from ``source``."""
-    end, stack, seen = graph.order_of(tensor), [source], {source}
-    while stack:
-        for c in graph.consumers.get(stack.pop(), ()):
-            if c > end:
-                continue
-            for o in graph.nodes[c].outputs:
-                if o == tensor:
-                    return True
-                if o and o not in seen:
-                    seen.add(o)
-                    stack.append(o)
-    return False
+    """Whether ``tensor`` is computed (directly or not) from ``source``: the nodes between them, in graph order."""
+    steps = ((n.inputs, n.outputs, False) for n in graph.nodes[graph.order_of(source) + 1:graph.order_of(tensor) + 1])
+    return tensor in reached_from([source], steps)

@@ -400,6 +400,15 @@ class DiagnosisContext:
         store = Weights({n: weights.arrays[n] for n in inits if n in weights.arrays})
         return _segment.with_inputs(sub, values), values, store
 
+    def reproduces(self, fixed: "FixedSegment") -> bool:
+        """Whether the segment re-run with ``fixed``'s graph, weights and feeds computes PyTorch's value (a graph
+        the runtime rejects does not)."""
+        try:
+            values = self.run_segment(fixed.model, fixed.weights, feeds=fixed.feeds)
+        except Exception:  # noqa: BLE001 - a fix the runtime rejects fixes nothing
+            return False
+        return self.tensor in values and bool(self.compare(values[self.tensor], self.reference).ok)
+
     @cached_property
     def _runs(self) -> dict:
         return {}

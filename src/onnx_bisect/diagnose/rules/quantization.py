@@ -77,7 +77,7 @@ def _quantizers_before(ctx: DiagnosisContext, protos) -> list:
     return [p for p in found if p is not None]
 
 
-def misread(ctx: DiagnosisContext, dq) -> Finding | None:
+def misread(ctx: DiagnosisContext, dq, candidates=None) -> Finding | None:
     """A quantized weight that, read as the file reads it, is not PyTorch's parameter within rounding, but read
     as its quantizer wrote it is: its per-channel scales applied along another axis of that length (the
     DequantizeLinear's ``axis``), or its integers' bytes (and zero point) read with the other signedness (int8
@@ -90,7 +90,8 @@ def misread(ctx: DiagnosisContext, dq) -> Finding | None:
     zp_name = dq.input[2] if len(dq.input) > 2 and dq.input[2] else None
     zp = ctx.constant(zp_name) if zp_name else np.zeros((), q.dtype)
     axis = attribute(dq, "axis", 1) % q.ndim
-    as_read = _reading(ctx, dq, q, scale, zp, axis)
+    candidates = layout.torch_candidates(ctx) if candidates is None else candidates  # once for every reading
+    as_read = _reading(ctx, dq, q, scale, zp, axis, candidates)
     if as_read is not None and as_read[2] <= BEYOND_ROUNDING:
         return None  # the weight is PyTorch's: nothing misread
     other = np.int8 if q.dtype == np.uint8 else np.uint8
@@ -102,7 +103,7 @@ def misread(ctx: DiagnosisContext, dq) -> Finding | None:
                      q.view(other),
                      zp.astype(q.dtype).view(other), axis))
     for text, attrs, q2, zp2, a in readings:
-        found = _reading(ctx, dq, q2, scale, zp2, a)
+        found = _reading(ctx, dq, q2, scale, zp2, a, candidates)
         if found is None or found[2] > BEYOND_ROUNDING:
             continue
         name, _, _ = found
@@ -117,7 +118,7 @@ def misread(ctx: DiagnosisContext, dq) -> Finding | None:
             model = edits.copy_model(c.onnx.skeleton)
             float_weight(model, dq.name, value)
             return FixedSegment(model, c.onnx.weights)
-        if not _fixes(ctx, restored(ctx)):
+        if not ctx.reproduces(restored(ctx)):
             continue
         readers = tuple(ctx.onnx.graph.nodes[i].name for i in ctx.onnx.graph.consumers.get(dq.output[0], ()))
         return Finding(Cause.QUANTIZATION, 0.95, summary, fix,
@@ -126,27 +127,15 @@ def misread(ctx: DiagnosisContext, dq) -> Finding | None:
     return None
 
 
-def _fixes(ctx: DiagnosisContext, fixed: FixedSegment) -> bool:
-    """Whether the segment re-run with ``fixed`` reproduces PyTorch's output."""
-    try:
-        values = ctx.run_segment(fixed.model, fixed.weights)
-    except Exception:  # noqa: BLE001 - a fix that does not run fixes nothing
-        return False
-    return ctx.tensor in values and ctx.compare(values[ctx.tensor], ctx.reference).ok
-
-
-def _reading(ctx: DiagnosisContext, dq, q: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int):
+def _reading(ctx: DiagnosisContext, dq, q: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int, candidates):
     """``(parameter, PyTorch value, fraction beyond half a step)`` of integers ``q`` dequantized with ``scale``
     and ``zp`` per slice along ``axis``; None when no parameter matches it."""
-    shape = [1] * q.ndim
-    if scale.size > 1:
-        shape[axis] = scale.size
-    zp_shape = shape if zp.size > 1 else [1] * q.ndim
-    w = (q.astype(np.float64) - zp.astype(np.float64).reshape(zp_shape)) * scale.astype(np.float64).reshape(shape)
-    match = _torch_weight(ctx, w, dq.input[0])
+    w = dequantize(q, scale, zp, axis)
+    match = _torch_weight(ctx, w, dq.input[0], candidates)
     if match is None:
         return None
-    half = 0.5 * np.abs(scale.astype(np.float64)).reshape(shape) * (1 + 1e-3) + 1e-12
+    step = np.abs(dequantize(np.ones(q.shape, np.int8), scale, np.zeros(()), axis))  # each element's step
+    half = 0.5 * step * (1 + 1e-3) + 1e-12
     low, high = RANGES[q.dtype]
     inside = (q != low) & (q != high)
     return match[0], match[1], float(np.mean((np.abs(w - match[1]) > half) & inside))
@@ -167,7 +156,7 @@ def _reproduces(ctx: DiagnosisContext, protos, relu: set[str]) -> bool:
         fixed = _dequantized(ctx, protos, relu)
     except Exception:  # noqa: BLE001 - a twin that cannot be made says nothing
         return False
-    return _fixes(ctx, fixed)
+    return ctx.reproduces(fixed)
 
 
 def _absorbing_relu(ctx: DiagnosisContext, protos) -> set[str]:
@@ -238,7 +227,14 @@ def dequantized_weight(ctx: DiagnosisContext, dq) -> np.ndarray | None:
     if q is None or scale is None or np.issubdtype(q.dtype, np.floating):
         return None
     zp = ctx.constant(dq.input[2]) if len(dq.input) > 2 and dq.input[2] else np.zeros((), q.dtype)
-    shape = _scale_shape(dq, q, scale)
+    return dequantize(q, scale, zp, attribute(dq, "axis", 1) % max(q.ndim, 1))
+
+
+def dequantize(q: np.ndarray, scale: np.ndarray, zp: np.ndarray, axis: int) -> np.ndarray:
+    """``(q − zp)·scale`` in float64, per slice along ``axis`` when the scale has more than one value."""
+    shape = [1] * q.ndim
+    if scale.size > 1:
+        shape[axis] = scale.size
     return (q.astype(np.float64) - zp.astype(np.float64).reshape(shape if zp.size > 1 else [1] * q.ndim)) \
         * scale.astype(np.float64).reshape(shape)
 
@@ -307,13 +303,13 @@ def float_weight(model, dq_name: str, value: np.ndarray) -> None:
     _identity(model, dq_name, edits.add_initializer(model, f"{dq_name}_float_weight", value.astype(np.float32)))
 
 
-def _torch_weight(ctx: DiagnosisContext, w: np.ndarray, initializer: str = ""):
+def _torch_weight(ctx: DiagnosisContext, w: np.ndarray, initializer: str = "", candidates=None):
     """``(name, PyTorch value in w's layout)`` of the parameter (or Conv + BatchNorm fold) ``w`` quantizes: the
     one the quantized initializer is named after (whatever its values: they may be another checkpoint's), else
     the closest strongly correlated one."""
     best = None
     named = layout.float_name(initializer)
-    for name, tensor in layout.torch_candidates(ctx).items():
+    for name, tensor in (layout.torch_candidates(ctx) if candidates is None else candidates).items():
         rel = layout.relate(w, tensor)
         if rel is None:
             continue
@@ -500,12 +496,9 @@ def explained_by_quantization(ctx: DiagnosisContext) -> bool:
     quantized model's layers differ from PyTorch by that much, and that is no fault)."""
     try:
         fixed = float_twin(ctx)
-        if fixed is None:
-            return False
-        values = ctx.run_segment(fixed.model, fixed.weights, feeds=fixed.feeds)
-    except Exception:  # noqa: BLE001 - a segment that cannot be re-run is not explained
+    except Exception:  # noqa: BLE001 - a twin that cannot be made explains nothing
         return False
-    return ctx.tensor in values and ctx.compare(values[ctx.tensor], ctx.reference).ok
+    return fixed is not None and ctx.reproduces(fixed)
 
 
 def clips(ctx: DiagnosisContext) -> bool:

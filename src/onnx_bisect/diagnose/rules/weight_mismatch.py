@@ -10,6 +10,7 @@ from onnx import helper
 
 from ..support.param_layouts import gates_exchanged, is_rnn_parameter, model_rnn_weights, owner_of
 from ..support import edits, layout
+from ..support.rows import nearest_rows
 from ..support.alternative_edits import with_inputs
 from ...records import Cause, Layout
 from ...records.graph import LAYOUT_OPS, PRODUCT_OPS
@@ -381,7 +382,7 @@ def _quantized(ctx: DiagnosisContext, candidates) -> list:
     parameter, relation, torch value)`` rows."""
     out = []
     for w, dq in quantization.dequantized_weights(ctx):
-        if dq.op_type == "DequantizeLinear" and quantization.misread(ctx, dq) is not None:
+        if dq.op_type == "DequantizeLinear" and quantization.misread(ctx, dq, candidates) is not None:
             continue  # the quantizer's weight read another way (the scales' axis, the integers' sign): its rule's
         name = layout.float_name(dq.input[0])
         best = _best(w, name, candidates)
@@ -464,19 +465,9 @@ def _relaid(ctx: DiagnosisContext) -> Finding | None:
         # a weight holding no PyTorch tensor's numbers (a BatchNorm folded into a Conv's kernel) is still tried:
         # its layout reproducing PyTorch is the evidence (no weight but a re-laid one does that)
         tried[how] = tried.get(how, 0) + 1
-        if _reproduces(ctx, _replaced(ctx, {name: relaid})):
+        if ctx.reproduces(_replaced(ctx, {name: relaid})):
             return _relaid_finding(ctx, name, value, how, axis, relaid)
     return None
-
-
-def _reproduces(ctx: DiagnosisContext, fixed: FixedSegment) -> bool:
-    """Whether the segment, re-run with ``fixed``'s graph and weights, computes PyTorch's value (a graph the runtime
-    rejects does not)."""
-    try:
-        values = ctx.run_segment(fixed.model, fixed.weights)
-    except Exception:  # noqa: BLE001 - a layout the runtime rejects is not the answer
-        return False
-    return ctx.tensor in values and ctx.compare(values[ctx.tensor], ctx.reference).ok
 
 
 def _relaid_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, how: Relayout, axis: int | None,
@@ -551,7 +542,7 @@ def _rearranged(ctx: DiagnosisContext) -> Finding | None:
             for laid in _layouts_for(tensor, value.shape):
                 tried += 1
                 fixed, permuted = _with_bias_unpermuted(ctx, proto, value, laid)
-                if _reproduces(ctx, _replaced(ctx, fixed)):
+                if ctx.reproduces(_replaced(ctx, fixed)):
                     reshaped = any(np.array_equal(value, t.reshape(value.shape)) for t in (tensor, tensor.T))
                     return _rearranged_finding(ctx, name, value, param, fixed, permuted, reshaped)
     return None
@@ -976,9 +967,8 @@ def _nearest_rows(value: np.ndarray, table: np.ndarray) -> tuple[np.ndarray, np.
     b = table.reshape(-1, value.shape[-1]).astype(np.float64)
     if len(a) * len(b) * a.shape[1] > MAX_ROW_WORK or not (np.isfinite(a).all() and np.isfinite(b).all()):
         return None
-    distances = (a ** 2).sum(1)[:, None] + (b ** 2).sum(1)[None, :] - 2 * a @ b.T
-    nearest = distances.argmin(1)
-    return nearest, distances[np.arange(len(a)), nearest] <= 1e-8 * ((a ** 2).sum(1) + 1e-30)
+    nearest, distance = nearest_rows(a, b)
+    return nearest, distance <= 1e-8 * ((a ** 2).sum(1) + 1e-30)
 
 
 #: multiply-adds a row-by-row comparison of two tables may take

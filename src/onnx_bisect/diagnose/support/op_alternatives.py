@@ -20,6 +20,7 @@ import onnx
 from ...records.graph import CARRIER_OPS
 from ..context import attribute
 from .alternative_edits import node_value, outputs_swapped, rewired, slices_swapped, with_attributes, with_inputs
+from .rows import nearest_rows
 from .value_alternatives import DEFAULTS, activation, gemm_scalars, mask_values, norm_axis
 
 #: reductions whose axes are tried at others
@@ -174,11 +175,8 @@ def _fit_signed(data: np.ndarray, axis: int, wanted: np.ndarray) -> tuple[np.nda
     target = np.moveaxis(wanted.astype(np.float64), -1, 0).reshape(wanted.shape[-1], -1)  # (positions, rest)
     if slices.shape[1] != target.shape[1] or not np.isfinite(slices).all() or not np.isfinite(target).all():
         return None
-    both = np.concatenate([slices, -slices])  # (2 size, rest)
-    distances = (target ** 2).sum(1)[:, None] + (both ** 2).sum(1)[None, :] - 2 * target @ both.T
-    best = distances.argmin(1)
-    scale = (target ** 2).sum(1) + 1e-30
-    if np.any(distances[np.arange(len(best)), best] > 1e-8 * scale):
+    best, distance = nearest_rows(target, np.concatenate([slices, -slices]))  # each slice, or its negation
+    if np.any(distance > 1e-8 * ((target ** 2).sum(1) + 1e-30)):
         return None
     size = data.shape[axis]
     return best % size, np.where(best < size, 1.0, -1.0)
