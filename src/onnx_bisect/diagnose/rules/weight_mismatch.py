@@ -1222,6 +1222,12 @@ def _op_bias_param(ctx: DiagnosisContext) -> tuple[str, np.ndarray] | None:
     activation = ctx.layer.pair.activation
     if not activation.op or not activation.module_type.startswith(BIASED_OPS):
         return None
+    for name in activation.params:  # a one-dimensional bias parameter the op read itself (a GRUCell's bias_hh)
+        owner, _, leaf = name.rpartition(".")
+        module = ctx.torch_module(owner) if "bias" in leaf else None
+        bias = getattr(module, leaf, None) if module is not None else None
+        if hasattr(bias, "detach") and bias.dim() == 1:
+            return name, to_numpy(bias)
     owners = [p.rpartition(".")[0] for p in activation.params if p.endswith(".weight")] + [activation.module]
     for owner in owners:
         module = ctx.torch_module(owner)
