@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from onnx import helper
 import torch
 
 import onnx_bisect
@@ -45,3 +46,59 @@ def test_a_bias_the_file_never_reads_dropped_from_a_product_inside_a_fused_op_is
     fd = _bisect(model, inputs, proto)
     _found(fd, gemm.name, cause="weight-mismatch", at_most=12)
     assert "gru.bias_hh" in fd.explanation, fd.explanation
+
+
+class _Mlp(torch.nn.Module):
+    """A transformer's MLP on a (batch, tokens, features) input: Linear, an activation module, Linear."""
+
+    def __init__(self, act: torch.nn.Module):
+        super().__init__()
+        torch.manual_seed(153)
+        self.fc1, self.act, self.fc2 = torch.nn.Linear(8, 16), act, torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.fc2(self.act(self.fc1(x))) + x
+
+
+def _bias_after_activation(proto, activation: str) -> str:
+    """fc1's bias added after the activation (``act(xW) + b``): the product hands on its value without the bias
+    and an Add after the activation's last node adds it.  Returns the product's name."""
+    nodes = list(proto.graph.node)
+    producer = {t: n for n in nodes for t in n.output}
+    inits = {t.name for t in proto.graph.initializer}
+    gemm = next(n for n in nodes if n.op_type in ("Gemm", "Add") and any("fc1.bias" in t for t in n.input))
+    bias = next(t for t in gemm.input if "fc1.bias" in t)
+    if gemm.op_type == "Gemm":  # the product as a bias-less MatMul of the transposed weight
+        product = helper.make_node("Gemm", list(gemm.input[:2]), list(gemm.output), name="planted_product",
+                                   transB=1)
+    else:
+        product = producer[next(t for t in gemm.input if t not in inits)]
+        product.name = "planted_product"
+        gemm.op_type, gemm.input[:] = "Identity", [product.output[0]]
+    end = next(n for n in reversed(nodes) if n.op_type == activation)
+    final = end.output[0]
+    end.output[0] = final + "_before_bias"
+    add = helper.make_node("Add", [end.output[0], bias], [final], name="planted_bias_add")
+    rebuilt = []
+    for n in nodes:
+        rebuilt.append(product if n is gemm and gemm.op_type == "Gemm" else n)
+        if n is end:
+            rebuilt.append(add)
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(rebuilt)
+    return "planted_product"
+
+
+@pytest.mark.parametrize("exporter,act,last", [("dynamo", torch.nn.ReLU(), "Relu"),
+                                               ("torchscript", torch.nn.GELU(), "Mul")])
+def test_a_bias_added_after_the_activation_instead_of_to_the_product_is_moved_back(exporter, act, last):
+    """fc1's bias added after the activation: the Linear's value is in no tensor, so the segment is the
+    activation's, with the bias-less product in it.  Moving the Add onto the product reproduces PyTorch; the
+    finding names the Add, the product and fc1.bias."""
+    model = _Mlp(act).eval()
+    inputs = (torch.randn(2, 5, 8, generator=torch.Generator().manual_seed(154)),)
+    proto = dc.export(model, inputs, exporter)
+    product = _bias_after_activation(proto, last)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, product, cause="weight-mismatch", at_most=12)
+    assert "after the activation" in fd.explanation and "fc1.bias" in fd.explanation, fd.explanation

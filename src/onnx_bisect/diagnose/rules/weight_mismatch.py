@@ -42,7 +42,8 @@ class WeightMismatch(Rule):
             if offset is not None:
                 return offset
         if not differing:
-            return (_bias_after(ctx) or _bias_missing(ctx, candidates) or _exchanged(ctx, candidates) or _relaid(ctx)
+            return (_bias_after(ctx) or _bias_missing(ctx, candidates) or _bias_moved(ctx) or _exchanged(ctx, candidates)
+                    or _relaid(ctx)
                     or _scale_offset(ctx) or _stale_table(ctx) or _rearranged(ctx))
         if not all(r.related for _, _, r, _ in differing):
             # numbers unlike the parameter they are named after may be another module's (two layers' weights
@@ -1100,8 +1101,130 @@ def _bias_missing(ctx: DiagnosisContext, candidates) -> Finding | None:
         if _adding_node(ctx, ctx.tensor, bias.size) is not None:
             return None  # a bias is added after it: the stale-bias reading (_bias_after)
         if np.any(bias) and ctx.compare(restored.astype(ctx.local_value.dtype), ctx.reference).ok:
-            return _bias_missing_finding(ctx, product, bias, param, shape)
+            return _moved_later(ctx, product, bias) or _bias_missing_finding(ctx, product, bias, param, shape)
     return None
+
+
+#: one-tensor elementwise ops an activation is written with, walked back from an Add to the product it follows
+ELEMENTWISE = {"Relu", "LeakyRelu", "PRelu", "Gelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu",
+               "Celu", "Softplus", "Mish", "Erf", "Mul", "Add", "Sub", "Div", "Clip", "Sqrt", "Pow", "Neg", "Abs",
+               "Exp", "Log", "Identity", "Cast", "Min", "Max", "Where"}
+
+
+def _bias_moved(ctx: DiagnosisContext) -> Finding | None:
+    """A bias added after the activation instead of to the product: in the segment, an Add of a constant of C
+    values reads (through elementwise ops only) a product of C channels that no bias is added to; the segment
+    with that Add moved onto the product reproduces PyTorch (``act(x) + b`` written for ``act(x + b)``)."""
+    graph = ctx.onnx.graph
+    inside = {n.name: n for n in ctx.segment_nodes}
+    for add in inside.values():
+        if add.op_type != "Add" or len(add.inputs) != 2:
+            continue
+        constants = [ctx.constant(t) for t in add.inputs]
+        if sum(c is not None for c in constants) != 1:
+            continue
+        at = 0 if constants[0] is not None else 1
+        bias, stream = np.asarray(constants[at]), add.inputs[1 - at]
+        if bias.size < 2 or max(bias.shape, default=1) != bias.size:
+            continue
+        for product, between in _products_behind(ctx, stream, inside):
+            fixed = _moved(ctx, add, stream, product, bias)
+            if between and fixed is not None and ctx.reproduces(fixed):
+                return _bias_moved_finding(ctx, add, product, between, bias, fixed)
+    return None
+
+
+def _products_behind(ctx: DiagnosisContext, tensor: str, inside: dict) -> list:
+    """``(product, the ops between)`` for each bias-less product (MatMul, Gemm, Conv) of the segment that
+    ``tensor`` is computed from through elementwise ops only, nearest first."""
+    graph, found, seen, frontier, between = ctx.onnx.graph, [], set(), [tensor], []
+    while frontier and len(seen) < 32:
+        node = graph.node_of(frontier.pop(0))
+        if node is None or node.name in seen or node.name not in inside:
+            continue
+        seen.add(node.name)
+        if node.op_type in ("MatMul", "Gemm", "Conv", "ConvTranspose"):
+            if not (node.op_type != "MatMul" and len(node.inputs) > 2 and node.inputs[2]):
+                found.append(node)
+        elif node.op_type in ELEMENTWISE:
+            between.append(node.op_type)
+            frontier.extend(t for t in node.inputs if t and ctx.constant(t) is None)
+    return [(p, tuple(dict.fromkeys(between))) for p in found]
+
+
+def _moved_later(ctx: DiagnosisContext, product, bias: np.ndarray) -> Finding | None:
+    """The bias-moved finding when the bias missing from ``product`` is added after the ops reading it."""
+    later = _added_later(ctx, product, bias)
+    if later is None:
+        return None
+    add, stream, between = later
+    fixed = _moved(ctx, add, stream, product, bias)
+    return None if fixed is None else _bias_moved_finding(ctx, add, product, between, bias, fixed)
+
+
+def _added_later(ctx: DiagnosisContext, product, bias: np.ndarray):
+    """``(Add node, the tensor it adds to, the ops between)`` of an Add of ``bias`` after the ops that read the
+    bias-less ``product`` (elementwise ops only, at most 16 nodes on): the bias moved past the activation."""
+    graph, flat = ctx.onnx.graph, bias.reshape(-1)
+    frontier, seen, between = [product.outputs[0]], set(), []
+    while frontier and len(seen) < 16:
+        tensor = frontier.pop(0)
+        for reader in (graph.nodes[c] for c in graph.consumers.get(tensor, ())):
+            if reader.name in seen or reader.op_type not in ELEMENTWISE:
+                continue
+            seen.add(reader.name)
+            others = [ctx.constant(t) for t in reader.inputs if t != tensor]
+            if reader.op_type == "Add" and between and len(others) == 1 and others[0] is not None \
+                    and others[0].size == flat.size and np.allclose(others[0].reshape(-1), flat, rtol=1e-6, atol=0):
+                return reader, tensor, tuple(dict.fromkeys(between))
+            between.append(reader.op_type)
+            frontier.extend(reader.outputs)
+    return None
+
+
+def _moved(ctx: DiagnosisContext, add, stream: str, product, bias: np.ndarray) -> FixedSegment | None:
+    """The segment with ``add``'s constant added to ``product``'s output instead (the Add passing ``stream`` on)."""
+    shape = ctx.onnx.graph.shapes.get(product.outputs[0])
+    if not shape:
+        return None
+    axis = 1 if product.op_type in ("Conv", "ConvTranspose") else len(shape) - 1
+    if shape[axis] != bias.size:
+        return None
+    broadcast = [1] * len(shape)
+    broadcast[axis] = bias.size
+    fixed = _with_bias_after(ctx, product, broadcast, bias.reshape(-1))
+    node = edits.node(fixed.model, add.name)
+    node.op_type = "Identity"
+    del node.input[:]
+    node.input.append(stream)
+    return fixed
+
+
+def _bias_moved_finding(ctx: DiagnosisContext, add, product, between: tuple, bias: np.ndarray,
+                        fixed: FixedSegment) -> Finding:
+    param = _parameter_named(ctx, bias)
+    what = f"{param} ({bias.size} values)" if param else f"a constant of {bias.size} values"
+    summary = (f"Node {add.name} adds {what} after the activation ({', '.join(between)}) "
+               f"that follows the product {product.name} ({product.op_type}), which no bias is added to: PyTorch adds "
+               "the bias to the product before the activation. With the Add moved onto the product the segment "
+               "reproduces PyTorch's output.")
+    fix = ("Add the bias to the product (the node's bias input, or the Add right after the MatMul) and apply the "
+           "activation to the sum; check the conversion or graph rewrite that moved it past the activation.")
+    return Finding(Cause.WEIGHT_MISMATCH, 0.85, summary, fix,
+                   {"parameters": [{"initializer": None, "parameter": param or add.name, "layout": "after activation",
+                                    "max_abs": float(np.max(np.abs(bias))), "rel_l2": 0.0,
+                                    "fraction_differing": 0.0, "correlation": 1.0}]},
+                   changes=(add.name, product.name), counterfactual=lambda c: fixed)
+
+
+def _parameter_named(ctx: DiagnosisContext, value: np.ndarray) -> str:
+    """The PyTorch parameter equal to ``value``, "" when none is (or with --reference)."""
+    root = ctx.torch_module("")
+    flat = value.reshape(-1).astype(np.float64)
+    for name, param in (root.named_parameters() if root is not None else ()):
+        if param.numel() == flat.size and np.allclose(to_numpy(param).reshape(-1), flat, rtol=1e-5, atol=1e-7):
+            return name
+    return ""
 
 
 def _product_of(ctx: DiagnosisContext, tensor: str):
@@ -1144,6 +1267,9 @@ def _bias_missing_inside(ctx: DiagnosisContext) -> Finding | None:
         except Exception:  # noqa: BLE001 - a bias that does not fit or run is not the answer
             continue
         if ctx.compare(values[ctx.tensor], ctx.reference).ok:
+            moved = _moved_later(ctx, node, bias)
+            if moved is not None:
+                return moved
             finding = _bias_missing_finding(ctx, node, bias, _bias_name(ctx) or "the module's bias", broadcast)
             return dataclasses.replace(finding, counterfactual=lambda c, n=node, b=broadcast: _with_bias_after(
                 c, n, b, bias))
