@@ -5,7 +5,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from onnx import helper
+import numpy as np
+from onnx import helper, numpy_helper
 import torch
 
 import onnx_bisect
@@ -102,3 +103,40 @@ def test_a_bias_added_after_the_activation_instead_of_to_the_product_is_moved_ba
     fd = _bisect(model, inputs, proto)
     _found(fd, product, cause="weight-mismatch", at_most=12)
     assert "after the activation" in fd.explanation and "fc1.bias" in fd.explanation, fd.explanation
+
+
+class _Heads(torch.nn.Module):
+    """Four attention heads' outputs (batch, heads, tokens, dim) mixed by a projection."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(155)
+        self.qkv, self.out = torch.nn.Linear(8, 24), torch.nn.Linear(8, 8)
+
+    def forward(self, x):  # (1, 6, 8)
+        q, k, v = self.qkv(x).view(1, 6, 3, 4, 2).permute(2, 0, 3, 1, 4)
+        heads = torch.softmax(q @ k.transpose(-1, -2), -1) @ v
+        return self.out(heads.transpose(1, 2).reshape(1, 6, 8))
+
+
+def test_a_frozen_dropout_mask_over_four_heads_is_training_mode_not_an_op_to_remove():
+    """A Dropout left in training mode on the heads, its mask folded to a constant of one value per head (four
+    values, one zero, the rest 1/0.9): too few values for their share of zeros to tell p, but 1/(1 − p) of a
+    whole-percent p and a zeros' count a Bernoulli(0.1) draw gives make it a Dropout's mask, not a constant
+    operand to remove."""
+    model = _Heads().eval()
+    inputs = (torch.randn(1, 6, 8, generator=torch.Generator().manual_seed(156)),)
+    proto = dc.export(model, inputs, "dynamo")
+    nodes = list(proto.graph.node)
+    first = next(n for n in nodes if n.op_type == "MatMul" and len(n.input) == 2
+                 and all(t not in {i.name for i in proto.graph.initializer} for t in n.input))
+    second = next(n for n in nodes[nodes.index(first) + 1:] if n.op_type == "MatMul")
+    mask = np.full((1, 4, 1, 1), 1 / 0.9, np.float32)
+    mask[0, 2] = 0
+    proto.graph.initializer.append(numpy_helper.from_array(mask, "planted_mask"))
+    out = second.output[0]
+    second.output[0] = out + "_undropped"
+    drop = helper.make_node("Mul", [out + "_undropped", "planted_mask"], [out], name="planted_dropout")
+    proto.graph.node.insert(list(proto.graph.node).index(second) + 1, drop)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, "planted_dropout", cause="training-mode", at_most=12)
