@@ -140,3 +140,35 @@ def test_a_frozen_dropout_mask_over_four_heads_is_training_mode_not_an_op_to_rem
     proto.graph.node.insert(list(proto.graph.node).index(second) + 1, drop)
     fd = _bisect(model, inputs, proto)
     _found(fd, "planted_dropout", cause="training-mode", at_most=12)
+
+
+class _Normed(torch.nn.Module):
+    """A projection, a LayerNorm with trained (random) scale and shift, a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(157)
+        self.inp, self.norm, self.head = torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.3, 0.3)
+
+    def forward(self, x):
+        return self.head(self.norm(self.inp(x)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_norms_shift_collapsed_to_its_mean_beside_its_exact_scale_is_paired_by_elimination(exporter):
+    """The LayerNorm's shift replaced by its mean repeated (per-channel → per-tensor) under a new name: no value
+    pairs it, and the segment holds two initializers of its size.  The scale pairs exactly, so the shift is the
+    one left on both sides, and it is named as collapsed."""
+    model = _Normed().eval()
+    inputs = (torch.randn(3, 8, generator=torch.Generator().manual_seed(158)),)
+    proto = dc.export(model, inputs, exporter)
+    norm = next(n for n in proto.graph.node if n.op_type == "LayerNormalization")
+    shift = model.norm.bias.detach().numpy()
+    proto.graph.initializer.append(numpy_helper.from_array(np.full_like(shift, shift.mean()), "collapsed_shift"))
+    norm.input[2] = "collapsed_shift"
+    fd = _bisect(model, inputs, proto)
+    _found(fd, norm.name, cause="weight-mismatch", at_most=3)
+    assert "norm.bias has one per channel" in fd.explanation, fd.explanation

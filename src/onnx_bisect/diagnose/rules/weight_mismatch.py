@@ -227,10 +227,14 @@ def _owned(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
     """``(parameter, relation, tensor)`` for an initializer whose numbers relate to no parameter (one number
     repeated where the module has a per-channel scale: a per-tensor value written for it) when it is the
     segment's only initializer of its size and its module's only tensor of that size: paired by ownership, not
-    by value; None otherwise."""
-    if sum(1 for t in _segment_initializers(ctx) if (v := ctx.initializer(t)) is not None and v.size == value.size) != 1:
-        return None
+    by value; None otherwise.  Tensors that pair exactly (a LayerNorm's scale beside its collapsed shift) are
+    set aside on both sides first: what is left pairs by elimination."""
+    same = [v for t in _segment_initializers(ctx) if (v := ctx.initializer(t)) is not None and v.size == value.size]
     own = _own_tensors(ctx, candidates, value.size)
+    held = [k for k, t in own.items() if any(_equal(v, t) for v in same)]
+    if len(same) - len(held) != 1:
+        return None
+    own = {k: t for k, t in own.items() if k not in held}
     if len(own) != 1:
         return None
     parameter, tensor = next(iter(own.items()))
@@ -238,6 +242,12 @@ def _owned(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
     if relation is None or relation.equal or np.ptp(np.asarray(value, np.float64)) > 0:
         return None  # numbers of their own (noise, another layer's): the value pairing's case
     return parameter, relation, tensor
+
+
+def _equal(value: np.ndarray, tensor: np.ndarray) -> bool:
+    """Whether an initializer holds a PyTorch tensor's numbers exactly, in some layout."""
+    relation = layout.relate(value, tensor)
+    return relation is not None and relation.equal
 
 
 def _same_tensor(best, name: str, value: np.ndarray) -> bool:
