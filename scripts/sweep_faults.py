@@ -1817,3 +1817,7 @@ FAULTS.update({k.name: k for k in sweep_faults_thirteen.KINDS})
 import sweep_faults_fourteen  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_fourteen.KINDS})
+# the fifteenth set (scripts/sweep_faults_fifteen.py)
+import sweep_faults_fifteen  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_fifteen.KINDS})
