@@ -2313,6 +2313,378 @@ class SlotNet(nn.Module):
         return self.slots(self.mlp(self.norm(f)))
 
 
+# --------------------------------------------------------------------------- fifteenth held-out set
+# Added after the fourteenth held-out set and measured before any of their misses was looked at (``fault_sweep.py
+# --archs heldout15``): Deformable DETR (multi-scale deformable attention: a ResNet backbone's two stages and a strided
+# Conv's third level flattened and concatenated, reference points from linspace grids over each level divided by the
+# valid ratios of the pixel mask, per head / level / point sampling offsets and softmaxed weights from Linears of the
+# queries, the value split per level and bilinearly sampled at the offset locations by GridSample, a weighted sum over
+# levels and points; in the encoder over every pixel of every level, in the decoder from 8 object queries), the
+# Pix2Struct vision encoder (variable-resolution patches: the input's first two columns are the patches' row and
+# column numbers, cast to integers and gathered from embedding tables; the attention mask from the padding patches'
+# zero sums; T5-style RMSNorms and gated GELU), the Qwen2-VL text model (multimodal rotary positions: a second input
+# of three position rows, temporal / height / width, for 4 text tokens, a 2×3 grid of vision tokens and 6 more text
+# tokens; cos and sin computed per row and the head dimension's rotary sections taken from different rows, 2 / 1 / 1
+# frequencies), Reformer (local attention in chunks of 4 tokens attending to their own, the previous and the next
+# chunk, axial position embeddings — two factor tables broadcast over a 4×4 grid and concatenated —, reversible
+# residual streams y1 = x1 + Attn(x2), y2 = x2 + FFN(y1) concatenated, a feed-forward run chunk by chunk), ProphetNet
+# (an encoder-decoder whose decoder predicts 2 future tokens at once: a main stream and 2 n-gram streams built from
+# n-gram embeddings plus positions, the n-gram streams attending to the main stream's keys and to themselves,
+# bucketed relative position biases for the main and the predicting streams; the output concatenates the main and
+# n-gram streams), and five hand-written models: Glow (squeeze by reshape and permute, ActNorm, an invertible 1×1
+# Conv whose weight P·L·U is composed at run time from masked LU factors and exp of a log-diagonal, affine couplings
+# with sigmoid scales, a split with a learned conditional Gaussian prior, log-likelihoods in bits per dimension),
+# gMLP (spatial gating units: half of the channels LayerNorm'd and mixed across the tokens by a learned T×T matrix,
+# causally masked in the second block, plus a tiny single-head attention in the first (aMLP), multiplied into the
+# other half), a closed-form continuous-time (CfC) recurrent network (a second input of elapsed times per step
+# scaling a learned time gate σ(t_a·Δt + t_b) that interpolates between two tanh heads, LeCun tanh backbone, 16
+# unrolled steps), a spiking CNN of leaky integrate-and-fire neurons (4 time steps, Heaviside spikes as a ≥ comparison
+# cast to float, reset by subtraction and hard reset, a non-spiking leaky integrator readout) and DGCNN (dynamic
+# k-NN graphs: pairwise squared distances by a matmul, TopK neighbours, a gather by flat indices, edge features
+# (x_j − x_i, x_i) through a 1×1 Conv2d, max over the neighbours; the second graph is rebuilt from the features).
+
+class _ArangeLinspace:
+    """``torch.linspace`` as ``arange · step + start`` while active: the TorchScript exporter writes linspace with a
+    cast to double (so Deformable DETR's reference points and then GridSample's grid are doubles, for which ONNX
+    Runtime has no GridSample kernel).  The same values for the half-integer grids used here."""
+    def __enter__(self):
+        self.orig = orig = torch.linspace
+        def linspace(start, end, steps, dtype=None, device=None, **kwargs):
+            if steps == 1:
+                return orig(start, end, steps, dtype=dtype, device=device, **kwargs)
+            step = (end - start) / (steps - 1)
+            return torch.arange(steps, dtype=dtype or torch.get_default_dtype(), device=device) * step + start
+        torch.linspace = linspace
+    def __exit__(self, *exc):
+        torch.linspace = self.orig
+
+class DeformableDETR(nn.Module):
+    """A DeformableDetrModel on a transformers ResNet backbone (no timm, no pretrained weights: basic blocks, 16 and 32
+    channels, stages 1 and 2 plus a strided Conv: 3 feature levels of 16×16, 8×8 and 4×4), one encoder and one decoder
+    layer, 4 heads, 2 sampling points per head and level, 8 object queries; the decoder output (N, 8, 32).  The frozen
+    BatchNorms' buffers get random statistics here; run with linspace as arange (_ArangeLinspace)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import DeformableDetrConfig, DeformableDetrModel, ResNetConfig
+        backbone = ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic", out_features=["stage1", "stage2"])
+        self.model = DeformableDetrModel(DeformableDetrConfig(use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=backbone, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=8, num_feature_levels=3, encoder_n_points=2, decoder_n_points=2))
+        for module in self.model.modules():
+            if type(module).__name__.endswith("FrozenBatchNorm2d"):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0.0, 0.1)
+                module.running_mean.normal_(0.0, 0.5)
+                module.running_var.uniform_(0.25, 2.0)
+    def forward(self, x):  # N, 3, 64, 64
+        with _ArangeLinspace():
+            return self.model(pixel_values=x).last_hidden_state
+
+class Pix2StructVision(nn.Module):
+    """A Pix2StructVisionModel called with flattened patches (N, 32, 2 + 48): row and column numbers then 4×4×3 pixel
+    values, the last 8 patches padding (all zero, masked out); its last hidden state (N, 32, 32)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import Pix2StructVisionConfig, Pix2StructVisionModel
+        self.model = Pix2StructVisionModel(Pix2StructVisionConfig(hidden_size=32, patch_embed_hidden_size=48, d_ff=64, d_kv=8, num_hidden_layers=2, num_attention_heads=4, seq_len=64))
+    def forward(self, patches):
+        return self.model(flattened_patches=patches).last_hidden_state
+
+class Qwen2VLText(nn.Module):
+    """A Qwen2VLTextModel (grouped-query attention, 4 query and 2 key/value heads of 8) called with token ids and
+    multimodal rotary position ids (3, N, T); rope θ = 100, so that the height and width sections turn visibly."""
+    def __init__(self):
+        super().__init__()
+        from transformers import Qwen2VLTextConfig, Qwen2VLTextModel
+        self.model = Qwen2VLTextModel(Qwen2VLTextConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, bos_token_id=1, eos_token_id=2, rope_parameters={"rope_type": "default", "rope_theta": 100.0, "mrope_section": [2, 1, 1]}))
+    def forward(self, ids, pos):  # N, T and 3, N, T
+        return self.model(input_ids=ids, position_ids=pos).last_hidden_state
+
+class _InlineReversible:
+    """Reformer's reversible layers called through their ``autograd.Function``'s forward (with a stand-in context)
+    while active: the TorchScript exporter fails on the ``_ReversibleFunction.apply`` call (``unordered_map::at``).
+    The same computation."""
+    def __enter__(self):
+        from transformers.models.reformer import modeling_reformer
+        self.fn = fn = modeling_reformer._ReversibleFunction
+        self.orig = fn.__dict__.get("apply")
+        class _Ctx:
+            def save_for_backward(self, *tensors):
+                pass
+        fn.apply = staticmethod(lambda *args: fn.forward(_Ctx(), *args))
+    def __exit__(self, *exc):
+        if self.orig is None:
+            del self.fn.apply
+        else:
+            self.fn.apply = self.orig
+
+class Reformer(nn.Module):
+    """A ReformerModel with two local-attention layers (chunks of 4, one chunk before and after), axial position
+    embeddings over a 4×4 grid (16 + 16 dims), a feed-forward chunked by 4 tokens; the two reversible streams
+    concatenated (N, 16, 64).  No LSH layer: its hashing rotations are drawn with torch.randn at every call."""
+    def __init__(self):
+        super().__init__()
+        from transformers import ReformerConfig, ReformerModel
+        self.model = ReformerModel(ReformerConfig(vocab_size=128, hidden_size=32, num_attention_heads=4, attention_head_size=8, attn_layers=["local", "local"], feed_forward_size=64, chunk_size_feed_forward=4, local_attn_chunk_length=4, local_num_chunks_before=1, local_num_chunks_after=1, axial_pos_embds=True, axial_pos_shape=[4, 4], axial_pos_embds_dim=[16, 16], max_position_embeddings=16, is_decoder=False, hidden_dropout_prob=0.0, local_attention_probs_dropout_prob=0.0, pad_token_id=0, eos_token_id=2))
+    def forward(self, ids):
+        with _InlineReversible():
+            return self.model(input_ids=ids).last_hidden_state
+
+class ProphetNet(nn.Module):
+    """A ProphetNetModel (one encoder and one decoder layer, 2-gram prediction) on token ids, the decoder input the ids
+    shifted right after a start token 1; the main stream's and the two n-gram streams' last hidden states
+    concatenated over the tokens (N, 48, 32)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import ProphetNetConfig, ProphetNetModel
+        self.model = ProphetNetModel(ProphetNetConfig(vocab_size=128, hidden_size=32, encoder_ffn_dim=64, decoder_ffn_dim=64, num_encoder_layers=1, num_decoder_layers=1, num_encoder_attention_heads=4, num_decoder_attention_heads=4, ngram=2, num_buckets=8, relative_max_distance=16, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0, pad_token_id=0, decoder_start_token_id=1))
+    def forward(self, ids):
+        dec = torch.cat((torch.ones_like(ids[:, :1]), ids[:, :-1]), 1)
+        out = self.model(input_ids=ids, decoder_input_ids=dec, use_cache=False)
+        return torch.cat((out.last_hidden_state, out.last_hidden_state_ngram), 1)
+
+
+def squeeze2d(x):
+    """Glow's squeeze: each 2×2 spatial block moved into the channels (N, C, H, W → N, 4C, H/2, W/2) by reshape and
+    permute."""
+    n, c, h, w = x.shape
+    x = x.view(n, c, h // 2, 2, w // 2, 2).permute(0, 1, 3, 5, 2, 4)
+    return x.reshape(n, c * 4, h // 2, w // 2)
+
+class ActNorm(nn.Module):
+    """Glow's ActNorm: a per-channel affine (x + b)·exp(log s); log-det H·W·Σ log s."""
+    def __init__(self, c):
+        super().__init__()
+        self.bias, self.logs = nn.Parameter(torch.randn(1, c, 1, 1) * 0.3), nn.Parameter(torch.randn(1, c, 1, 1) * 0.2)
+    def forward(self, x):
+        return (x + self.bias) * torch.exp(self.logs), self.logs.sum() * x.shape[2] * x.shape[3]
+
+class InvConv1x1LU(nn.Module):
+    """Glow's invertible 1×1 convolution in LU form: W = P·(L ⊙ strict-lower mask + I)·(U ⊙ strict-upper mask +
+    I·sign(s)·exp(log |s|)) composed at run time (P, sign(s), the mask and I are buffers; L, U, log |s| parameters,
+    from the LU factors of a random rotation), applied as a 1×1 Conv; log-det H·W·Σ log |s|."""
+    def __init__(self, c):
+        super().__init__()
+        p, lower, upper = torch.linalg.lu(torch.linalg.qr(torch.randn(c, c))[0])
+        s = torch.diagonal(upper)
+        self.register_buffer("p", p)
+        self.register_buffer("sign_s", torch.sign(s))
+        self.register_buffer("lower_mask", torch.tril(torch.ones(c, c), -1))
+        self.register_buffer("eye", torch.eye(c))
+        self.lower, self.upper = nn.Parameter(lower), nn.Parameter(torch.triu(upper, 1))
+        self.log_s = nn.Parameter(torch.log(s.abs()))
+    def forward(self, x):
+        lower = self.lower * self.lower_mask + self.eye
+        upper = self.upper * self.lower_mask.T + self.eye * (self.sign_s * torch.exp(self.log_s))
+        w = self.p @ lower @ upper
+        return F.conv2d(x, w[:, :, None, None]), self.log_s.sum() * x.shape[2] * x.shape[3]
+
+class AffineCoupling(nn.Module):
+    """Glow's affine coupling: the first half of the channels through Conv 3×3 – ReLU – Conv 1×1 – ReLU – Conv 3×3
+    scaled by exp(3·logscale); shift and scale interleaved in its channels (h[:, 0::2], h[:, 1::2]), the scale
+    sigmoid(raw + 2); the second half becomes (x_b + shift)·scale; log-det Σ log scale."""
+    def __init__(self, c, hidden=16):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(c // 2, hidden, 3, padding=1), nn.Conv2d(hidden, hidden, 1)
+        self.c3 = nn.Conv2d(hidden, c, 3, padding=1)
+        self.logscale = nn.Parameter(torch.randn(1, c, 1, 1) * 0.1)
+    def forward(self, x):
+        xa, xb = x.chunk(2, 1)
+        h = self.c3(F.relu(self.c2(F.relu(self.c1(xa))))) * torch.exp(self.logscale * 3)
+        shift, scale = h[:, 0::2], torch.sigmoid(h[:, 1::2] + 2.0)
+        return torch.cat((xa, (xb + shift) * scale), 1), torch.log(scale).flatten(1).sum(1)
+
+class FlowStep(nn.Module):
+    """ActNorm, invertible 1×1 Conv, affine coupling; the log-dets summed."""
+    def __init__(self, c):
+        super().__init__()
+        self.actnorm, self.invconv, self.coupling = ActNorm(c), InvConv1x1LU(c), AffineCoupling(c)
+    def forward(self, x, logdet):
+        x, ld = self.actnorm(x)
+        logdet = logdet + ld
+        x, ld = self.invconv(x)
+        logdet = logdet + ld
+        x, ld = self.coupling(x)
+        return x, logdet + ld
+
+def gaussian_logp(x, mean, logs):
+    """Per-sample log-density of x under N(mean, exp(logs)²), summed over every other axis."""
+    return (-0.5 * (math.log(2 * math.pi) + 2.0 * logs + (x - mean) ** 2 * torch.exp(-2.0 * logs))).flatten(1).sum(1)
+
+class Glow(nn.Module):
+    """A two-level Glow (Kingma & Dhariwal 2018): squeeze (3×16×16 → 12×8×8), two flow steps, a split whose second half
+    is scored under a Gaussian with mean and log-std from a Conv of the first half, squeeze again (6×8×8 → 24×4×4), two
+    flow steps, a learned-prior Gaussian on the rest; per image the latents (flattened, concatenated), then the
+    negative log-likelihood in bits per dimension and the log-det per dimension (N, 770)."""
+    def __init__(self):
+        super().__init__()
+        self.level1 = nn.ModuleList(FlowStep(12) for _ in range(2))
+        self.split_prior = nn.Conv2d(6, 12, 3, padding=1)
+        self.level2 = nn.ModuleList(FlowStep(24) for _ in range(2))
+        self.prior = nn.Parameter(torch.randn(1, 48, 1, 1) * 0.2)
+    def forward(self, x):  # N, 3, 16, 16
+        dims = x[0].numel()
+        logdet = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+        z = squeeze2d(x)
+        for step in self.level1:
+            z, logdet = step(z, logdet)
+        z1, z2 = z.chunk(2, 1)
+        mean, logs = self.split_prior(z1).chunk(2, 1)
+        logp = gaussian_logp(z2, mean, logs)
+        z = squeeze2d(z1)
+        for step in self.level2:
+            z, logdet = step(z, logdet)
+        mean, logs = self.prior.chunk(2, 1)
+        logp = logp + gaussian_logp(z, mean, logs)
+        bpd = -(logp + logdet) / (dims * math.log(2.0))
+        return torch.cat((z2.flatten(1), z.flatten(1), bpd[:, None], (logdet / dims)[:, None]), 1)
+
+
+class SpatialGatingUnit(nn.Module):
+    """gMLP's spatial gating unit (Liu et al. 2021): the channels split in two, the gate half LayerNorm'd and mixed
+    across the tokens by a learned T×T matrix (an einsum over the token axis; bias near 1; causal: the matrix masked
+    by a lower-triangular buffer), with ``d_attn`` plus a tiny single-head attention over the block input (aMLP),
+    times the other half."""
+    def __init__(self, d_ffn, seq, causal=False, d_in=None, d_attn=0):
+        super().__init__()
+        self.norm = nn.LayerNorm(d_ffn // 2)
+        self.weight = nn.Parameter(torch.randn(seq, seq) * seq ** -0.5)
+        self.bias = nn.Parameter(1.0 + 0.1 * torch.randn(seq, 1))
+        self.register_buffer("mask", torch.tril(torch.ones(seq, seq)) if causal else torch.ones(seq, seq))
+        self.attn = None
+        if d_attn:
+            self.attn, self.attn_out, self.d_attn = nn.Linear(d_in, 3 * d_attn), nn.Linear(d_attn, d_ffn // 2), d_attn
+    def forward(self, x, block_in):  # N, T, d_ffn and N, T, d
+        u, v = x.chunk(2, -1)
+        v = self.norm(v)
+        t = x.shape[1]
+        v = torch.einsum("st,ntd->nsd", (self.weight * self.mask)[:t, :t], v) + self.bias[:t]
+        if self.attn is not None:
+            q, k, a = self.attn(block_in).chunk(3, -1)
+            scores = (q @ k.transpose(1, 2)) * self.d_attn ** -0.5
+            v = v + self.attn_out(scores.softmax(-1) @ a)
+        return u * v
+
+class GMLP(nn.Module):
+    """Token embeddings, two gMLP blocks (LayerNorm, channel expansion ×4 with GELU, a spatial gating unit, channel
+    projection, residual): the first bidirectional with a tiny attention (aMLP), the second causal; a final
+    LayerNorm."""
+    def __init__(self, vocab=128, d=32, seq=16):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, d)
+        self.norms = nn.ModuleList(nn.LayerNorm(d) for _ in range(2))
+        self.proj_in = nn.ModuleList(nn.Linear(d, 4 * d) for _ in range(2))
+        self.sgu = nn.ModuleList((SpatialGatingUnit(4 * d, seq, d_in=d, d_attn=16), SpatialGatingUnit(4 * d, seq, causal=True)))
+        self.proj_out = nn.ModuleList(nn.Linear(2 * d, d) for _ in range(2))
+        self.ln_f = nn.LayerNorm(d)
+    def forward(self, ids):
+        x = self.emb(ids)
+        for norm, proj_in, sgu, proj_out in zip(self.norms, self.proj_in, self.sgu, self.proj_out):
+            h = norm(x)
+            x = x + proj_out(sgu(F.gelu(proj_in(h)), h))
+        return self.ln_f(x)
+
+
+class CfCCell(nn.Module):
+    """A closed-form continuous-time cell (Hasani et al. 2022, the default mode): a backbone Linear on [input, state]
+    with LeCun's tanh 1.7159·tanh(0.666·x), two tanh heads ff1 and ff2, two time heads t_a and t_b, the interpolation
+    σ(t_a·Δt + t_b) by the step's elapsed time Δt: h = ff1·(1 − σ) + σ·ff2."""
+    def __init__(self, cin, units, backbone=32):
+        super().__init__()
+        self.backbone = nn.Linear(cin + units, backbone)
+        self.ff1, self.ff2 = nn.Linear(backbone, units), nn.Linear(backbone, units)
+        self.time_a, self.time_b = nn.Linear(backbone, units), nn.Linear(backbone, units)
+    def forward(self, x, h, ts):  # N, cin; N, units; N, 1
+        z = 1.7159 * torch.tanh(0.666 * self.backbone(torch.cat((x, h), 1)))
+        ff1, ff2 = torch.tanh(self.ff1(z)), torch.tanh(self.ff2(z))
+        t_interp = torch.sigmoid(self.time_a(z) * ts + self.time_b(z))
+        return ff1 * (1.0 - t_interp) + t_interp * ff2
+
+class CfCNet(nn.Module):
+    """An irregularly sampled series (N, T, 3) with each step's elapsed time (N, T): a CfC cell of 16 units unrolled
+    over the 16 steps from a zero state, a Linear readout of every step's state (N, T, 4)."""
+    def __init__(self, cin=3, units=16, out=4):
+        super().__init__()
+        self.units = units
+        self.cell, self.head = CfCCell(cin, units), nn.Linear(units, out)
+    def forward(self, x, ts):
+        h = x.new_zeros(x.shape[0], self.units)
+        states = []
+        for t in range(x.shape[1]):
+            h = self.cell(x[:, t], h, ts[:, t, None])
+            states.append(h)
+        return self.head(torch.stack(states, 1))
+
+
+def heaviside(x):
+    """The spike function's forward (a surrogate gradient would change only the backward): 1 where x ≥ 0, else 0."""
+    return (x >= 0).to(x.dtype)
+
+class SpikingNet(nn.Module):
+    """A spiking CNN of leaky integrate-and-fire neurons over 4 time steps with direct encoding (the image's Conv–BN
+    current at every step): LIF neurons (v ← β·v + I, spike = H(v − θ), reset by subtraction), the spikes average-pooled
+    into a strided Conv–BN whose current drives LIF neurons with a hard reset (v·(1 − spike)), their spikes flattened
+    into a Linear that drives a non-spiking leaky integrator; its membrane averaged over the steps (N, 10).  The
+    membranes stay at least 2e-4 from the threshold on the bundled input."""
+    def __init__(self, steps=4, beta=0.8, theta=1.0):
+        super().__init__()
+        self.steps, self.beta, self.theta = steps, beta, theta
+        self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8)
+        self.conv2, self.bn2 = nn.Conv2d(8, 16, 3, stride=2, padding=1), nn.BatchNorm2d(16)
+        self.fc = nn.Linear(16 * 4 * 4, 10)
+        self.pool = nn.AvgPool2d(2)
+    def forward(self, x):  # N, 3, 16, 16
+        cur1 = self.bn1(self.conv1(x))
+        v1 = torch.zeros_like(cur1)
+        v2 = v3 = None
+        acc = 0
+        for _ in range(self.steps):
+            v1 = self.beta * v1 + cur1
+            s1 = heaviside(v1 - self.theta)
+            v1 = v1 - s1 * self.theta
+            cur2 = self.bn2(self.conv2(self.pool(s1)))
+            v2 = cur2 if v2 is None else self.beta * v2 + cur2
+            s2 = heaviside(v2 - self.theta)
+            v2 = v2 * (1.0 - s2)
+            cur3 = self.fc(s2.flatten(1))
+            v3 = cur3 if v3 is None else self.beta * v3 + cur3
+            acc = acc + v3
+        return acc / self.steps
+
+
+def knn(x, k):
+    """Indices (N, P, k) of each point's k nearest points (features N, C, P) by TopK of −‖x_i − x_j‖² =
+    2·x_iᵀx_j − ‖x_i‖² − ‖x_j‖²."""
+    inner = 2 * torch.matmul(x.transpose(2, 1), x)
+    xx = (x ** 2).sum(1, keepdim=True)
+    return (inner - xx - xx.transpose(2, 1)).topk(k, dim=-1)[1]
+
+def edge_features(x, k):
+    """DGCNN's graph features (N, 2C, P, k): each point's k neighbours gathered by flat indices (idx + n·P) from the
+    points of the whole batch, (x_j − x_i, x_i)."""
+    n, c, p = x.shape
+    idx = (knn(x, k) + torch.arange(n, device=x.device).view(-1, 1, 1) * p).view(-1)
+    nbr = x.transpose(2, 1).reshape(n * p, c)[idx].view(n, p, k, c)
+    center = x.transpose(2, 1)[:, :, None, :].expand(-1, -1, k, -1)
+    return torch.cat((nbr - center, center), 3).permute(0, 3, 1, 2)
+
+class DGCNN(nn.Module):
+    """Dynamic graph CNN (Wang et al. 2019): two EdgeConvs, each on a k-NN graph (k = 4) rebuilt from its input
+    features, the gathered edge features through a 1×1 Conv2d, BatchNorm and LeakyReLU, max over the neighbours;
+    both outputs concatenated, a Conv1d, global max and mean pooling, a Linear classifier (N, 8).  The 4th and 5th
+    nearest neighbours' distances differ by at least 2e-3 on the bundled input."""
+    def __init__(self, k=4):
+        super().__init__()
+        self.k = k
+        self.ec1 = nn.Sequential(nn.Conv2d(6, 16, 1, bias=False), nn.BatchNorm2d(16), nn.LeakyReLU(0.2))
+        self.ec2 = nn.Sequential(nn.Conv2d(32, 16, 1, bias=False), nn.BatchNorm2d(16), nn.LeakyReLU(0.2))
+        self.conv = nn.Sequential(nn.Conv1d(32, 32, 1, bias=False), nn.BatchNorm1d(32), nn.LeakyReLU(0.2))
+        self.fc = nn.Linear(64, 8)
+    def forward(self, x):  # N, 3, P
+        x1 = self.ec1(edge_features(x, self.k)).amax(-1)
+        x2 = self.ec2(edge_features(x1, self.k)).amax(-1)
+        h = self.conv(torch.cat((x1, x2), 1))
+        return self.fc(torch.cat((h.amax(-1), h.mean(-1)), 1))
+
+
 #: arch -> (builder of the module, input maker(generator), source note)
 ARCHS = {
     "bert": (corpus_models._bert, "text16", "corpus_models"),
@@ -2481,6 +2853,17 @@ ARCHS = {
     "hyena": (HyenaNet, "text16", "implicit long filters from a sine MLP, run-time-kernel causal Conv1d, multiplicative gates"),
     "nerf": (NeRF, "rays2x16", "sinusoidal positional encoding, skip concat, volume rendering by exp and exclusive cumsum"),
     "slotattn": (SlotNet, "image16x2", "slot attention: softmax over slots, renormalised over inputs, GRUCell iterations"),
+    # fifteenth held-out set (see above): ``--archs heldout15``
+    "deformdetr": (DeformableDETR, "image64", "multi-scale deformable attention: offset sampling points, GridSample per level"),
+    "pix2struct": (Pix2StructVision, "patches32", "row / column ids read from the float input as indices, padding-patch mask"),
+    "qwen2vl": (Qwen2VLText, "textmrope16", "multimodal rotary: temporal / height / width position rows, per-section cos / sin"),
+    "reformer": (Reformer, "text16", "chunked local attention, axial position embeddings, reversible streams, chunked FFN"),
+    "prophetnet": (ProphetNet, "text16", "n-gram prediction streams, main / predict relative position buckets"),
+    "glow": (Glow, "image16x2", "squeeze, ActNorm, LU-composed invertible 1x1 Conv, affine couplings, split prior, bits/dim"),
+    "gmlp": (GMLP, "text16", "spatial gating: token-mixing matrix (causally masked), tiny attention, multiplicative gate"),
+    "cfc": (CfCNet, "series2x16ts", "closed-form continuous-time cell: time gate by elapsed-time input, 16 unrolled steps"),
+    "spiking": (SpikingNet, "image16x2", "leaky integrate-and-fire: Heaviside spikes by >= and cast, soft and hard resets"),
+    "dgcnn": (DGCNN, "points2x3x20", "dynamic k-NN graphs: matmul distances, TopK, flat-index gather, max over neighbours"),
 }
 #: the architectures the tool was tuned on, and the held-out ones
 CORE = ("bert", "gpt2", "llama", "distilbert", "vit", "swin", "t5enc", "whisper", "convnext", "cnn", "rnn", "unet")
@@ -2499,14 +2882,15 @@ HELDOUT11 = ("deepseekv3", "mpt", "gptneo", "starcoder2", "nystromformer", "rwkv
 HELDOUT12 = ("bigbird", "xlnet", "diffllama", "xlstm", "doge", "perceiver", "involution", "hypernet", "sinkhorn", "aft")
 HELDOUT13 = ("switch", "recurrentgemma", "gptoss", "vitdet", "vitmae", "canine", "gat", "tabnet", "deformconv", "s4d")
 HELDOUT14 = ("layoutlmv3", "fnet", "bamba", "conddetr", "minimax", "siglip", "performer", "hyena", "nerf", "slotattn")
+HELDOUT15 = ("deformdetr", "pix2struct", "qwen2vl", "reformer", "prophetnet", "glow", "gmlp", "cfc", "spiking", "dgcnn")
 HELDOUT2 = tuple(a for a in ARCHS if a not in CORE + HELDOUT + HELDOUT3 + HELDOUT4 + HELDOUT5 + HELDOUT6 + HELDOUT7
-                 + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12 + HELDOUT13 + HELDOUT14)
+                 + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12 + HELDOUT13 + HELDOUT14 + HELDOUT15)
 #: transformers models run with eager attention: the dynamo exporter fails on Swin's and T5's SDPA
 #: (scripts/corpus_models.py) and on BEiT's with a relative position bias, the TorchScript exporter on
 #: LLaMA's grouped-query SDPA (and GPT-BigCode's multi-query one, Qwen2-MoE's, Qwen3's, Phi-3's, DiffLlama's,
-#: Doge's, Bamba's and MiniMax's grouped-query ones)
+#: Doge's, Bamba's, MiniMax's and Qwen2-VL's grouped-query ones)
 EAGER = {"swin", "t5enc", "llama", "beit", "bigcode", "gemma", "swinv2", "dinov2", "qwen2moe", "nemotron", "lfm2",
-         "stablelm", "granite", "qwen3", "phi3", "diffllama", "doge", "bamba", "minimax"}
+         "stablelm", "granite", "qwen3", "phi3", "diffllama", "doge", "bamba", "minimax", "qwen2vl"}
 
 INPUTS = {
     "text16": lambda g: (torch.randint(0, 128, (1, 16), generator=g),),
@@ -2541,6 +2925,9 @@ INPUTS = {
                             ((torch.rand(2, 10, 10, generator=g) < 0.3) | torch.eye(10, dtype=torch.bool)).float()),
     "textbox16": lambda g: _text_boxes(g),
     "rays2x16": lambda g: _rays(g),
+    "patches32": lambda g: _patches(g),
+    "textmrope16": lambda g: _mrope_ids(g),
+    "series2x16ts": lambda g: (torch.randn(2, 16, 3, generator=g), 0.2 + 1.8 * torch.rand(2, 16, generator=g)),
 }
 
 
@@ -2556,6 +2943,36 @@ def _rays(g):
     d = torch.randn(2, 16, 3, generator=g)
     origins = torch.randn(2, 16, 3, generator=g) * 0.3
     return origins, d / d.norm(dim=-1, keepdim=True) * (1 + 0.2 * torch.rand(2, 16, 1, generator=g))
+
+
+def _patches(g):
+    """Pix2Struct-style flattened patches (1, 32, 50): a 3×16×24 image cut into 4×4 patches (4 rows, 6 columns: 24
+    patches), each row holding its 1-based row number, 1-based column number and 48 pixel values (row-major over
+    the patch, channels last), then 8 all-zero padding patches."""
+    img = torch.randn(1, 3, 16, 24, generator=g)
+    pix = img.unfold(2, 4, 4).unfold(3, 4, 4).permute(0, 2, 3, 4, 5, 1).reshape(1, 24, 48)
+    rows = torch.arange(1, 5).repeat_interleave(6).float()
+    cols = torch.arange(1, 7).repeat(4).float()
+    flat = torch.cat((rows[None, :, None], cols[None, :, None], pix), -1)
+    return (torch.cat((flat, torch.zeros(1, 8, 50)), 1),)
+
+
+def _mrope_ids(g):
+    """Token ids (1, 16) and Qwen2-VL multimodal rotary position ids (3, 1, 16): 4 text tokens (positions 0–3 in all
+    three rows), a 2×3 grid of vision tokens (temporal 4; height 4–5 by grid row; width 4–6 by grid column), 6 text
+    tokens from 7 on, after the grid's largest position, as Qwen2-VL's get_rope_index numbers them."""
+    ids = torch.randint(0, 128, (1, 16), generator=g)
+    t, h, w = list(range(4)), list(range(4)), list(range(4))
+    for r in range(2):
+        for c in range(3):
+            t.append(4)
+            h.append(4 + r)
+            w.append(4 + c)
+    for k in range(7, 13):
+        t.append(k)
+        h.append(k)
+        w.append(k)
+    return ids, torch.tensor([t, h, w])[:, None, :]
 
 
 def build(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
