@@ -172,3 +172,123 @@ def test_a_norms_shift_collapsed_to_its_mean_beside_its_exact_scale_is_paired_by
     fd = _bisect(model, inputs, proto)
     _found(fd, norm.name, cause="weight-mismatch", at_most=3)
     assert "norm.bias has one per channel" in fd.explanation, fd.explanation
+
+
+class _Convs(torch.nn.Module):
+    """Two convolutions with a BatchNorm and a ReLU, pooled to a head (an image model's stem)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(159)
+        self.conv1, self.bn1 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8)
+        self.conv2, self.head = torch.nn.Conv2d(8, 8, 3, padding=1), torch.nn.Linear(8, 4)
+        with torch.no_grad():
+            self.bn1.running_mean.uniform_(-0.2, 0.2)
+            self.bn1.running_var.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        y = self.conv2(torch.relu(self.bn1(self.conv1(x))))
+        return self.head(y.mean((2, 3)))
+
+
+def _before_first_reader(proto, new_nodes, source: str, out: str) -> None:
+    """Insert ``new_nodes`` (computing ``out`` from the graph input ``source``) and make the readers of
+    ``source`` read ``out``."""
+    for n in proto.graph.node:
+        n.input[:] = [out if t == source else t for t in n.input]
+    for i, n in enumerate(new_nodes):
+        proto.graph.node.insert(i, n)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize("planted", ["normalised again", "flipped"])
+def test_ops_the_model_does_not_apply_on_its_input_are_named_as_left_out_together(planted, exporter):
+    """ImageNet normalisation applied once more to the graph input (a Sub of the means, a Div by the stds:
+    neither alone undoes it) or the image flipped along its width (a Slice with step −1): left out together,
+    the segment reproduces PyTorch, and the finding names the ops and the graph input."""
+    model = _Convs().eval()
+    inputs = (torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(160)),)
+    proto = dc.export(model, inputs, exporter)
+    source = proto.graph.input[0].name
+    if planted == "flipped":
+        for name, value in (("s", [-1]), ("e", [-(2 ** 62)]), ("a", [3]), ("st", [-1])):
+            proto.graph.initializer.append(numpy_helper.from_array(np.array(value, np.int64), f"flip_{name}"))
+        nodes = [helper.make_node("Slice", [source, "flip_s", "flip_e", "flip_a", "flip_st"], ["flipped"],
+                                  name="planted_flip")]
+        out, want = "flipped", ["planted_flip"]
+    else:
+        mean = np.array([0.485, 0.456, 0.406], np.float32).reshape(1, 3, 1, 1)
+        std = np.array([0.229, 0.224, 0.225], np.float32).reshape(1, 3, 1, 1)
+        proto.graph.initializer.extend([numpy_helper.from_array(mean, "pre_mean"),
+                                        numpy_helper.from_array(std, "pre_std")])
+        nodes = [helper.make_node("Sub", [source, "pre_mean"], ["centred"], name="planted_sub"),
+                 helper.make_node("Div", ["centred", "pre_std"], ["normalised"], name="planted_div")]
+        out, want = "normalised", ["planted_sub", "planted_div"]
+    _before_first_reader(proto, nodes, source, out)
+    fd = _bisect(model, inputs, proto)
+    for node in want:
+        _found(fd, node, cause="attribute-mismatch", at_most=4)
+    assert f"on the graph input '{source}'" in fd.explanation, fd.explanation
+    assert ("reversing axis 3" if planted == "flipped" else "0.485, 0.456, 0.406") in fd.explanation, fd.explanation
+
+
+class _Attention(torch.nn.Module):
+    """Single-head attention over 10 tokens with an output projection."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(161)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(8, 8) for _ in range(4))
+
+    def forward(self, x):  # (2, 10, 8)
+        scores = self.q(x) @ self.k(x).transpose(-1, -2) / 8 ** 0.5
+        return self.o(torch.softmax(scores, -1) @ self.v(x))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_softmax_computed_per_block_of_its_axis_is_named_as_one_softmax_of_the_whole(exporter):
+    """The attention's Softmax split into blocks of 4 and 6 along its axis, each normalised alone and
+    concatenated (a chunked softmax without the rescaling between blocks): the Concat made one Softmax of the
+    Split's input reproduces PyTorch."""
+    model = _Attention().eval()
+    inputs = (torch.randn(2, 10, 8, generator=torch.Generator().manual_seed(162)),)
+    proto = dc.export(model, inputs, exporter)
+    soft = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    axis = next((a.i for a in soft.attribute if a.name == "axis"), -1)
+    proto.graph.initializer.append(numpy_helper.from_array(np.array([4, 6], np.int64), "block_sizes"))
+    split = helper.make_node("Split", [soft.input[0], "block_sizes"], ["block0", "block1"], name="planted_split",
+                             axis=axis)
+    blocks = [helper.make_node("Softmax", [f"block{i}"], [f"soft{i}"], name=f"planted_softmax{i}", axis=axis)
+              for i in range(2)]
+    concat = helper.make_node("Concat", ["soft0", "soft1"], list(soft.output), name="planted_concat", axis=axis)
+    at = list(proto.graph.node).index(soft)
+    proto.graph.node.remove(soft)
+    for i, n in enumerate([split, *blocks, concat]):
+        proto.graph.node.insert(at + i, n)
+    fd = _bisect(model, inputs, proto)
+    for node in ("planted_softmax0", "planted_softmax1"):
+        _found(fd, node, cause="attribute-mismatch", at_most=4)
+    assert "Softmax per block" in fd.explanation and "(2 blocks along axis" in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_norms_scale_moved_before_the_norm_is_named_with_both_places(exporter):
+    """The LayerNorm's scale γ multiplied in before the norm (a rewrite folding it into the layer before) and
+    the norm's own scale set to ones: restoring γ alone does not reproduce PyTorch; restoring it and leaving the
+    Mul out does, and the finding names both nodes."""
+    model = _Normed().eval()
+    inputs = (torch.randn(3, 8, generator=torch.Generator().manual_seed(163)),)
+    proto = dc.export(model, inputs, exporter)
+    norm = next(n for n in proto.graph.node if n.op_type == "LayerNormalization")
+    gamma = model.norm.weight.detach().numpy()
+    scale = next(t for t in proto.graph.initializer if t.name == norm.input[1])
+    scale.CopyFrom(numpy_helper.from_array(np.ones_like(gamma), scale.name))
+    proto.graph.initializer.append(numpy_helper.from_array(gamma, "gamma_before"))
+    source = norm.input[0]
+    norm.input[0] = "scaled_before"
+    mul = helper.make_node("Mul", [source, "gamma_before"], ["scaled_before"], name="planted_mul")
+    proto.graph.node.insert(list(proto.graph.node).index(norm), mul)
+    fd = _bisect(model, inputs, proto)
+    _found(fd, "planted_mul", cause="weight-mismatch", at_most=3)
+    assert norm.name in fd.layer.segment and "norm.weight" in fd.explanation, fd.explanation
+    assert "wrong side" in fd.explanation, fd.explanation

@@ -45,6 +45,9 @@ class WeightMismatch(Rule):
             return (_bias_after(ctx) or _bias_missing(ctx, candidates) or _bias_moved(ctx) or _exchanged(ctx, candidates)
                     or _relaid(ctx)
                     or _scale_offset(ctx) or _stale_table(ctx) or _rearranged(ctx))
+        moved = _parameter_moved(ctx, differing)
+        if moved is not None:
+            return moved
         if not all(r.related for _, _, r, _ in differing):
             # numbers unlike the parameter they are named after may be another module's (two layers' weights
             # exchanged), a folded weight in another layout (a BatchNorm folded into a kernel whose channels
@@ -410,6 +413,52 @@ def _dequantizes_activations(ctx: DiagnosisContext) -> bool:
     return any(p.op_type in quantization.QUANT_OPS and (p.op_type != "DequantizeLinear"
                                                        or not ctx.onnx.graph.is_constant(p.input[0]))
                for p in ctx.segment_protos)
+
+
+def _parameter_moved(ctx: DiagnosisContext, differing) -> Finding | None:
+    """A parameter applied at another node of the segment: the initializer in its slot differs (a norm's scale
+    of ones) while another node multiplies (or adds) by exactly PyTorch's numbers of it — a scale folded to the
+    wrong side of a norm.  With the parameter back in its slot and that node an Identity, the segment must
+    reproduce PyTorch."""
+    for row in differing:
+        name, param, relation, tensor = row
+        for proto in ctx.segment_protos:
+            if proto.op_type not in ("Mul", "Add", "Div", "Sub") or name in proto.input or len(proto.input) != 2:
+                continue
+            held = [i for i, t in enumerate(proto.input) if (c := ctx.constant(t)) is not None and c.size == tensor.size
+                    and c.size > 1 and _equal(np.asarray(c), tensor)]
+            if len(held) != 1:
+                continue
+            stream = proto.input[1 - held[0]]
+            fixed = _restore(ctx, [row])
+            node = edits.node(fixed.model, proto.name)
+            node.op_type = "Identity"
+            del node.input[:]
+            node.input.append(stream)
+            if not ctx.reproduces(fixed):
+                continue
+            owner = next((n.name for n in ctx.segment_nodes if name in n.inputs), name)
+            summary = (f"Node {proto.name} ({proto.op_type}) applies {param} ({tensor.size} values, exactly "
+                       f"PyTorch's) where PyTorch does not, while {owner}, where PyTorch applies it, reads "
+                       f"'{name}' instead ({_described(ctx.initializer(name))}): the parameter was moved to the "
+                       "wrong side of the op (a rewrite folding a norm's scale into the layer before it). With it "
+                       f"back in its place and {proto.name} left out, the segment reproduces PyTorch's output.")
+            fix = ("Apply the parameter where the model does (a norm's scale after the normalisation, not before "
+                   "it), or re-export; check the graph rewrite that moved it.")
+            return Finding(Cause.WEIGHT_MISMATCH, 0.85, summary, fix,
+                           {"parameters": [{"initializer": name, "parameter": param, "layout": "moved to "
+                                            + proto.name, "max_abs": relation.max_abs, "rel_l2": relation.rel_l2,
+                                            "fraction_differing": relation.fraction_differing,
+                                            "correlation": relation.correlation}]},
+                           changes=(proto.name, owner), counterfactual=lambda c, f=fixed: f)
+    return None
+
+
+def _described(value: np.ndarray | None) -> str:
+    if value is None:
+        return "another value"
+    flat = np.asarray(value, np.float64).reshape(-1)
+    return f"one number, {flat[0]:.4g}, repeated" if np.ptp(flat) == 0 else f"{flat.size} other values"
 
 
 def _restore(ctx: DiagnosisContext, differing) -> FixedSegment:

@@ -292,6 +292,131 @@ def doubled_removals(ctx, protos, make) -> Iterator:
             yield _removal(proto, make)
 
 
+#: ops that keep a tensor's shape and may be applied where PyTorch applies nothing: arithmetic with a constant
+#: (a normalisation applied twice), a reversal (a flip the model does not do)
+EXTRA_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div"})
+EXTRA_OPS = EXTRA_ARITHMETIC | {"Slice", "Neg", "ReverseSequence"}
+
+
+def extra_runs(ctx, protos, make) -> Iterator:
+    """A run of one to three nodes of the segment that PyTorch does not apply, left out together: each computes
+    from one tensor only (a Sub of a mean then a Div by a std; a Slice reversing an axis), keeps its shape and is
+    read by the next alone; the last is made an Identity of the first's input.  Arithmetic runs need two nodes
+    (one is the single node's readings); a reversal stands alone."""
+    graph, inside = ctx.onnx.graph, {p.name for p in protos}
+    for proto in protos:
+        chain = _extra_run(ctx, proto, inside)
+        if not chain:
+            continue
+        first, last = chain[0], chain[-1]
+        source = _computed_input(ctx, first)
+        if len(chain) == 1 and not _reversal(ctx, first) or source is None:
+            continue
+        if ctx.shape_of(source) != ctx.shape_of(last.output[0]) or ctx.shape_of(source) is None:
+            continue
+        where = (f" on the graph input '{source}'" if source in graph.graph_inputs else "")
+        have = ", ".join(_extra_what(ctx, n) for n in chain) + where
+        alt = make(last.name, "op", have, "Identity (not applied: PyTorch reads the tensor as it is)",
+                   "the PyTorch output", _identity_of(last.name, source))
+        yield dataclasses.replace(alt, shows_in=tuple(n.name for n in chain)) if alt is not None else alt
+
+
+def per_block(ctx, protos, make) -> Iterator:
+    """An op applied to the blocks of a Split and concatenated back along the split axis, where PyTorch applies
+    it once to the whole tensor (a chunked softmax or norm that drops the rescaling between blocks): the Concat
+    made that op, with the blocks' attributes, of the Split's input."""
+    graph = ctx.onnx.graph
+    for concat in protos:
+        if concat.op_type != "Concat" or len(concat.input) < 2:
+            continue
+        blocks = [ctx.node(n.name) if (n := graph.node_of(t)) is not None else None for t in concat.input]
+        if any(b is None for b in blocks) or len({(b.op_type, b.domain) for b in blocks}) != 1 \
+                or len({tuple(a.SerializeToString() for a in b.attribute) for b in blocks}) != 1:
+            continue
+        split = graph.node_of(blocks[0].input[0]) if blocks[0].input else None
+        if split is None or split.op_type != "Split" or list(split.outputs) != [b.input[0] for b in blocks]:
+            continue
+        split_proto = ctx.node(split.name)
+        if split_proto is None or _axis_of(split_proto) != _axis_of(concat, None):
+            continue
+        op = blocks[0].op_type
+        alt = make(concat.name, "op", f"{op} per block of Split {split.name} ({len(blocks)} blocks along axis "
+                   f"{_axis_of(split_proto)}), concatenated", f"{op} of the whole tensor", "the PyTorch output",
+                   _whole(concat.name, blocks[0], split_proto.input[0]))
+        yield dataclasses.replace(alt, shows_in=(split.name, *(b.name for b in blocks))) if alt is not None else alt
+
+
+def _axis_of(proto, default=0):
+    return attribute(proto, "axis", default)
+
+
+def _whole(node: str, block, tensor: str):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type, target.domain = block.op_type, block.domain
+        del target.attribute[:]
+        target.attribute.extend(block.attribute)
+        del target.input[:]
+        target.input.extend([tensor, *block.input[1:]])
+        return model, weights
+    return edit
+
+
+def _extra_run(ctx, proto, inside: set) -> list:
+    """The run of extra-op nodes starting at ``proto`` (at most three, each the next's only reader's input)."""
+    graph, chain, node = ctx.onnx.graph, [], proto
+    while node is not None and len(chain) < 3 and node.op_type in EXTRA_OPS and node.name in inside \
+            and _computed_input(ctx, node) is not None:
+        chain.append(node)
+        readers = graph.consumers.get(node.output[0], ())
+        if len(readers) != 1:
+            break
+        nxt = ctx.node(graph.nodes[next(iter(readers))].name)
+        if nxt is None or _computed_input(ctx, nxt) != node.output[0]:
+            break
+        node = nxt
+    # the longest run that is a candidate: arithmetic ones of two or three nodes, a reversal alone
+    while len(chain) > 1 and not all(n.op_type in EXTRA_ARITHMETIC for n in chain):
+        chain.pop()
+    return chain
+
+
+def _computed_input(ctx, proto) -> str | None:
+    """The one input of ``proto`` computed from the graph's inputs (the others constants), None otherwise."""
+    graph = ctx.onnx.graph
+    live = [t for t in proto.input[:1 if proto.op_type in ("Slice", "ReverseSequence") else None]
+            if t in graph.input_fed or t in graph.graph_inputs]
+    rest = [t for t in proto.input[1:] if t] if proto.op_type in ("Slice", "ReverseSequence") else \
+        [t for t in proto.input if t not in live]
+    if len(live) != 1 or proto.op_type in EXTRA_ARITHMETIC and (len(rest) != 1 or ctx.constant(rest[0]) is None):
+        return None
+    if proto.op_type == "Slice" and any(ctx.constant(t) is None for t in rest):
+        return None
+    return live[0]
+
+
+def _reversal(ctx, proto) -> bool:
+    """Whether a Slice steps backwards along an axis (or a ReverseSequence): a flip."""
+    if proto.op_type == "ReverseSequence":
+        return True
+    steps = ctx.constant(proto.input[4]) if proto.op_type == "Slice" and len(proto.input) > 4 and proto.input[4] \
+        else None
+    return steps is not None and bool(np.any(np.asarray(steps) < 0))
+
+
+def _extra_what(ctx, proto) -> str:
+    if proto.op_type in EXTRA_ARITHMETIC:
+        other = next(t for t in proto.input if t != _computed_input(ctx, proto))
+        value = np.asarray(ctx.constant(other)).reshape(-1)
+        shown = ", ".join(f"{v:.4g}" for v in value[:4]) + (" …" if value.size > 4 else "")
+        return f"{proto.op_type} {proto.name} of ({shown})"
+    if proto.op_type == "Slice":
+        axes = ctx.constant(proto.input[3]) if len(proto.input) > 3 and proto.input[3] else None
+        return f"Slice {proto.name} reversing axis {', '.join(str(int(a)) for a in np.asarray(axes).reshape(-1))}" \
+            if axes is not None else f"Slice {proto.name} reversing an axis"
+    return f"{proto.op_type} {proto.name}"
+
+
 def _constant_operand_removed(ctx, proto, make) -> Iterator:
     """An Add / Sub / Mul / Div of a computed tensor and a constant tensor (not a scalar: an epsilon, a scale
     are the value readings'; not a parameter's: a LayerNorm's gamma of ones is a weight to compare) made an
