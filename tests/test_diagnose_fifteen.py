@@ -292,3 +292,28 @@ def test_a_norms_scale_moved_before_the_norm_is_named_with_both_places(exporter)
     _found(fd, "planted_mul", cause="weight-mismatch", at_most=3)
     assert norm.name in fd.layer.segment and "norm.weight" in fd.explanation, fd.explanation
     assert "wrong side" in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_segment_holding_an_onnx_sequence_is_narrowed_without_failing(exporter):
+    """A diverging segment whose nodes pass an ONNX sequence (SplitToSequence → ConcatFromSequence, as the
+    TorchScript exporter writes chunked loops): ONNX Runtime hands the sequence over as a list, which holds no
+    activation to pair; the fault after it (a LayerNorm's shift collapsed) is still found."""
+    model = _Normed().eval()
+    inputs = (torch.randn(3, 8, generator=torch.Generator().manual_seed(164)),)
+    proto = dc.export(model, inputs, exporter)
+    norm = next(n for n in proto.graph.node if n.op_type == "LayerNormalization")
+    source = norm.input[0]
+    norm.input[0] = "joined"
+    added = [helper.make_node("Identity", [source], ["passed_a"], name="planted_pass0"),  # long enough to narrow
+             helper.make_node("Identity", ["passed_a"], ["passed"], name="planted_pass1"),
+             helper.make_node("SplitToSequence", ["passed"], ["pieces"], name="planted_pieces", axis=-1, keepdims=1),
+             helper.make_node("ConcatFromSequence", ["pieces"], ["joined"], name="planted_join", axis=-1)]
+    at = list(proto.graph.node).index(norm)
+    for i, n in enumerate(added):
+        proto.graph.node.insert(at + i, n)
+    shift = model.norm.bias.detach().numpy()
+    proto.graph.initializer.append(numpy_helper.from_array(np.full_like(shift, shift.mean()), "collapsed_shift"))
+    norm.input[2] = "collapsed_shift"
+    fd = _bisect(model, inputs, proto)
+    _found(fd, norm.name, cause="weight-mismatch", at_most=4)

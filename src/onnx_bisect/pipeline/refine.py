@@ -299,7 +299,8 @@ class _Segment:
         sub = extract.with_inputs(sub, feeds)
         store = Weights({n: self.p.weights.arrays[n] for n in inits if n in self.p.weights.arrays})
         wanted = [t for t in dict.fromkeys([target, *tensors]) if t not in feeds]
-        values = dict(self.runner.run_cut(sub, feeds, wanted, store))
+        # an ONNX sequence comes back as a list: it holds no activation to pair, and is left out
+        values = {t: v for t, v in self.runner.run_cut(sub, feeds, wanted, store).items() if isinstance(v, np.ndarray)}
         values.update({t: feeds[t] for t in tensors if t in feeds})
         return values
 
