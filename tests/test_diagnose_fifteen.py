@@ -317,3 +317,21 @@ def test_a_segment_holding_an_onnx_sequence_is_narrowed_without_failing(exporter
     norm.input[2] = "collapsed_shift"
     fd = _bisect(model, inputs, proto)
     _found(fd, norm.name, cause="weight-mismatch", at_most=4)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_an_output_channel_zeroed_in_a_folded_conv_is_a_pruned_weight_not_a_fold_mistake(exporter):
+    """One output channel of a Conv carrying its BatchNorm's fold zeroed, weight and bias (pruned): a rescale by
+    zero fits no way of folding; it is named as the weight's channel zeroed, the others the fold's."""
+    model = _Convs().eval()
+    inputs = (torch.randn(2, 3, 12, 12, generator=torch.Generator().manual_seed(165)),)
+    proto = dc.export(model, inputs, exporter)
+    conv = next(n for n in proto.graph.node if n.op_type == "Conv")
+    inits = {t.name: t for t in proto.graph.initializer}
+    for name in conv.input[1:3]:
+        value = numpy_helper.to_array(inits[name]).copy()
+        value[5] = 0
+        inits[name].CopyFrom(numpy_helper.from_array(value, name))
+    fd = _bisect(model, inputs, proto)
+    _found(fd, conv.name, cause="weight-mismatch", at_most=3)
+    assert "output channel(s) 5 of 8 zeroed" in fd.explanation, fd.explanation

@@ -80,7 +80,7 @@ class WeightMismatch(Rule):
             reordered = _reordered(ctx, differing)
             if reordered:
                 how = reordered
-            how = _repeated(ctx, differing) or how
+            how = _repeated(ctx, differing) or _pruned(ctx, differing) or how
             summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. "
                        + how + _other_owners(ctx, [p for _, p, _, _ in differing]))
             fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
@@ -104,6 +104,26 @@ def _repeated(ctx: DiagnosisContext, differing) -> str:
         return ""
     return ("; ".join(repeated) + ": a per-tensor value (a mean, a default) was written in the place of the "
             "per-channel one (a converter or quantizer collapsing the axis).")
+
+
+def _pruned(ctx: DiagnosisContext, differing) -> str:
+    """A sentence naming the weights whose differing output channels (first axis, as the relation lays them out)
+    are all zeros where PyTorch's are not, the others equal, '' when none is so."""
+    found = []
+    for name, param, relation, tensor in differing:
+        value = ctx.initializer(name)
+        if value is None or tensor is None or value.ndim < 1 or value.shape[0] < 2:
+            continue
+        ref = relation.layout.apply(np.asarray(tensor), value.shape)
+        rows, want = np.asarray(value, np.float64).reshape(value.shape[0], -1), np.asarray(ref, np.float64).reshape(
+            value.shape[0], -1)
+        off = ~np.all(np.isclose(rows, want, rtol=1e-5, atol=1e-7), axis=1)
+        if off.any() and not rows[off].any() and want[off].any():
+            found.append(f"'{name}' has output channel(s) {', '.join(str(int(i)) for i in np.nonzero(off)[0][:8])} "
+                         f"of {value.shape[0]} zeroed, the others {param}'s")
+    if not found:
+        return ""
+    return "; ".join(found) + " (channels pruned or masked by a compression or conversion step)."
 
 
 def _reordered(ctx: DiagnosisContext, differing) -> str:
@@ -151,7 +171,23 @@ def _differing(ctx: DiagnosisContext, candidates) -> list:
         ref = best[1].layout.apply(best[2], value.shape)
         if not layout.reparameterised(value, ref, arrays):
             differing.append((name, *best))
-    return differing
+    return differing + _fold_biases(ctx, differing, candidates)
+
+
+def _fold_biases(ctx: DiagnosisContext, differing, candidates) -> list:
+    """The biases of weights that differ from a BatchNorm fold, where they differ from that fold's bias (a few
+    numbers pair by value with whatever is nearest; the bias beside a folded weight is that fold's)."""
+    rows, named = [], {d[0] for d in differing}
+    for site in layout.weight_sites(ctx):
+        weight = next((d for d in differing if d[0] == site.weight and d[1].startswith("fold(")), None)
+        if weight is None or not site.bias or site.bias in named:
+            continue
+        key = weight[1].replace(".weight, ", ".bias, ", 1)
+        tensor, value = candidates.get(key), ctx.initializer(site.bias)
+        relation = layout.relate(value, np.asarray(tensor)) if tensor is not None and value is not None else None
+        if relation is not None and not relation.equal:
+            rows.append((site.bias, key, relation, np.asarray(tensor)))
+    return rows
 
 
 #: ops that only carry a weight to the node computing with it (dequantized, cast, laid out)
@@ -370,6 +406,9 @@ def _is_refold(ctx: DiagnosisContext, value: np.ndarray, name: str) -> bool:
     wc = layout.conv_bn_arrays(pair[1], pair[3])[0]  # output channels first, as ``w``
     if w is None or w.shape != wc.shape:
         return False
+    rows, kept = np.asarray(w).reshape(w.shape[0], -1), np.asarray(wc).reshape(wc.shape[0], -1)
+    if np.any(~rows.any(axis=1) & kept.any(axis=1)):
+        return False  # an output channel zeroed (pruned) is no rescale a fold makes: a weight of its own
     return bool(layout.channel_ratios(w, wc)[1].max() <= 1e-3)
 
 
