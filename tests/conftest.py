@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -13,6 +14,18 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
+
+
+def pytest_configure(config):
+    """Under pytest-xdist (the suite's default: ``addopts`` in pyproject.toml), the machine's cores shared among
+    the workers: each worker's PyTorch (and the command lines it starts) computes with its share of threads."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if workers > 1:
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        import torch
+
+        torch.set_num_threads(threads)
 
 
 @dataclass(frozen=True)

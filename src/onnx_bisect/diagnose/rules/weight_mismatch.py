@@ -60,31 +60,7 @@ class WeightMismatch(Rule):
                 for n, p, r, _ in differing]
         listed = "; ".join(f"'{n}' vs {p} ({r.layout.value}): max abs {r.max_abs:.2g}, relative L2 {r.rel_l2:.2g}, "
                            f"{r.fraction_differing:.0%} of elements differ" for n, p, r, _ in differing)
-        if ctx.baseline.loaded.module is None:  # --reference: another ONNX model stands in for PyTorch
-            summary = (f"The ONNX weights differ from the reference model's initializers: {listed}. The values are "
-                       "correlated (same layer) but not equal: the conversion step changed them.")
-            fix = ("Redo the conversion from the reference file, or find the step that rewrote these initializers "
-                   "(a converter, a quantizer, an edit by hand).")
-        elif any(_corrupt(r) for _, _, r, _ in differing):
-            summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. The "
-                       "file holds inf/NaN or values far beyond the parameter's range where PyTorch has ordinary "
-                       "weights: its weights were corrupted (a broken conversion, a truncated or edited file)."
-                       + _other_owners(ctx, [p for _, p, _, _ in differing]))
-            fix = ("Re-export the model, and check the file's integrity where it is stored or transferred (compare "
-                   "a checksum with the exported file's).")
-        else:
-            how = ("The values are correlated (same layer) but not equal, as from another checkpoint." if
-                   all(r.related for _, _, r, _ in differing) else "The weights bear the parameters' names but "
-                   "hardly their values (correlation " + ", ".join(f"{r.correlation:.2f}" for _, _, r, _ in differing)
-                   + "): they were overwritten or come from another model.")
-            reordered = _reordered(ctx, differing)
-            if reordered:
-                how = reordered
-            how = _repeated(ctx, differing) or _pruned(ctx, differing) or how
-            summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. "
-                       + how + _other_owners(ctx, [p for _, p, _, _ in differing]))
-            fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
-                   "check the export script loads the weights before torch.onnx.export.")
+        summary, fix = _explained(ctx, differing, listed)
         if _dequantizes_activations(ctx):
             summary += (" The fix is re-run in the segment's float computation (its activation Q/DQ pairs undone and "
                         "integer products computed in float, as the quantization rule's own fix does, which alone "
@@ -92,6 +68,37 @@ class WeightMismatch(Rule):
         return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
                        changes=_readers(ctx, [n for n, _, _, _ in differing]),
                        counterfactual=lambda c: _restore(c, differing))
+
+
+def _explained(ctx: DiagnosisContext, differing, listed: str) -> tuple[str, str]:
+    """``(summary, fix)`` of initializers that differ from their parameters: the reference file's, corrupt
+    numbers, or another checkpoint's (reordered, repeated, pruned)."""
+    if ctx.baseline.loaded.module is None:  # --reference: another ONNX model stands in for PyTorch
+        summary = (f"The ONNX weights differ from the reference model's initializers: {listed}. The values are "
+                   "correlated (same layer) but not equal: the conversion step changed them.")
+        fix = ("Redo the conversion from the reference file, or find the step that rewrote these initializers "
+               "(a converter, a quantizer, an edit by hand).")
+    elif any(_corrupt(r) for _, _, r, _ in differing):
+        summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. The "
+                   "file holds inf/NaN or values far beyond the parameter's range where PyTorch has ordinary "
+                   "weights: its weights were corrupted (a broken conversion, a truncated or edited file)."
+                   + _other_owners(ctx, [p for _, p, _, _ in differing]))
+        fix = ("Re-export the model, and check the file's integrity where it is stored or transferred (compare "
+               "a checksum with the exported file's).")
+    else:
+        how = ("The values are correlated (same layer) but not equal, as from another checkpoint." if
+               all(r.related for _, _, r, _ in differing) else "The weights bear the parameters' names but "
+               "hardly their values (correlation " + ", ".join(f"{r.correlation:.2f}" for _, _, r, _ in differing)
+               + "): they were overwritten or come from another model.")
+        reordered = _reordered(ctx, differing)
+        if reordered:
+            how = reordered
+        how = _repeated(ctx, differing) or _pruned(ctx, differing) or how
+        summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. "
+                   + how + _other_owners(ctx, [p for _, p, _, _ in differing]))
+        fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
+               "check the export script loads the weights before torch.onnx.export.")
+    return summary, fix
 
 
 def _repeated(ctx: DiagnosisContext, differing) -> str:
