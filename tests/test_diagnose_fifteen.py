@@ -102,7 +102,7 @@ def test_a_bias_added_after_the_activation_instead_of_to_the_product_is_moved_ba
     product = _bias_after_activation(proto, last)
     fd = _bisect(model, inputs, proto)
     _found(fd, product, cause="weight-mismatch", at_most=12)
-    assert "after the activation" in fd.explanation and "fc1.bias" in fd.explanation, fd.explanation
+    assert "before the activation" in fd.explanation and "fc1.bias" in fd.explanation, fd.explanation
 
 
 class _Heads(torch.nn.Module):
@@ -291,7 +291,7 @@ def test_a_norms_scale_moved_before_the_norm_is_named_with_both_places(exporter)
     fd = _bisect(model, inputs, proto)
     _found(fd, "planted_mul", cause="weight-mismatch", at_most=3)
     assert norm.name in fd.layer.segment and "norm.weight" in fd.explanation, fd.explanation
-    assert "wrong side" in fd.explanation, fd.explanation
+    assert "before the normalisation" in fd.explanation, fd.explanation
 
 
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
@@ -335,3 +335,20 @@ def test_an_output_channel_zeroed_in_a_folded_conv_is_a_pruned_weight_not_a_fold
     fd = _bisect(model, inputs, proto)
     _found(fd, conv.name, cause="weight-mismatch", at_most=3)
     assert "output channel(s) 5 of 8 zeroed" in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("mask,p", [
+    ([0.0, 1 / 0.9, 1 / 0.9, 1 / 0.9], 0.1),      # a Dropout2d(0.1)'s mask over four heads
+    ([0.0, 2.0], None),                           # too few values to be a mask
+    ([0.0, 4.0, 4.0, 4.0], None),                 # p = 0.75: more than models drop
+    ([0.0, 0.0, 0.0, 1 / 0.9], None),             # three of four zeros is no Bernoulli(0.1) draw
+    ([0.0] * 2 + [2.0] * 14, None),               # 16 values, 2 zeros where p = 0.5 implies 8
+    ([0.0] * 7 + [2.0] * 9, 0.5),
+])
+def test_a_frozen_dropout_mask_is_told_from_other_constants_of_zeros_and_one_value(mask, p):
+    """The values a frozen Dropout mask holds: a short mask counts only for a whole-percent p of at most one half
+    and a zeros' count a Bernoulli(p) draw gives; a longer one by its share of zeros."""
+    from onnx_bisect.diagnose.support.masks import dropout_probability
+
+    found = dropout_probability(np.array(mask, np.float32))
+    assert (found is None) if p is None else abs(found - p) < 1e-6, found

@@ -252,9 +252,9 @@ def _candidates(ctx: DiagnosisContext):
     return (itertools.chain((alt for proto in protos for alt in backed_perms(ctx, proto, ctx.shape_of)),
                             (alt for proto in protos for alt in alternatives(ctx, proto, ctx.shape_of)),
                             boundary_shapes(ctx), boundary_swaps(ctx, lambda *a: Alternative(*a[:6], feeds=a[6]))),
-            itertools.chain(doubled_removals(ctx, protos, Alternative), extra_runs(ctx, protos, Alternative),
-                            per_block(ctx, protos, Alternative),
-                            (alt for proto in protos for alt in kind_alternatives(ctx, proto, ctx.shape_of, Alternative))),
+            itertools.chain(doubled_removals(ctx, protos, Alternative),
+                            (alt for proto in protos for alt in kind_alternatives(ctx, proto, ctx.shape_of, Alternative)),
+                            per_block(ctx, protos, Alternative), extra_runs(ctx, protos, Alternative)),
             (alt for proto in protos for alt in searched(ctx, proto)),
             (alt for proto in protos for alt in rewirings(ctx, proto, Alternative)))
 

@@ -146,8 +146,8 @@ def _analyse(ctx: DiagnosisContext, w: np.ndarray, b: np.ndarray | None, conv, b
     if off.size == 0:
         return None
     mistake, text, fitted = _mistake(ctx, ratio, b, (bc, gamma, beta, mean, var, bn.eps), conv_name)
-    if mistake == "running-statistics" and not np.any(w[off]) and not np.any(b[off]):
-        return None  # whole output channels zeroed (pruned), the others the fold's: the weight rule's case
+    if not np.any(w[off]) and np.any(wc2[off]):
+        return None  # whole output channels zeroed (pruned): no fold rescales by zero, the weight rule's case
     if mistake == "running-statistics" and float(scale_err.max()) <= rtol:
         # the scale is the fold's exactly and only the shift differs, as no way of folding explains: a bias
         # (or running mean / beta) from another checkpoint — the weight rule's stale value, not a fold mistake

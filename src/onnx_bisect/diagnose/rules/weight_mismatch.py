@@ -12,6 +12,8 @@ from ..support.param_layouts import gates_exchanged, is_rnn_parameter, model_rnn
 from ..support import edits, layout
 from ..support.rows import nearest_rows
 from ..support.alternative_edits import with_inputs
+from ..support import alternatives
+from .epsilon import NORM_OPS
 from ...records import Cause, Layout
 from ...records.graph import LAYOUT_OPS, PRODUCT_OPS
 from ...records.nest import to_numpy
@@ -119,15 +121,17 @@ def _pruned(ctx: DiagnosisContext, differing) -> str:
     found = []
     for name, param, relation, tensor in differing:
         value = ctx.initializer(name)
-        if value is None or tensor is None or value.ndim < 1 or value.shape[0] < 2:
+        if value is None or tensor is None or value.ndim < 1 or value.size < 2:
             continue
-        ref = relation.layout.apply(np.asarray(tensor), value.shape)
-        rows, want = np.asarray(value, np.float64).reshape(value.shape[0], -1), np.asarray(ref, np.float64).reshape(
-            value.shape[0], -1)
+        reader = next((ctx.node(n) for n in _readers(ctx, [name]) if ctx.node(n) is not None), None)
+        axis = _output_axis(reader, value) if reader is not None and value.ndim > 1 else 0
+        ref = relation.layout.apply(np.asarray(tensor), value.shape).astype(value.dtype)  # rounded as stored
+        rows = np.moveaxis(np.asarray(value, np.float64), axis, 0).reshape(value.shape[axis], -1)
+        want = np.moveaxis(np.asarray(ref, np.float64), axis, 0).reshape(value.shape[axis], -1)
         off = ~np.all(np.isclose(rows, want, rtol=1e-5, atol=1e-7), axis=1)
         if off.any() and not rows[off].any() and want[off].any():
             found.append(f"'{name}' has output channel(s) {', '.join(str(int(i)) for i in np.nonzero(off)[0][:8])} "
-                         f"of {value.shape[0]} zeroed, the others {param}'s")
+                         f"of {value.shape[axis]} zeroed, the others {param}'s")
     if not found:
         return ""
     return "; ".join(found) + " (channels pruned or masked by a compression or conversion step)."
@@ -275,12 +279,12 @@ def _owned(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
     segment's only initializer of its size and its module's only tensor of that size: paired by ownership, not
     by value; None otherwise.  Tensors that pair exactly (a LayerNorm's scale beside its collapsed shift) are
     set aside on both sides first: what is left pairs by elimination."""
-    same = [v for t in _segment_initializers(ctx) if (v := ctx.initializer(t)) is not None and v.size == value.size]
+    same = {t: v for t in _segment_initializers(ctx) if (v := ctx.initializer(t)) is not None and v.size == value.size}
     own = _own_tensors(ctx, candidates, value.size)
-    held = [k for k, t in own.items() if any(_equal(v, t) for v in same)]
-    if len(same) - len(held) != 1:
+    left = [t for t, v in same.items() if not any(_equal(v, p) for p in own.values())]
+    if left != [name]:
         return None
-    own = {k: t for k, t in own.items() if k not in held}
+    own = {k: p for k, p in own.items() if not any(_equal(v, p) for v in same.values())}
     if len(own) != 1:
         return None
     parameter, tensor = next(iter(own.items()))
@@ -483,14 +487,16 @@ def _parameter_moved(ctx: DiagnosisContext, differing) -> Finding | None:
             node.input.append(stream)
             if not ctx.reproduces(fixed):
                 continue
-            owner = next((n.name for n in ctx.segment_nodes if name in n.inputs), name)
+            owner = next(iter(_readers(ctx, [name])), name)
+            norm = ctx.node(owner) is not None and ctx.node(owner).op_type in NORM_OPS
             summary = (f"Node {proto.name} ({proto.op_type}) applies {param} ({tensor.size} values, exactly "
                        f"PyTorch's) where PyTorch does not, while {owner}, where PyTorch applies it, reads "
-                       f"'{name}' instead ({_described(ctx.initializer(name))}): the parameter was moved to the "
-                       "wrong side of the op (a rewrite folding a norm's scale into the layer before it). With it "
-                       f"back in its place and {proto.name} left out, the segment reproduces PyTorch's output.")
-            fix = ("Apply the parameter where the model does (a norm's scale after the normalisation, not before "
-                   "it), or re-export; check the graph rewrite that moved it.")
+                       f"'{name}' instead ({_described(ctx.initializer(name))}): the parameter was moved to another "
+                       "node" + (" — before the normalisation, where a rewrite folding a norm's scale into the layer "
+                                 "before it puts it" if norm else "") + f". With it back in its place and "
+                       f"{proto.name} left out, the segment reproduces PyTorch's output.")
+            fix = ("Apply the parameter where the model does (a norm's scale after the normalisation), or "
+                   "re-export; check the graph rewrite that moved it.")
             return Finding(Cause.WEIGHT_MISMATCH, 0.85, summary, fix,
                            {"parameters": [{"initializer": name, "parameter": param, "layout": "moved to "
                                             + proto.name, "max_abs": relation.max_abs, "rel_l2": relation.rel_l2,
@@ -1210,18 +1216,15 @@ def _bias_missing(ctx: DiagnosisContext, candidates) -> Finding | None:
     return None
 
 
-#: one-tensor elementwise ops an activation is written with, walked back from an Add to the product it follows
-ELEMENTWISE = {"Relu", "LeakyRelu", "PRelu", "Gelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Elu", "Selu",
-               "Celu", "Softplus", "Mish", "Erf", "Mul", "Add", "Sub", "Div", "Clip", "Sqrt", "Pow", "Neg", "Abs",
-               "Exp", "Log", "Identity", "Cast", "Min", "Max", "Where"}
+#: elementwise ops an activation is written with, walked back from an Add to the product it follows
+ELEMENTWISE = alternatives.ELEMENTWISE | {"Celu", "Min", "Max", "Where"}
 
 
 def _bias_moved(ctx: DiagnosisContext) -> Finding | None:
     """A bias added after the activation instead of to the product: in the segment, an Add of a constant of C
     values reads (through elementwise ops only) a product of C channels that no bias is added to; the segment
     with that Add moved onto the product reproduces PyTorch (``act(x) + b`` written for ``act(x + b)``)."""
-    graph = ctx.onnx.graph
-    inside = {n.name: n for n in ctx.segment_nodes}
+    inside, tries = {n.name: n for n in ctx.segment_nodes}, 0
     for add in inside.values():
         if add.op_type != "Add" or len(add.inputs) != 2:
             continue
@@ -1233,8 +1236,13 @@ def _bias_moved(ctx: DiagnosisContext) -> Finding | None:
         if bias.size < 2 or max(bias.shape, default=1) != bias.size:
             continue
         for product, between in _products_behind(ctx, stream, inside):
+            if not between or _bias_of(ctx, product) is not None:
+                continue  # nothing between them, or the product has its bias: no bias moved past an activation
+            tries += 1
+            if tries > MAX_SWAPS:
+                return None
             fixed = _moved(ctx, add, stream, product, bias)
-            if between and fixed is not None and ctx.reproduces(fixed):
+            if fixed is not None and ctx.reproduces(fixed):
                 return _bias_moved_finding(ctx, add, product, between, bias, fixed)
     return None
 
@@ -1309,16 +1317,18 @@ def _bias_moved_finding(ctx: DiagnosisContext, add, product, between: tuple, bia
                         fixed: FixedSegment) -> Finding:
     param = _parameter_named(ctx, bias)
     what = f"{param} ({bias.size} values)" if param else f"a constant of {bias.size} values"
-    summary = (f"Node {add.name} adds {what} after the activation ({', '.join(between)}) "
-               f"that follows the product {product.name} ({product.op_type}), which no bias is added to: PyTorch adds "
+    summary = (f"Node {add.name} adds {what} after the ops ({', '.join(between)}) "
+               f"that follow the product {product.name} ({product.op_type}), which no bias is added to: PyTorch adds "
                "the bias to the product before the activation. With the Add moved onto the product the segment "
                "reproduces PyTorch's output.")
     fix = ("Add the bias to the product (the node's bias input, or the Add right after the MatMul) and apply the "
            "activation to the sum; check the conversion or graph rewrite that moved it past the activation.")
+    constant = next((t for t in add.inputs if ctx.constant(t) is not None), None)
     return Finding(Cause.WEIGHT_MISMATCH, 0.85, summary, fix,
-                   {"parameters": [{"initializer": None, "parameter": param or add.name, "layout": "after activation",
-                                    "max_abs": float(np.max(np.abs(bias))), "rel_l2": 0.0,
-                                    "fraction_differing": 0.0, "correlation": 1.0}]},
+                   {"parameters": [{"initializer": constant, "parameter": param or None, "layout": "after activation",
+                                    "max_abs": float(np.max(np.abs(bias))), "rel_l2": 0.0 if param else None,
+                                    "fraction_differing": 0.0 if param else None,
+                                    "correlation": 1.0 if param else None}]},
                    changes=(add.name, product.name), counterfactual=lambda c: fixed)
 
 

@@ -295,7 +295,7 @@ def doubled_removals(ctx, protos, make) -> Iterator:
 #: ops that keep a tensor's shape and may be applied where PyTorch applies nothing: arithmetic with a constant
 #: (a normalisation applied twice), a reversal (a flip the model does not do)
 EXTRA_ARITHMETIC = frozenset({"Add", "Sub", "Mul", "Div"})
-EXTRA_OPS = EXTRA_ARITHMETIC | {"Slice", "Neg", "ReverseSequence"}
+EXTRA_OPS = EXTRA_ARITHMETIC | {"Slice", "ReverseSequence"}
 
 
 def extra_runs(ctx, protos, make) -> Iterator:
@@ -310,7 +310,7 @@ def extra_runs(ctx, protos, make) -> Iterator:
             continue
         first, last = chain[0], chain[-1]
         source = _computed_input(ctx, first)
-        if len(chain) == 1 and not _reversal(ctx, first) or source is None:
+        if source is None or (len(chain) == 1 and not _reversal(ctx, first)):
             continue
         if ctx.shape_of(source) != ctx.shape_of(last.output[0]) or ctx.shape_of(source) is None:
             continue
@@ -336,8 +336,8 @@ def per_block(ctx, protos, make) -> Iterator:
         split = graph.node_of(blocks[0].input[0]) if blocks[0].input else None
         if split is None or split.op_type != "Split" or list(split.outputs) != [b.input[0] for b in blocks]:
             continue
-        split_proto = ctx.node(split.name)
-        if split_proto is None or _axis_of(split_proto) != _axis_of(concat, None):
+        split_proto, shape = ctx.node(split.name), ctx.shape_of(split.inputs[0])
+        if split_proto is None or shape is None or _axis_of(split_proto) % len(shape) != _axis_of(concat) % len(shape):
             continue
         op = blocks[0].op_type
         alt = make(concat.name, "op", f"{op} per block of Split {split.name} ({len(blocks)} blocks along axis "
