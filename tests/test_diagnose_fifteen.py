@@ -352,3 +352,45 @@ def test_a_frozen_dropout_mask_is_told_from_other_constants_of_zeros_and_one_val
 
     found = dropout_probability(np.array(mask, np.float32))
     assert (found is None) if p is None else abs(found - p) < 1e-6, found
+
+
+class _Heads4(torch.nn.Module):
+    """Four-head self-attention over 16 channels (heads of 4), an output projection."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(166)
+        self.qkv, self.o = torch.nn.Linear(16, 48), torch.nn.Linear(16, 16)
+
+    def forward(self, x):  # (2, 6, 16)
+        q, k, v = (t.view(2, 6, 4, 4).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        heads = torch.softmax(q @ k.transpose(-1, -2) / 2.0, -1) @ v
+        return self.o(heads.transpose(1, 2).reshape(2, 6, 16))
+
+
+def test_attention_run_with_another_head_count_is_named_from_pytorchs_softmax():
+    """The three Reshapes splitting q, k and v into heads written for 8 heads of 2 (the channels split the same,
+    so the split holds PyTorch's numbers in another shape and the first wrong value is the scores): PyTorch's
+    softmax has 4 heads, and the Reshapes rewritten for 4 heads of 4 reproduce it."""
+    model = _Heads4().eval()
+    inputs = (torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(167)),)
+    proto = dc.export(model, inputs, "torchscript")
+    inits = {t.name: t for t in proto.graph.initializer}
+    consts = {n.output[0]: n for n in proto.graph.node if n.op_type == "Constant"}
+    split = []
+    for node in proto.graph.node:
+        if node.op_type != "Reshape":
+            continue
+        source = inits.get(node.input[1])
+        value = numpy_helper.to_array(source) if source is not None else \
+            numpy_helper.to_array(consts[node.input[1]].attribute[0].t) if node.input[1] in consts else None
+        if value is not None and list(value) == [2, 6, 4, 4]:
+            name = f"planted_shape_{len(split)}"
+            proto.graph.initializer.append(numpy_helper.from_array(np.array([2, 6, 8, 2], np.int64), name))
+            node.input[1] = name
+            split.append(node.name)
+    assert len(split) == 3, split
+    fd = _bisect(model, inputs, proto)
+    for node in split:
+        _found(fd, node, cause="attribute-mismatch", at_most=12)
+    assert "8 heads of 2" in fd.explanation and "4 heads of 4" in fd.explanation, fd.explanation
