@@ -57,10 +57,7 @@ def _float_pair(onnx_value: np.ndarray, ref: np.ndarray) -> tuple[np.ndarray, np
 
 
 def kind(v: np.ndarray) -> str:
-    """Float, bool or integer: tensors of different kinds never hold the same activation; "s" for a value that
-    is no tensor (an ONNX sequence, which ONNX Runtime hands over as a list: it holds no activation)."""
-    if not isinstance(v, np.ndarray):
-        return "s"
+    """Float, bool or integer: tensors of different kinds never hold the same activation."""
     return "f" if v.dtype.kind in "fc" else ("b" if v.dtype.kind == "b" else "i")
 
 

@@ -146,7 +146,7 @@ def _analyse(ctx: DiagnosisContext, w: np.ndarray, b: np.ndarray | None, conv, b
     if off.size == 0:
         return None
     mistake, text, fitted = _mistake(ctx, ratio, b, (bc, gamma, beta, mean, var, bn.eps), conv_name)
-    if not np.any(w[off]) and np.any(wc2[off]):
+    if layout.pruned_channels(w, wc2)[off].all():
         return None  # whole output channels zeroed (pruned): no fold rescales by zero, the weight rule's case
     if mistake == "running-statistics" and float(scale_err.max()) <= rtol:
         # the scale is the fold's exactly and only the shift differs, as no way of folding explains: a bias

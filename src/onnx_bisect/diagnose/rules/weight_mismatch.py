@@ -417,8 +417,7 @@ def _is_refold(ctx: DiagnosisContext, value: np.ndarray, name: str) -> bool:
     wc = layout.conv_bn_arrays(pair[1], pair[3])[0]  # output channels first, as ``w``
     if w is None or w.shape != wc.shape:
         return False
-    rows, kept = np.asarray(w).reshape(w.shape[0], -1), np.asarray(wc).reshape(wc.shape[0], -1)
-    if np.any(~rows.any(axis=1) & kept.any(axis=1)):
+    if layout.pruned_channels(w, wc).any():
         return False  # an output channel zeroed (pruned) is no rescale a fold makes: a weight of its own
     return bool(layout.channel_ratios(w, wc)[1].max() <= 1e-3)
 
@@ -1295,16 +1294,25 @@ def _added_later(ctx: DiagnosisContext, product, bias: np.ndarray):
     return None
 
 
-def _moved(ctx: DiagnosisContext, add, stream: str, product, bias: np.ndarray) -> FixedSegment | None:
-    """The segment with ``add``'s constant added to ``product``'s output instead (the Add passing ``stream`` on)."""
+def _bias_broadcast(ctx: DiagnosisContext, product, size: int) -> list[int] | None:
+    """The shape a bias of ``size`` values takes to be added to ``product``'s output (over a Conv's channel axis,
+    a MatMul's / Gemm's last axis); None when that axis is not ``size`` long or the shape is unknown."""
     shape = ctx.onnx.graph.shapes.get(product.outputs[0])
     if not shape:
         return None
     axis = 1 if product.op_type in ("Conv", "ConvTranspose") else len(shape) - 1
-    if shape[axis] != bias.size:
+    if shape[axis] != size:
         return None
     broadcast = [1] * len(shape)
-    broadcast[axis] = bias.size
+    broadcast[axis] = size
+    return broadcast
+
+
+def _moved(ctx: DiagnosisContext, add, stream: str, product, bias: np.ndarray) -> FixedSegment | None:
+    """The segment with ``add``'s constant added to ``product``'s output instead (the Add passing ``stream`` on)."""
+    broadcast = _bias_broadcast(ctx, product, bias.size)
+    if broadcast is None:
+        return None
     fixed = _with_bias_after(ctx, product, broadcast, bias.reshape(-1))
     node = edits.node(fixed.model, add.name)
     node.op_type = "Identity"
@@ -1333,13 +1341,10 @@ def _bias_moved_finding(ctx: DiagnosisContext, add, product, between: tuple, bia
 
 
 def _parameter_named(ctx: DiagnosisContext, value: np.ndarray) -> str:
-    """The PyTorch parameter equal to ``value``, "" when none is (or with --reference)."""
-    root = ctx.torch_module("")
+    """The PyTorch parameter (or buffer) equal to ``value``, "" when none is (or with --reference)."""
     flat = value.reshape(-1).astype(np.float64)
-    for name, param in (root.named_parameters() if root is not None else ()):
-        if param.numel() == flat.size and np.allclose(to_numpy(param).reshape(-1), flat, rtol=1e-5, atol=1e-7):
-            return name
-    return ""
+    return next((name for name, tensor in _everything(ctx, flat.size).items()
+                 if np.allclose(tensor.reshape(-1), flat, rtol=1e-5, atol=1e-7)), "")
 
 
 def _product_of(ctx: DiagnosisContext, tensor: str):
@@ -1368,14 +1373,9 @@ def _bias_missing_inside(ctx: DiagnosisContext) -> Finding | None:
                 node.op_type != "MatMul" and len(node.inputs) > 2 and node.inputs[2]) \
                 or _adding_node(ctx, node.outputs[0], bias.size) is not None:
             continue
-        shape = graph.shapes.get(node.outputs[0])
-        if not shape:
+        broadcast = _bias_broadcast(ctx, node, bias.size)
+        if broadcast is None:
             continue
-        axis = 1 if node.op_type in ("Conv", "ConvTranspose") else len(shape) - 1
-        if shape[axis] != bias.size:
-            continue
-        broadcast = [1] * len(shape)
-        broadcast[axis] = bias.size
         fixed = _with_bias_after(ctx, node, broadcast, bias)
         try:
             values = ctx.run_segment(fixed.model, fixed.weights)

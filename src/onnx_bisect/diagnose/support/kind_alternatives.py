@@ -422,17 +422,16 @@ def _constant_operand_removed(ctx, proto, make) -> Iterator:
     are the value readings'; not a parameter's: a LayerNorm's gamma of ones is a weight to compare) made an
     Identity of the computed one: an op PyTorch does not apply — a causal mask added to a bidirectional
     attention's scores, a table of offsets a rewrite inserted."""
-    graph = ctx.onnx.graph
-    live = [t for t in proto.input if t in graph.input_fed or t in graph.graph_inputs]
-    fixed = [t for t in proto.input if t not in live]
-    if len(live) != 1 or len(fixed) != 1:
+    live = _computed_input(ctx, proto)
+    if live is None:
         return
-    value = ctx.constant(fixed[0])
-    if value is None or value.size < MIN_REMOVED_CONSTANT or fixed[0] in ctx.parameter_names \
+    fixed = next(t for t in proto.input if t != live)
+    value = ctx.constant(fixed)
+    if value.size < MIN_REMOVED_CONSTANT or fixed in ctx.parameter_names \
             or proto.op_type == "Mul" and dropout_probability(value) is not None:
         return  # a parameter's value is the weight readings'; a frozen Dropout mask the training-mode rule's
-    yield make(proto.name, "op", f"{proto.op_type} of the constant '{fixed[0]}'",
-               "Identity (the constant operand not applied)", "the PyTorch output", _identity_of(proto.name, live[0]))
+    yield make(proto.name, "op", f"{proto.op_type} of the constant '{fixed}'",
+               "Identity (the constant operand not applied)", "the PyTorch output", _identity_of(proto.name, live))
 
 
 #: a constant operand of at least this many elements is tried left out (smaller ones are scalars' readings)

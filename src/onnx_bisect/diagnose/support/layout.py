@@ -355,6 +355,13 @@ def exact_torch_value(ctx: DiagnosisContext, value: np.ndarray, candidates: dict
     return None
 
 
+def pruned_channels(value: np.ndarray, ref: np.ndarray) -> np.ndarray:
+    """Per output channel (first axis), whether ``value`` holds only zeros where ``ref`` does not: a channel
+    pruned, which no per-channel rescale (a folded BatchNorm) makes."""
+    rows, kept = np.asarray(value).reshape(value.shape[0], -1), np.asarray(ref).reshape(ref.shape[0], -1)
+    return ~rows.any(axis=1) & kept.any(axis=1)
+
+
 def channel_ratios(value: np.ndarray, ref: np.ndarray, axis: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """The least-squares factor per channel (along ``axis``) with ``value ≈ factor · ref``, and each channel's
     relative residual: a folded BatchNorm, a folded layer scale."""
