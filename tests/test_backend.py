@@ -74,3 +74,20 @@ def test_a_graph_onnx_runtime_crashes_on_at_level_all_runs_at_extended():
     proc = subprocess.run([sys.executable, "-c", _CRASHING], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, (proc.returncode, proc.stderr[-500:])
     assert proc.stdout.split() == ["(13,", "2,", "48)", "16.0"], proc.stdout
+
+
+@pytest.mark.parametrize("value, threads", [("3", 3), ("", 0), ("0", 0), ("two", 0)])
+def test_onnx_runtimes_pool_takes_the_thread_budget_omp_num_threads_gives(monkeypatch, value, threads):
+    """PyTorch's forward honours OMP_NUM_THREADS; ONNX Runtime's pool is sized from it too (a machine shared by
+    processes: test workers, a serving host), and keeps ONNX Runtime's default (0: one per core) otherwise."""
+    seen = []
+    real = ort.InferenceSession
+
+    def recording(source, options, providers=None):
+        seen.append(options.intra_op_num_threads)
+        return real(source, options, providers=providers)
+
+    monkeypatch.setenv("OMP_NUM_THREADS", value)
+    monkeypatch.setattr(ort, "InferenceSession", recording)
+    OnnxRuntimeBackend().load(_loadable())
+    assert seen == [threads]

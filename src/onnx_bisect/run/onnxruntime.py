@@ -30,6 +30,13 @@ def available_providers() -> list[str]:
     return list(ort.get_available_providers())
 
 
+def _thread_budget() -> int:
+    """The threads ``OMP_NUM_THREADS`` gives a process (PyTorch's forward honours it; ONNX Runtime's own pool does
+    not), 0 when unset or not a positive integer: ONNX Runtime then takes one thread per core."""
+    value = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(value) if value.isdigit() and int(value) > 0 else 0
+
+
 class OnnxRuntimeSession:
     """One ``InferenceSession``, run as often as needed."""
 
@@ -197,6 +204,9 @@ class OnnxRuntimeBackend:
         # PyTorch forward that follows in the same process.
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         so.add_session_config_entry("session.inter_op.allow_spinning", "0")
+        threads = _thread_budget()
+        if threads:
+            so.intra_op_num_threads = threads
         if folder is not None:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path", folder)
         if weights is not None and weights.arrays:
