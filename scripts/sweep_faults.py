@@ -1821,3 +1821,7 @@ FAULTS.update({k.name: k for k in sweep_faults_fourteen.KINDS})
 import sweep_faults_fifteen  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_fifteen.KINDS})
+# the sixteenth set (scripts/sweep_faults_sixteen.py)
+import sweep_faults_sixteen  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_sixteen.KINDS})

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import numpy as np
+import onnx
 from onnx import helper, numpy_helper
 import torch
 
@@ -14,6 +15,7 @@ import onnx_bisect
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
 from planting import found as _found  # noqa: E402
+from fault_sweep import rename  # noqa: E402
 
 
 def _bisect(model, inputs, proto):
@@ -271,11 +273,12 @@ def test_a_softmax_computed_per_block_of_its_axis_is_named_as_one_softmax_of_the
     assert "Softmax per block" in fd.explanation and "(2 blocks along axis" in fd.explanation, fd.explanation
 
 
-@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
-def test_a_norms_scale_moved_before_the_norm_is_named_with_both_places(exporter):
+@pytest.mark.parametrize("exporter,renamed", [("dynamo", False), ("torchscript", False), ("dynamo", True)])
+def test_a_norms_scale_moved_before_the_norm_is_named_with_both_places(exporter, renamed, tmp_path):
     """The LayerNorm's scale γ multiplied in before the norm (a rewrite folding it into the layer before) and
     the norm's own scale set to ones: restoring γ alone does not reproduce PyTorch; restoring it and leaving the
-    Mul out does, and the finding names both nodes."""
+    Mul out does, and the finding names both nodes.  In a file whose every name was replaced the ones pair with
+    the norm's weight by elimination, though the Mul holds that weight's numbers exactly."""
     model = _Normed().eval()
     inputs = (torch.randn(3, 8, generator=torch.Generator().manual_seed(163)),)
     proto = dc.export(model, inputs, exporter)
@@ -288,9 +291,16 @@ def test_a_norms_scale_moved_before_the_norm_is_named_with_both_places(exporter)
     norm.input[0] = "scaled_before"
     mul = helper.make_node("Mul", [source, "gamma_before"], ["scaled_before"], name="planted_mul")
     proto.graph.node.insert(list(proto.graph.node).index(norm), mul)
+    planted, norm_name = "planted_mul", norm.name
+    if renamed:
+        onnx.save(proto, tmp_path / "planted.onnx")
+        rename(tmp_path / "planted.onnx", tmp_path / "renamed.onnx")
+        proto = onnx.load(tmp_path / "renamed.onnx")
+        at = next(i for i, n in enumerate(proto.graph.node) if n.op_type == "LayerNormalization")
+        planted, norm_name = proto.graph.node[at - 1].name, proto.graph.node[at].name
     fd = _bisect(model, inputs, proto)
-    _found(fd, "planted_mul", cause="weight-mismatch", at_most=3)
-    assert norm.name in fd.layer.segment and "norm.weight" in fd.explanation, fd.explanation
+    _found(fd, planted, cause="weight-mismatch", at_most=3)
+    assert norm_name in fd.layer.segment and "norm.weight" in fd.explanation, fd.explanation
     assert "before the normalisation" in fd.explanation, fd.explanation
 
 

@@ -249,13 +249,16 @@ def _owned(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
     repeated where the module has a per-channel scale: a per-tensor value written for it) when it is the
     segment's only initializer of its size and its module's only tensor of that size: paired by ownership, not
     by value; None otherwise.  Tensors that pair exactly (a LayerNorm's scale beside its collapsed shift) are
-    set aside on both sides first: what is left pairs by elimination."""
+    set aside on both sides first: what is left pairs by elimination.  A parameter is set aside only for an
+    initializer read by the same node as ``name`` (its other slots): one that another node holds (a norm's scale
+    moved onto a Mul before it) leaves the slot's own parameter to pair."""
     same = {t: v for t in segment_initializers(ctx) if (v := ctx.initializer(t)) is not None and v.size == value.size}
     own = own_tensors(ctx, candidates, value.size)
     left = [t for t, v in same.items() if not any(_equal(v, p) for p in own.values())]
     if left != [name]:
         return None
-    own = {k: p for k, p in own.items() if not any(_equal(v, p) for v in same.values())}
+    beside = {t for p in ctx.segment_protos if name in p.input for t in p.input}
+    own = {k: p for k, p in own.items() if not any(_equal(v, p) for t, v in same.items() if t in beside)}
     if len(own) != 1:
         return None
     parameter, tensor = next(iter(own.items()))
