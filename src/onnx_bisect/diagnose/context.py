@@ -358,6 +358,7 @@ class DiagnosisContext:
         feeds: Mapping[str, np.ndarray] | None = None,
         optimize: bool = True,
         from_inputs: bool = False,
+        through: Iterable[str] = (),
     ) -> dict[str, np.ndarray]:
         """Run only the nodes computing the divergent tensor (and ``outputs``) from the cut tensors.
 
@@ -365,13 +366,14 @@ class DiagnosisContext:
         ``feeds`` overrides some; ``model``/``weights`` default to the user's.
         Cheap whatever the model size: the session holds just the segment.
         ``from_inputs`` runs everything upstream from the graph inputs instead
-        (for errors that build up over many segments).
+        (for errors that build up over many segments); the cut tensors in ``through`` are computed, not fed
+        (a cut tensor asked for as an output is otherwise handed back as fed).
         """
-        key = (tuple(outputs), optimize, from_inputs)
+        key = (tuple(outputs), optimize, from_inputs, tuple(through))
         if model is None and weights is None and feeds is None and key in self._runs:
             return self._runs[key]
         wanted = list(dict.fromkeys([self.tensor, *outputs]))
-        sub, values, store = self.segment_model(model, weights, wanted, feeds, from_inputs)
+        sub, values, store = self.segment_model(model, weights, wanted, feeds, from_inputs, through)
         run_outputs = [t for t in wanted if t not in values]
         result = dict(self.cut.execute(sub, values, run_outputs, store, optimize=optimize))
         result.update({t: values[t] for t in wanted if t in values})
@@ -387,6 +389,7 @@ class DiagnosisContext:
         outputs: Iterable[str] = (),
         feeds: Mapping[str, np.ndarray] | None = None,
         from_inputs: bool = False,
+        through: Iterable[str] = (),
     ) -> tuple[onnx.ModelProto, dict[str, np.ndarray], Weights]:
         """``(submodel, input values, large weights)``: the nodes computing ``outputs`` (the divergent tensor
         by default) from the cut tensors (or, ``from_inputs``, from the graph inputs) as a model of their own,
@@ -394,7 +397,8 @@ class DiagnosisContext:
         model = self.onnx.skeleton if model is None else model
         weights = self.onnx.weights if weights is None else weights
         wanted = list(dict.fromkeys(outputs or [self.tensor]))
-        sub, boundary, inits = _segment.extract(model, wanted, set() if from_inputs else set(self.cut.references))
+        stops = set() if from_inputs else set(self.cut.references) - set(through)
+        sub, boundary, inits = _segment.extract(model, wanted, stops)
         values = {t: (feeds or {}).get(t) if (feeds or {}).get(t) is not None else self._boundary_value(t)
                   for t in boundary}
         store = Weights({n: weights.arrays[n] for n in inits if n in weights.arrays})

@@ -36,7 +36,7 @@ class WeightMismatch(Rule):
                 return offset
         if not differing:
             return (bias_after(ctx) or bias_missing(ctx, candidates) or bias_moved(ctx) or exchanged(ctx, candidates)
-                    or relaid(ctx)
+                    or relaid(ctx) or _parameter_early(ctx)
                     or scale_offset(ctx) or stale_table(ctx) or rearranged(ctx))
         moved = _parameter_moved(ctx, differing)
         if moved is not None:
@@ -396,6 +396,133 @@ def _parameter_moved(ctx: DiagnosisContext, differing) -> Finding | None:
                                             "correlation": relation.correlation}]},
                            changes=(proto.name, owner), counterfactual=lambda c, f=fixed: f)
     return None
+
+
+#: nodes past the segment searched for the place a parameter applied early belongs, and past that place for a
+#: tensor compared with PyTorch's
+MAX_SLOT_DISTANCE = 16
+
+
+def _parameter_early(ctx: DiagnosisContext) -> Finding | None:
+    """A parameter applied before its place, the place outside the segment: a node of the segment multiplies (or
+    adds) by exactly PyTorch's numbers of a parameter, and the segment reproduces PyTorch without it; a node of the
+    same op past the segment applies a constant of that size that is not the parameter (a norm's scale of ones).
+    With that node reading the parameter and the early one left out, the first tensor past it that is compared
+    with PyTorch reproduces PyTorch's value too, and does not with the early node left out alone — a norm's scale
+    folded before a normalisation written out op by op (the mirror of :func:`_parameter_moved`)."""
+    for proto in ctx.segment_protos:
+        if proto.op_type not in ("Mul", "Add") or len(proto.input) != 2:
+            continue
+        held = [i for i, t in enumerate(proto.input) if (c := ctx.constant(t)) is not None and c.size > 1]
+        if len(held) != 1:
+            continue
+        value = np.asarray(ctx.constant(proto.input[held[0]]))
+        param = _parameter_equal(ctx, value)
+        if param is None or value.dtype.kind != "f":
+            continue
+        early = _left_out(ctx, proto.name, proto.input[1 - held[0]])
+        if not ctx.reproduces(early):
+            continue
+        for slot, at, later in _slots_after(ctx, proto.op_type, value):
+            found = _applied_there(ctx, early, slot, at, value, later)
+            if found is not None:
+                return _early_finding(ctx, proto, param, value, slot, at, later, found)
+    return None
+
+
+def _parameter_equal(ctx: DiagnosisContext, value: np.ndarray) -> str | None:
+    """The PyTorch parameter holding exactly ``value``'s numbers (the first, by name), None when none does."""
+    flat = np.asarray(value, np.float64).reshape(-1)
+    return next((n for n, t in parameters_sized(ctx, flat.size).items() if np.ptp(flat) > 0
+                 and np.allclose(t.reshape(-1), flat, rtol=1e-6, atol=0)), None)
+
+
+def _left_out(ctx: DiagnosisContext, node: str, stream: str, model=None) -> FixedSegment:
+    """The model with ``node`` an Identity of ``stream`` (its constant operand not applied)."""
+    model = edits.copy_model(ctx.onnx.skeleton) if model is None else model
+    target = edits.node(model, node)
+    target.op_type, target.domain = "Identity", ""
+    del target.input[:]
+    target.input.append(stream)
+    return FixedSegment(model, ctx.onnx.weights)
+
+
+def _slots_after(ctx: DiagnosisContext, op_type: str, value: np.ndarray):
+    """``(node, constant input index, later tensor)`` for each node of ``op_type`` at most
+    :data:`MAX_SLOT_DISTANCE` nodes past the segment reading a constant of ``value``'s size that is not
+    ``value``, with the first tensor past it (or its own output) that has a PyTorch value to compare with."""
+    graph, inside = ctx.onnx.graph, {n.name for n in ctx.segment_nodes}
+    frontier, seen = [ctx.tensor], set()
+    while frontier and len(seen) < MAX_SLOT_DISTANCE:
+        for reader in (graph.nodes[c] for c in graph.consumers.get(frontier.pop(0), ())):
+            if reader.name in seen or reader.name in inside:
+                continue
+            seen.add(reader.name)
+            frontier.extend(reader.outputs)
+            if reader.op_type != op_type or len(reader.inputs) != 2:
+                continue
+            at = [i for i, t in enumerate(reader.inputs) if (c := ctx.constant(t)) is not None and c.size == value.size]
+            if len(at) != 1 or np.allclose(np.asarray(ctx.constant(reader.inputs[at[0]]), np.float64).reshape(-1),
+                                           np.asarray(value, np.float64).reshape(-1), rtol=1e-6, atol=0):
+                continue
+            later = _compared_after(ctx, reader.outputs[0])
+            if later is not None:
+                yield reader, at[0], later
+
+
+def _compared_after(ctx: DiagnosisContext, tensor: str) -> str | None:
+    """``tensor`` or the nearest tensor computed from it (at most :data:`MAX_SLOT_DISTANCE` nodes on) that has a
+    PyTorch value to compare with (a cut tensor)."""
+    graph, frontier, seen = ctx.onnx.graph, [tensor], 0
+    while frontier and seen <= MAX_SLOT_DISTANCE:
+        t = frontier.pop(0)
+        if t in ctx.cut.references:
+            return t
+        seen += 1
+        frontier.extend(o for c in graph.consumers.get(t, ()) for o in graph.nodes[c].outputs)
+    return None
+
+
+def _applied_there(ctx: DiagnosisContext, early: FixedSegment, slot, at: int, value: np.ndarray, later: str):
+    """The fixed segment (the early node left out, ``slot`` reading ``value``) when it reproduces PyTorch at
+    ``later`` while the early node left out alone does not; None otherwise."""
+    reference = ctx.cut.references[later]
+    try:
+        alone = ctx.run_segment(early.model, early.weights, outputs=[later], through=[later])[later]
+        if ctx.compare(alone, reference).ok:
+            return None  # the slot computes what PyTorch does already: the parameter is not missing there
+        model = edits.copy_model(early.model)
+        held = np.asarray(ctx.constant(slot.inputs[at]))
+        restored = edits.add_initializer(model, f"{slot.name}_restored_parameter",
+                                         np.asarray(value, held.dtype).reshape(held.shape))
+        edits.node(model, slot.name).input[at] = restored
+        fixed = FixedSegment(model, early.weights)
+        values = ctx.run_segment(model, early.weights, outputs=[later], through=[later])
+    except Exception:  # noqa: BLE001 - a slot that does not fit or run is not the answer
+        return None
+    return fixed if ctx.compare(values[later], reference).ok else None
+
+
+def _early_finding(ctx: DiagnosisContext, proto, param: str, value: np.ndarray, slot, at: int, later: str,
+                   fixed: FixedSegment) -> Finding:
+    slot_value = ctx.constant(slot.inputs[at])
+    relation = layout.relate(np.asarray(slot_value, np.float64).reshape(value.shape), np.asarray(value, np.float64))
+    summary = (f"Node {proto.name} ({proto.op_type}) applies {param} ({value.size} values, exactly PyTorch's) where "
+               f"PyTorch does not — the segment reproduces PyTorch's output without it — while {slot.name} "
+               f"({slot.op_type}), past the segment, reads '{slot.inputs[at]}' ({_described(slot_value)}) where "
+               f"PyTorch applies {param}: the parameter was applied early (a norm's scale folded before the "
+               f"normalisation). With it back at {slot.name} and {proto.name} left out, '{later}' reproduces "
+               "PyTorch's value too; with the early node left out alone it does not.")
+    fix = ("Apply the parameter where the model does (a norm's scale after the normalisation), or re-export; check "
+           "the graph rewrite that moved it.")
+    return Finding(Cause.WEIGHT_MISMATCH, 0.9, summary, fix,
+                   {"parameters": [{"initializer": slot.inputs[at], "parameter": param,
+                                    "layout": "applied early at " + proto.name,
+                                    "max_abs": relation.max_abs if relation else None,
+                                    "rel_l2": relation.rel_l2 if relation else None,
+                                    "fraction_differing": relation.fraction_differing if relation else None,
+                                    "correlation": relation.correlation if relation else None}]},
+                   changes=(proto.name, slot.name), counterfactual=lambda c: fixed)
 
 
 def _described(value: np.ndarray | None) -> str:

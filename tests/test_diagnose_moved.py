@@ -1,0 +1,73 @@
+"""A parameter applied at another node than PyTorch applies it (a norm's scale folded before the normalisation):
+the finding names both places, inside the segment or past it, whatever the file's names."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from onnx import helper, numpy_helper
+
+import onnx_bisect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+from planting import found as _found  # noqa: E402
+
+
+class _RMSNorm(torch.nn.Module):
+    """An RMSNorm written out as LLaMA's and T5's are: x · rsqrt(mean(x²) + eps) · γ."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.empty(d).uniform_(0.5, 1.5))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+
+class _RmsNormed(torch.nn.Module):
+    """A projection, a decomposed RMSNorm with a trained (random) scale, a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(171)
+        self.inp, self.norm, self.head = torch.nn.Linear(8, 16), _RMSNorm(16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.head(self.norm(self.inp(x)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_scale_folded_before_a_decomposed_rmsnorm_is_named_at_both_places(exporter):
+    """γ multiplied into the RMSNorm's input (its own readers) and the Mul by γ after the normalisation given
+    ones: the op-level segment ends at x² (the Mul before it is all that is wrong there, and leaving it out
+    reproduces PyTorch), while the place γ belongs lies past it. Proven there — the Mul of ones reading γ makes
+    the norm's output PyTorch's, leaving the early Mul out alone does not — the finding is the parameter moved,
+    naming both Muls."""
+    model = _RmsNormed().eval()
+    inputs = (torch.randn(3, 8, generator=torch.Generator().manual_seed(173)),)
+    proto = dc.export(model, inputs, exporter)
+    gamma = model.norm.weight.detach().numpy()
+    inits = {t.name: t for t in proto.graph.initializer}
+    slot = next(n for n in proto.graph.node if n.op_type == "Mul" and any(
+        t in inits and numpy_helper.to_array(inits[t]).shape == gamma.shape
+        and np.array_equal(numpy_helper.to_array(inits[t]), gamma) for t in n.input))
+    held = next(t for t in slot.input if t in inits)
+    proto.graph.initializer.append(numpy_helper.from_array(np.ones_like(gamma), "unit_scale"))
+    slot.input[list(slot.input).index(held)] = "unit_scale"
+    pow_node = next(n for n in proto.graph.node if n.op_type == "Pow")
+    source = pow_node.input[0]
+    readers = [n for n in proto.graph.node if source in n.input and n.op_type in ("Pow", "Mul")]
+    for n in readers:
+        n.input[list(n.input).index(source)] = "scaled_early"
+    proto.graph.initializer.append(numpy_helper.from_array(gamma, "gamma_early"))
+    mul = helper.make_node("Mul", [source, "gamma_early"], ["scaled_early"], name="planted_early_mul")
+    proto.graph.node.insert(min(list(proto.graph.node).index(n) for n in readers), mul)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
+    _found(fd, "planted_early_mul", cause="weight-mismatch", at_most=3)
+    assert slot.name in fd.layer.segment, fd.layer.segment
+    assert "applied early" in fd.explanation and "norm.weight" in fd.explanation, fd.explanation
