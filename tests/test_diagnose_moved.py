@@ -1,5 +1,6 @@
-"""A parameter applied at another node than PyTorch applies it (a norm's scale folded before the normalisation):
-the finding names both places, inside the segment or past it, whatever the file's names."""
+"""A parameter applied at another node than PyTorch applies it (a norm's scale folded before the normalisation), or
+applied twice (a fused bias whose separate Add was kept): the finding names the places, inside the segment or past
+it, whatever the file's names."""
 from __future__ import annotations
 
 import sys
@@ -71,3 +72,35 @@ def test_a_scale_folded_before_a_decomposed_rmsnorm_is_named_at_both_places(expo
     _found(fd, "planted_early_mul", cause="weight-mismatch", at_most=3)
     assert slot.name in fd.layer.segment, fd.layer.segment
     assert "applied early" in fd.explanation and "norm.weight" in fd.explanation, fd.explanation
+
+
+class _Projected(torch.nn.Module):
+    """Two Linears on a 2-D input (each a Gemm with its bias input) with a ReLU between."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(177)
+        self.inp, self.out = torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.inp(x)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_bias_added_again_after_the_gemm_that_adds_it_is_an_op_pytorch_does_not_apply(exporter):
+    """An Add of the very initializer the Gemm reads as its bias (a fusion that folded the bias into the Gemm and
+    kept the separate Add): the constant is a parameter, yet applied in its own place already — leaving the Add
+    out is tried, reproduces PyTorch, and the finding says which node applies it already."""
+    model = _Projected().eval()
+    inputs = (torch.randn(3, 8, generator=torch.Generator().manual_seed(179)),)
+    proto = dc.export(model, inputs, exporter)
+    gemm = next(n for n in proto.graph.node if n.op_type == "Gemm" and len(n.input) > 2
+                and next(t for t in proto.graph.initializer if t.name == n.input[2]).dims == [16])
+    out = gemm.output[0]
+    gemm.output[0] = "gemm_once"
+    add = helper.make_node("Add", ["gemm_once", gemm.input[2]], [out], name="planted_bias_again")
+    proto.graph.node.insert(list(proto.graph.node).index(gemm) + 1, add)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
+    _found(fd, "planted_bias_again", cause="attribute-mismatch", at_most=3)
+    assert f"which {gemm.name} (Gemm) applies already" in fd.explanation, fd.explanation

@@ -427,11 +427,22 @@ def _constant_operand_removed(ctx, proto, make) -> Iterator:
         return
     fixed = next(t for t in proto.input if t != live)
     value = ctx.constant(fixed)
-    if value.size < MIN_REMOVED_CONSTANT or fixed in ctx.parameter_names \
+    if value.size < MIN_REMOVED_CONSTANT or fixed in ctx.parameter_names and not _applied_elsewhere(ctx, proto, fixed) \
             or proto.op_type == "Mul" and dropout_probability(value) is not None:
         return  # a parameter's value is the weight readings'; a frozen Dropout mask the training-mode rule's
-    yield make(proto.name, "op", f"{proto.op_type} of the constant '{fixed}'",
+    graph = ctx.onnx.graph
+    also = [graph.nodes[c] for c in graph.consumers.get(fixed, ()) if graph.nodes[c].op_type != proto.op_type]
+    again = f", which {also[0].name} ({also[0].op_type}) applies already" if also else ""
+    yield make(proto.name, "op", f"{proto.op_type} of the constant '{fixed}'{again}",
                "Identity (the constant operand not applied)", "the PyTorch output", _identity_of(proto.name, live))
+
+
+def _applied_elsewhere(ctx, proto, tensor: str) -> bool:
+    """Whether a node of another op than ``proto`` reads parameter ``tensor`` too (a Gemm's or Conv's bias slot,
+    a norm's scale): the parameter is applied in its own place, and ``proto`` applies it again."""
+    graph = ctx.onnx.graph
+    return any(graph.nodes[c].name != proto.name and graph.nodes[c].op_type != proto.op_type
+               for c in graph.consumers.get(tensor, ()))
 
 
 #: a constant operand of at least this many elements is tried left out (smaller ones are scalars' readings)
