@@ -2685,6 +2685,312 @@ class DGCNN(nn.Module):
         return self.fc(torch.cat((h.amax(-1), h.mean(-1)), 1))
 
 
+# --------------------------------------------------------------------------- sixteenth held-out set
+# Added after the fifteenth held-out set and measured before any of their misses was looked at (``fault_sweep.py
+# --archs heldout16``): JetMoE (a mixture of attention heads: per token a top-2 of 4 query / output projection
+# experts routed by a softmaxed TopK, the tokens sorted by expert, projected by per-expert slices and scattered back,
+# the key / value projections shared; a top-2 of 4 SwiGLU expert MLP routed the same way; rotary grouped keys), the
+# GroupViT vision encoder (learned group tokens appended to the patch tokens, a grouping block after each stage:
+# the group tokens cross-attend to the image tokens, then each image token is hard-assigned to its best group by an
+# ArgMax written back as a one-hot by ScatterElements (straight-through: one-hot − softmax + softmax), the groups'
+# assigned tokens averaged and MLP-projected into fewer output tokens: 8 groups, then 4), LUKE (RoBERTa-style word
+# tokens plus 3 entities whose embeddings average the word position embeddings of their spans (padded with −1,
+# masked by a clamp and a sum), entity-aware self-attention: separate query projections for word→word, word→entity,
+# entity→word and entity→entity pairs whose score blocks are concatenated), UnivNet (a GAN vocoder driven by a
+# noise sequence: a kernel predictor of residual Conv1d blocks turns the mel frames into per-frame convolution
+# kernels and biases, location-variable convolutions apply each frame's own kernel to its hop of upsampled samples
+# (unfolded windows, an einsum), gated tanh · sigmoid units between ConvTranspose1d upsamplers), TimesFM (a decoder-
+# only time-series foundation model: the series cut into patches of 8, each normalised by the first patch's mean and
+# standard deviation, a residual MLP patch embedding, sinusoidal positions, causal attention whose queries are scaled
+# per dimension by a learned softplus), and five hand-written models: a quantization-aware-training CNN (fake
+# quantization exported as QuantizeLinear / DequantizeLinear: per-tensor int8 input, per-channel int8 Conv weights
+# with run-time absmax scales, per-tensor uint8 activations that clip at 6.375, a float Linear classifier), DLRM
+# (three EmbeddingBags over one flat index input and its bag offsets, in sum, mean and max modes, exported as Loops;
+# a bottom MLP, the pairwise dot products of the four feature vectors taken from the lower triangle by index
+# buffers, a top MLP), N-BEATS (doubly residual stacks: a trend block projecting onto a fixed polynomial basis, a
+# seasonality block onto a fixed Fourier basis, a generic block; every block's backcast subtracted from its input,
+# the forecasts summed), a pointer network (an LSTM encoder over 10 points, a decoder LSTMCell unrolled 10 steps with
+# a glimpse attention, tanh-clipped pointer logits over the unvisited points, the greedy pick's one-hot (ArgMax,
+# one_hot) accumulated into the visited mask and used to select the next input; the tour's length) and a binary
+# XNOR-style CNN (Sign activations, weights sign(W) scaled per output channel by mean |W| at run time, Bi-Real
+# residual shortcuts, BatchNorm, hardtanh).
+
+class _ScatterAddIndexAdd:
+    """``Tensor.index_add`` as ``scatter_add`` with the index broadcast over the rows while active: the TorchScript
+    exporter refuses index_add (JetMoE's un-sorting of expert outputs) because its index may repeat.  The same
+    values: each row sums the same one or two contributions onto zeros."""
+    def __enter__(self):
+        self.orig = orig = torch.Tensor.index_add
+        def index_add(self, dim, index, source, **kwargs):
+            if dim != 0 or source.dim() != 2 or kwargs:
+                return orig(self, dim, index, source, **kwargs)
+            return self.scatter_add(0, index[:, None].expand(-1, source.shape[1]), source)
+        torch.Tensor.index_add = index_add
+    def __exit__(self, *exc):
+        torch.Tensor.index_add = self.orig
+
+class JetMoe(nn.Module):
+    """A JetMoeModel: two layers of 32, a mixture of 4 attention experts (2 key / value heads of 8, 2 experts per
+    token) and of 4 SwiGLU MLP experts (intermediate 32, 2 per token); run with index_add as scatter_add
+    (_ScatterAddIndexAdd).  The second and third router logits of every token differ by at least 1e-2 on the bundled
+    input."""
+    def __init__(self):
+        super().__init__()
+        from transformers import JetMoeConfig, JetMoeModel
+        self.model = JetMoeModel(JetMoeConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_key_value_heads=2, kv_channels=8, intermediate_size=32, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2))
+    def forward(self, ids):
+        with _ScatterAddIndexAdd():
+            return self.model(input_ids=ids).last_hidden_state
+
+class GroupViT(nn.Module):
+    """A GroupViTVisionModel on 32×32 images (4×4 patches: 64 tokens): two stages of one layer, 8 then 4 group
+    tokens, grouped into 8 then 4 output tokens; the last hidden state (N, 4, 32).  Every image token's two best
+    group probabilities differ by at least 4e-3 on the bundled input."""
+    def __init__(self):
+        super().__init__()
+        from transformers import GroupViTVisionConfig, GroupViTVisionModel
+        self.model = GroupViTVisionModel(GroupViTVisionConfig(hidden_size=32, intermediate_size=64, depths=[1, 1], num_hidden_layers=2, num_group_tokens=[8, 4], num_output_groups=[8, 4], num_attention_heads=4, image_size=32, patch_size=4))
+    def forward(self, x):
+        return self.model(pixel_values=x).last_hidden_state
+
+class Luke(nn.Module):
+    """A LukeModel with entity-aware attention (two layers of 32, entity embeddings of 16 projected to 32) on token
+    ids and three entities: their ids taken from the tokens 2, 5 and 9 (modulo the entity vocabulary of 32), their
+    spans tokens 1–2, 5 and 9–11 (a buffer padded with −1); the word and entity hidden states concatenated over the
+    tokens (N, 19, 32)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import LukeConfig, LukeModel
+        self.model = LukeModel(LukeConfig(vocab_size=128, entity_vocab_size=32, hidden_size=32, entity_emb_size=16, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64, use_entity_aware_attention=True))
+        self.register_buffer("entity_tokens", torch.tensor([2, 5, 9]))
+        self.register_buffer("entity_spans", torch.tensor([[1, 2, -1], [5, -1, -1], [9, 10, 11]]))
+    def forward(self, ids):
+        entities = ids[:, self.entity_tokens] % 32
+        spans = self.entity_spans.expand(ids.shape[0], -1, -1)
+        out = self.model(input_ids=ids, entity_ids=entities, entity_position_ids=spans)
+        return torch.cat((out.last_hidden_state, out.entity_last_hidden_state), 1)
+
+class _GatherLVC:
+    """UnivNet's location-variable convolution with the windows gathered by an index tensor instead of
+    ``Tensor.unfold`` while active (dilation 1, the only one it is called with): the TorchScript exporter cannot
+    export the unfold of the padded input (``input size not accessible``).  The same windows, the same einsum."""
+    def __enter__(self):
+        from transformers.models.univnet import modeling_univnet
+        self.cls = cls = modeling_univnet.UnivNetLvcResidualBlock
+        self.orig = orig = cls.__dict__["location_variable_convolution"]
+        def lvc(self, hidden_states, kernel, bias, dilation=1, hop_size=256):
+            if dilation != 1:
+                return orig(self, hidden_states, kernel, bias, dilation, hop_size)
+            batch, _, out_channels, kernel_size, kernel_length = kernel.shape
+            padding = (kernel_size - 1) // 2
+            hidden_states = F.pad(hidden_states, (padding, padding), "constant", 0)
+            idx = (torch.arange(kernel_length)[:, None, None] * hop_size + torch.arange(hop_size)[None, :, None]
+                   + torch.arange(kernel_size)[None, None, :])
+            windows = hidden_states[:, :, idx].unsqueeze(3)  # batch, in, frames, 1, hop, kernel
+            out = torch.einsum("bildsk,biokl->bolsd", windows, kernel) + bias.unsqueeze(-1).unsqueeze(-1)
+            return out.view(batch, out_channels, -1)
+        cls.location_variable_convolution = lvc
+    def __exit__(self, *exc):
+        self.cls.location_variable_convolution = self.orig
+
+class UnivNet(nn.Module):
+    """A UnivNetModel (16 noise channels, 8 hidden, 10 mel bins, two LVC blocks upsampling ×2 each, a kernel predictor
+    of one residual block of 16 channels) called with mel frames (N, 8, 10) and a noise sequence (N, 8, 16); the
+    waveform (N, 32).  Its Conv weights are redrawn with std 1/√fan-in (the pretrained-model init, std 0.01, leaves the
+    waveform near zero); run with gathered LVC windows (_GatherLVC)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import UnivNetConfig, UnivNetModel
+        self.model = UnivNetModel(UnivNetConfig(model_in_channels=16, model_hidden_channels=8, num_mel_bins=10, resblock_kernel_sizes=[3, 3], resblock_stride_sizes=[2, 2], resblock_dilation_sizes=[[1, 3], [1, 3]], kernel_predictor_num_blocks=1, kernel_predictor_hidden_channels=16, kernel_predictor_conv_size=3))
+        with torch.no_grad():
+            for module in self.model.modules():
+                if isinstance(module, (nn.Conv1d, nn.ConvTranspose1d)):
+                    module.weight.normal_(0.0, module.weight[0].numel() ** -0.5)
+    def forward(self, mel, noise):
+        with _GatherLVC():
+            return self.model(input_features=mel, noise_sequence=noise).waveforms
+
+class TimesFm(nn.Module):
+    """A TimesFmModel (patches of 8, context 32, two layers of 32, 4 heads of 8) on each of the input's 3 channels as
+    its own series (N·3, 32), nothing padded, frequency class 0; the last hidden state (N·3, 4, 32)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import TimesFmConfig, TimesFmModel
+        self.model = TimesFmModel(TimesFmConfig(patch_length=8, context_length=32, horizon_length=8, hidden_size=32, intermediate_size=32, head_dim=8, num_attention_heads=4, num_hidden_layers=2))
+    def forward(self, x):  # N, 32, 3
+        series = x.transpose(1, 2).reshape(-1, x.shape[1])
+        freq = torch.zeros(series.shape[0], 1, dtype=torch.long, device=x.device)
+        return self.model(past_values=series, past_values_padding=torch.zeros_like(series), freq=freq).last_hidden_state
+
+
+class QATCNN(nn.Module):
+    """A quantization-aware-trained CNN in eval mode (fake quantization: round(x / s) + z clamped, minus z, times s):
+    the input per-tensor int8 (scale 4/127), two Conv–BN–ReLU layers (the second strided) with per-channel
+    symmetric int8 weights whose scales are the output channels' absmax / 127 at run time, their activations
+    per-tensor uint8 (scale 0.025, zero point 0: they clip at 6.375), global average pooling, a float Linear classifier
+    (left unquantized, as QAT recipes often leave the last layer; it also gives the weight faults a float weight)
+    (N, 10).  On the bundled input the value nearest a rounding boundary has x / s 7e-5 from a half-integer (ONNX
+    Runtime's activations differ by about 1e-7)."""
+    def __init__(self):
+        super().__init__()
+        self.conv1, self.bn1 = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.conv2, self.bn2 = nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.BatchNorm2d(32)
+        self.fc = nn.Linear(32, 10)
+        self.register_buffer("zero_points16", torch.zeros(16, dtype=torch.int32))
+        self.register_buffer("zero_points32", torch.zeros(32, dtype=torch.int32))
+    @staticmethod
+    def weight_fq(w, zero_points):
+        scale = w.detach().abs().amax((1, 2, 3)) / 127  # an observer's statistic: no gradient
+        return torch.fake_quantize_per_channel_affine(w, scale, zero_points, 0, -128, 127)
+    def forward(self, x):  # N, 3, 16, 16
+        x = torch.fake_quantize_per_tensor_affine(x, 4 / 127, 0, -128, 127)
+        x = F.relu(self.bn1(F.conv2d(x, self.weight_fq(self.conv1.weight, self.zero_points16), self.conv1.bias, padding=1)))
+        x = torch.fake_quantize_per_tensor_affine(x, 0.025, 0, 0, 255)
+        x = F.relu(self.bn2(F.conv2d(x, self.weight_fq(self.conv2.weight, self.zero_points32), self.conv2.bias, stride=2, padding=1)))
+        x = torch.fake_quantize_per_tensor_affine(x, 0.025, 0, 0, 255)
+        return self.fc(x.mean((2, 3)))
+
+
+class DLRM(nn.Module):
+    """A deep learning recommendation model (Naumov et al. 2019): 8 dense features through a bottom MLP (8 → 16 → 8,
+    ReLU); three categorical features, each a bag of indices into its own EmbeddingBag of 8-vectors (24 rows, sum;
+    16 rows, mean; 12 rows, max) — one flat index row and one offsets row (0, split) per table, two bags a table;
+    the pairwise dot products of the four 8-vectors (a bmm, its strict lower triangle gathered by index buffers)
+    concatenated to the dense vector, a top MLP (14 → 16 → 4, ReLU) (N, 4)."""
+    def __init__(self, d=8):
+        super().__init__()
+        self.bottom = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, d), nn.ReLU())
+        self.tables = nn.ModuleList(nn.EmbeddingBag(rows, d, mode=mode) for rows, mode in ((24, "sum"), (16, "mean"), (12, "max")))
+        li, lj = torch.tril_indices(4, 4, -1)
+        self.register_buffer("li", li)
+        self.register_buffer("lj", lj)
+        self.top = nn.Sequential(nn.Linear(d + 6, 16), nn.ReLU(), nn.Linear(16, 4))
+    def forward(self, dense, indices, offsets):  # N, 8; 3, L; 3, N
+        feats = [self.bottom(dense)] + [table(indices[t], offsets[t]) for t, table in enumerate(self.tables)]
+        t = torch.stack(feats, 1)
+        z = torch.bmm(t, t.transpose(1, 2))[:, self.li, self.lj]
+        return self.top(torch.cat((feats[0], z), 1))
+
+
+class NBeatsBlock(nn.Module):
+    """An N-BEATS block: four Linear–ReLU layers, Linears to the backcast and forecast expansion coefficients θ; with
+    fixed bases (buffers, interpretable blocks: θ without bias) the backcast / forecast are θ · basis, else Linears
+    of θ (generic)."""
+    def __init__(self, lookback, horizon, hidden=32, basis_b=None, basis_f=None, theta=8):
+        super().__init__()
+        self.fc = nn.Sequential(nn.Linear(lookback, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                                nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU())
+        if basis_b is None:
+            self.theta_b, self.theta_f = nn.Linear(hidden, theta), nn.Linear(hidden, theta)
+            self.out_b, self.out_f = nn.Linear(theta, lookback), nn.Linear(theta, horizon)
+        else:
+            self.theta_b = nn.Linear(hidden, basis_b.shape[0], bias=False)
+            self.theta_f = nn.Linear(hidden, basis_f.shape[0], bias=False)
+            self.register_buffer("basis_b", basis_b)
+            self.register_buffer("basis_f", basis_f)
+            self.out_b = self.out_f = None
+    def forward(self, x):
+        h = self.fc(x)
+        if self.out_b is not None:
+            return self.out_b(self.theta_b(h)), self.out_f(self.theta_f(h))
+        return self.theta_b(h) @ self.basis_b, self.theta_f(h) @ self.basis_f
+
+class NBeats(nn.Module):
+    """N-BEATS (Oreshkin et al. 2020) forecasting 8 steps from 32 for each of the input's 3 channels as its own
+    series: a trend block (polynomial basis t^0…t^3 over t = i / length), a seasonality block (Fourier basis: 1 and
+    cos / sin 2πkt for k = 1…3 over the backcast and the forecast windows), a generic block; doubly residual (each
+    block's backcast subtracted from its input, the forecasts summed) (N, 8, 3)."""
+    def __init__(self, lookback=32, horizon=8):
+        super().__init__()
+        tb, tf = torch.arange(lookback) / lookback, torch.arange(horizon) / horizon
+        poly = lambda t: torch.stack([t ** p for p in range(4)])
+        fourier = lambda t: torch.cat([torch.ones(1, len(t))] + [f(2 * math.pi * k * t)[None] for k in range(1, 4) for f in (torch.cos, torch.sin)])
+        self.blocks = nn.ModuleList((NBeatsBlock(lookback, horizon, basis_b=poly(tb), basis_f=poly(tf)),
+                                     NBeatsBlock(lookback, horizon, basis_b=fourier(tb), basis_f=fourier(tf)),
+                                     NBeatsBlock(lookback, horizon)))
+    def forward(self, x):  # N, 32, 3
+        n, length, c = x.shape
+        residual = x.transpose(1, 2).reshape(n * c, length)
+        forecast = 0
+        for block in self.blocks:
+            b, f = block(residual)
+            residual = residual - b
+            forecast = forecast + f
+        return forecast.view(n, c, -1).transpose(1, 2)
+
+
+class PointerNet(nn.Module):
+    """A pointer network (Vinyals et al. 2015; Bello et al. 2016) greedily touring 10 points: a Linear embedding, an
+    LSTM encoder; a decoder LSTMCell unrolled 10 steps from a learned start input, a glimpse (additive attention over
+    the encoder outputs), pointer logits 10·tanh(vᵀ tanh(W₁e + W₂g)) with the visited points lowered by 1e4; the
+    greedy pick as an ArgMax whose one-hot is added to the visited mask and selects the next input by a bmm.  Per
+    step the softmax over the points, then the closed tour's length (N, 101).  The two best logits of every step differ
+    by at least 2e-3 on the bundled input."""
+    def __init__(self, d=32, n=10):
+        super().__init__()
+        self.n = n
+        self.embed = nn.Linear(2, d)
+        self.encoder = nn.LSTM(d, d, batch_first=True)
+        self.cell = nn.LSTMCell(d, d)
+        self.start = nn.Parameter(torch.randn(d))
+        self.g_ref, self.g_q, self.g_v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, 1, bias=False)
+        self.p_ref, self.p_q, self.p_v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, 1, bias=False)
+    def forward(self, points):  # N, 10, 2
+        emb = self.embed(points)
+        enc, (h, c) = self.encoder(emb)
+        h, c = h[0], c[0]
+        g_ref, p_ref = self.g_ref(enc), self.p_ref(enc)
+        inp = self.start.expand(points.shape[0], -1)
+        visited = torch.zeros_like(points[..., 0])
+        probs, tour = [], []
+        for _ in range(self.n):
+            h, c = self.cell(inp, (h, c))
+            scores = self.g_v(torch.tanh(g_ref + self.g_q(h)[:, None])).squeeze(-1) - 1e4 * visited
+            glimpse = (scores.softmax(-1)[:, None] @ enc).squeeze(1)
+            logits = 10 * torch.tanh(self.p_v(torch.tanh(p_ref + self.p_q(glimpse)[:, None])).squeeze(-1))
+            logits = logits - 1e4 * visited
+            probs.append(logits.softmax(-1))
+            pick = F.one_hot(logits.argmax(-1), self.n).to(points.dtype)
+            visited = visited + pick
+            inp = (pick[:, None] @ emb).squeeze(1)
+            tour.append((pick[:, None] @ points).squeeze(1))
+        tour = torch.stack(tour, 1)
+        length = (tour - tour.roll(1, 1)).norm(dim=-1).sum(1, keepdim=True)
+        return torch.cat((torch.stack(probs, 1).flatten(1), length), 1)
+
+
+class BinaryConv(nn.Module):
+    """An XNOR-Net / Bi-Real binary convolution: BatchNorm, the activations binarised by Sign, the weights sign(W)
+    times each output channel's mean |W| (computed at run time), a Conv; plus the real-valued input (a Bi-Real
+    shortcut, average-pooled when strided)."""
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(cin)
+        self.conv = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.stride = stride
+    def forward(self, x):
+        w = self.conv.weight
+        w = torch.sign(w) * w.abs().mean((1, 2, 3), keepdim=True)
+        out = F.conv2d(torch.sign(self.bn(x)), w, stride=self.stride, padding=1)
+        shortcut = F.avg_pool2d(x, self.stride) if self.stride > 1 else x
+        return out + shortcut
+
+class BinaryNet(nn.Module):
+    """A binary CNN: a real-valued Conv–BN–hardtanh stem (16 channels), three binary convolutions (the second
+    strided) with hardtanh between them, a BatchNorm, global average pooling and a real Linear (N, 10).  Every input
+    of Sign lies at least 3e-5 from zero on the bundled input."""
+    def __init__(self):
+        super().__init__()
+        self.stem, self.bn = nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16)
+        self.blocks = nn.ModuleList((BinaryConv(16, 16), BinaryConv(16, 16, 2), BinaryConv(16, 16)))
+        self.bn_out, self.fc = nn.BatchNorm2d(16), nn.Linear(16, 10)
+    def forward(self, x):  # N, 3, 16, 16
+        x = F.hardtanh(self.bn(self.stem(x)))
+        for block in self.blocks:
+            x = F.hardtanh(block(x))
+        return self.fc(self.bn_out(x).mean((2, 3)))
+
+
 #: arch -> (builder of the module, input maker(generator), source note)
 ARCHS = {
     "bert": (corpus_models._bert, "text16", "corpus_models"),
@@ -2864,6 +3170,17 @@ ARCHS = {
     "cfc": (CfCNet, "series2x16ts", "closed-form continuous-time cell: time gate by elapsed-time input, 16 unrolled steps"),
     "spiking": (SpikingNet, "image16x2", "leaky integrate-and-fire: Heaviside spikes by >= and cast, soft and hard resets"),
     "dgcnn": (DGCNN, "points2x3x20", "dynamic k-NN graphs: matmul distances, TopK, flat-index gather, max over neighbours"),
+    # sixteenth held-out set (see above): ``--archs heldout16``
+    "jetmoe": (JetMoe, "text16", "mixture of attention heads: top-2 routed q / o projection experts, scatter-add merge, MoE MLP"),
+    "groupvit": (GroupViT, "image32", "group tokens, hard assignment by ArgMax one-hot ScatterElements, straight-through"),
+    "luke": (Luke, "text16", "entity embeddings averaged over spans, entity-aware attention (four query projections)"),
+    "univnet": (UnivNet, "melnoise8", "location-variable convolution: per-frame predicted kernels, gathered windows, einsum"),
+    "timesfm": (TimesFm, "series2x32x3", "patched series normalised by the first patch, residual MLP embedding, softplus query scale"),
+    "qat": (QATCNN, "image16x2", "fake quantization: QuantizeLinear / DequantizeLinear, per-channel run-time weight scales"),
+    "dlrm": (DLRM, "dlrm2", "EmbeddingBag sum / mean / max with offsets (Loop), pairwise dot-product interaction"),
+    "nbeats": (NBeats, "series2x32x3", "doubly residual blocks, fixed polynomial and Fourier bases, backcast subtraction"),
+    "pointernet": (PointerNet, "points2x10", "unrolled LSTMCell decoder, glimpse, ArgMax one-hot visited mask, bmm selection"),
+    "bnn": (BinaryNet, "image16x2", "binary activations and weights by Sign, mean |W| scales, Bi-Real shortcuts, hardtanh"),
 }
 #: the architectures the tool was tuned on, and the held-out ones
 CORE = ("bert", "gpt2", "llama", "distilbert", "vit", "swin", "t5enc", "whisper", "convnext", "cnn", "rnn", "unet")
@@ -2883,8 +3200,10 @@ HELDOUT12 = ("bigbird", "xlnet", "diffllama", "xlstm", "doge", "perceiver", "inv
 HELDOUT13 = ("switch", "recurrentgemma", "gptoss", "vitdet", "vitmae", "canine", "gat", "tabnet", "deformconv", "s4d")
 HELDOUT14 = ("layoutlmv3", "fnet", "bamba", "conddetr", "minimax", "siglip", "performer", "hyena", "nerf", "slotattn")
 HELDOUT15 = ("deformdetr", "pix2struct", "qwen2vl", "reformer", "prophetnet", "glow", "gmlp", "cfc", "spiking", "dgcnn")
+HELDOUT16 = ("jetmoe", "groupvit", "luke", "univnet", "timesfm", "qat", "dlrm", "nbeats", "pointernet", "bnn")
 HELDOUT2 = tuple(a for a in ARCHS if a not in CORE + HELDOUT + HELDOUT3 + HELDOUT4 + HELDOUT5 + HELDOUT6 + HELDOUT7
-                 + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12 + HELDOUT13 + HELDOUT14 + HELDOUT15)
+                 + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12 + HELDOUT13 + HELDOUT14 + HELDOUT15
+                 + HELDOUT16)
 #: transformers models run with eager attention: the dynamo exporter fails on Swin's and T5's SDPA
 #: (scripts/corpus_models.py) and on BEiT's with a relative position bias, the TorchScript exporter on
 #: LLaMA's grouped-query SDPA (and GPT-BigCode's multi-query one, Qwen2-MoE's, Qwen3's, Phi-3's, DiffLlama's,
@@ -2928,6 +3247,9 @@ INPUTS = {
     "patches32": lambda g: _patches(g),
     "textmrope16": lambda g: _mrope_ids(g),
     "series2x16ts": lambda g: (torch.randn(2, 16, 3, generator=g), 0.2 + 1.8 * torch.rand(2, 16, generator=g)),
+    "melnoise8": lambda g: (torch.randn(1, 8, 10, generator=g), torch.randn(1, 8, 16, generator=g)),
+    "dlrm2": lambda g: _dlrm_inputs(g),
+    "points2x10": lambda g: (torch.rand(2, 10, 2, generator=g),),
 }
 
 
@@ -2973,6 +3295,15 @@ def _mrope_ids(g):
         h.append(k)
         w.append(k)
     return ids, torch.tensor([t, h, w])[:, None, :]
+
+
+def _dlrm_inputs(g):
+    """DLRM's dense features (2, 8), a flat index row per table (3, 10: indices below 24, 16 and 12) and its offsets
+    (3, 2): the first bag holds 3 to 7 of the indices, the second the rest."""
+    dense = torch.randn(2, 8, generator=g)
+    indices = torch.stack([torch.randint(0, rows, (10,), generator=g) for rows in (24, 16, 12)])
+    splits = torch.randint(3, 8, (3, 1), generator=g)
+    return dense, indices, torch.cat((torch.zeros_like(splits), splits), 1)
 
 
 def build(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
