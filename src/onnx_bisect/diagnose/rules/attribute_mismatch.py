@@ -154,6 +154,9 @@ def _expected(ctx: DiagnosisContext, proto):
     """``(node, attribute, onnx value, expected value, rank, source)`` from the emitting module's configuration."""
     info = next(n for n in ctx.segment_nodes if n.name == proto.name)
     qualname, module = ctx.module_of(info)
+    if proto.op_type in ("MaxPool", "AveragePool") and type(module).__name__ not in PLAIN_POOLS:
+        yield from _pool_from_op(ctx, proto)  # a functional pool, a pool subclass: its ATen op's arguments
+        return
     if module is None:
         return
     kind = type(module).__name__
@@ -176,18 +179,52 @@ def _expected(ctx: DiagnosisContext, proto):
             yield proto.name, "pads", list(attribute(proto, "pads", [0] * 2 * len(module.padding))), list(module.padding) * 2, 0, source
     elif proto.op_type == "Pad" and kind in PAD_MODES:
         yield proto.name, "mode", attribute(proto, "mode", "constant"), PAD_MODES[kind], 0, source
-    elif proto.op_type in ("MaxPool", "AveragePool") and kind in ("MaxPool2d", "AvgPool2d", "MaxPool1d", "AvgPool1d"):
+    elif proto.op_type in ("MaxPool", "AveragePool") and kind in PLAIN_POOLS:
         n = len(attribute(proto, "kernel_shape", []))
         as_list = (lambda v: [v] * n if isinstance(v, int) else list(v))
         yield proto.name, "kernel_shape", list(attribute(proto, "kernel_shape", [])), as_list(module.kernel_size), 0, source
         yield proto.name, "strides", list(attribute(proto, "strides", [1] * n)), as_list(module.stride or module.kernel_size), 0, source
         yield proto.name, "ceil_mode", attribute(proto, "ceil_mode", 0), int(module.ceil_mode), 0, source
+        yield proto.name, "pads", list(attribute(proto, "pads", [0] * 2 * n)), as_list(module.padding) * 2, 0, source
     elif proto.op_type in RNN_OPS and kind == proto.op_type:
         yield from _rnn_expected(proto, source)
     elif proto.op_type == "LeakyRelu" and kind == "LeakyReLU":
         yield proto.name, "alpha", round(attribute(proto, "alpha", 0.01), 6), round(module.negative_slope, 6), 0, source
     elif proto.op_type == "Elu" and kind == "ELU":
         yield proto.name, "alpha", round(attribute(proto, "alpha", 1.0), 6), round(module.alpha, 6), 0, source
+
+
+#: PyTorch's pool modules whose configuration is the op's (a subclass may pad on its own: timm's, BiT's)
+PLAIN_POOLS = ("MaxPool2d", "AvgPool2d", "MaxPool1d", "AvgPool1d")
+#: ATen pools and the position of their ceil_mode argument (kernel_size, stride, padding are 1, 2, 3)
+ATEN_POOLS = {"aten.max_pool": 5, "aten.avg_pool": 4}
+
+
+def _pool_from_op(ctx: DiagnosisContext, proto):
+    """The kernel, strides, pads and ceil mode of a MaxPool / AveragePool from the arguments of PyTorch's pool op
+    of that kind and rank around the divergence (``F.max_pool2d`` called by a module's forward) — when exactly one
+    set of arguments is there; the arguments PyTorch leaves at their defaults (stride = kernel, no padding) as
+    ATen reads them."""
+    n = len(attribute(proto, "kernel_shape", []))
+    prefix = "aten.max_pool" if proto.op_type == "MaxPool" else "aten.avg_pool"
+    found = {a.args for a in (*ctx.ops, ctx.layer.pair.activation) if a.op and a.module_type.startswith(
+        f"{prefix}{n}d")}
+    if n == 0 or len(found) != 1:
+        return
+    args = dict(next(iter(found)))
+    as_list = (lambda v: [int(v)] * n if isinstance(v, (int, np.integer)) else [int(x) for x in v])
+    kernel = args.get("1")
+    if kernel is None:
+        return
+    kernel = as_list(kernel)
+    stride = as_list(args["2"]) if args.get("2") else kernel
+    padding = as_list(args.get("3", 0))
+    source = f"PyTorch's {prefix[5:]}{n}d"
+    yield proto.name, "kernel_shape", list(attribute(proto, "kernel_shape", [])), kernel, 0, source
+    yield proto.name, "strides", list(attribute(proto, "strides", [1] * n)), stride, 0, source
+    yield proto.name, "pads", list(attribute(proto, "pads", [0] * 2 * n)), padding * 2, 0, source
+    ceil = args.get(str(ATEN_POOLS[prefix]), False)
+    yield proto.name, "ceil_mode", attribute(proto, "ceil_mode", 0), int(bool(ceil)), 0, source
 
 
 RNN_OPS = ("GRU", "LSTM", "RNN")

@@ -19,6 +19,7 @@ import onnx
 
 from ...records.weights import Weights
 from . import edits
+from .kind_alternatives import unflattened
 from .op_alternatives import op_alternatives
 from ..context import attribute
 
@@ -70,6 +71,7 @@ def alternatives(ctx, proto: onnx.NodeProto, shape_of: Callable[[str], tuple | N
     op = proto.op_type
     if op in ("Softmax", "LogSoftmax", "Hardmax"):
         yield from _axis(ctx, proto, shape_of)
+        yield from unflattened(ctx, proto, shape_of, Alternative)  # an axis of the tensor before a flatten
     elif op == "Transpose":
         yield from _perm(ctx, proto, shape_of)
     elif op == "Pad":
@@ -291,7 +293,7 @@ def backed_perms(ctx, proto, shape_of) -> Iterator[Alternative]:
     ops = [pair] + sorted((o for o in ctx.ops if o is not pair), key=lambda o: abs(o.index - pair.index))
     tried = [have]
     for op in ops:
-        implied = _op_perm(op, rank)
+        implied = op_perm(op, rank)
         if implied is not None and implied not in tried:
             tried.append(implied)
             call = f"{op.module_type}({', '.join(str(a) for _, a in op.args)})"
@@ -300,7 +302,7 @@ def backed_perms(ctx, proto, shape_of) -> Iterator[Alternative]:
                 return
 
 
-def _op_perm(activation, rank: int) -> list[int] | None:
+def op_perm(activation, rank: int) -> list[int] | None:
     """The permutation an ATen permute/transpose ran, from its arguments (None for another op or rank)."""
     op = activation.module_type
     numbers = [a for _, a in activation.args]

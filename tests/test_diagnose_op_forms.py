@@ -1,0 +1,152 @@
+"""An op written in another form than the model's: a view where it permutes, a softmax over a flattened tail, an
+RNN given a state it does not carry, a functional pool with another window. Each is named as the node whose
+attribute (or form) differs, and confirmed by re-running the segment."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from onnx import helper, numpy_helper
+
+import onnx_bisect
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+from planting import found as _found  # noqa: E402
+
+
+def _bisect(model, inputs, proto):
+    with dc.quiet():
+        return onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
+
+
+def _shapes(proto):
+    import onnx
+
+    inferred = onnx.shape_inference.infer_shapes(proto)
+    return {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in (*inferred.graph.value_info, *inferred.graph.input, *inferred.graph.output)}
+
+
+class _Attention(torch.nn.Module):
+    """Two-head self-attention written out: projections, a head split by view + transpose, softmax, merge."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(181)
+        self.qkv, self.out = torch.nn.Linear(16, 48), torch.nn.Linear(16, 16)
+
+    def forward(self, x):  # 1, 6, 16
+        q, k, v = self.qkv(x).view(1, 6, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        w = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, dim=-1)
+        return self.out((w @ v).transpose(1, 2).reshape(1, 6, 16))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_view_written_where_the_model_permutes_is_made_a_transpose(exporter):
+    """The merge's transpose(1, 2) replaced by a Reshape to the transposed shape (``.view`` for ``.permute``):
+    the values keep their memory order, so the heads are interleaved wrong. Named as the Reshape, whose
+    Transpose with PyTorch's permutation reproduces PyTorch."""
+    model, x = _Attention().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(183))
+    proto = dc.export(model, (x,), exporter)
+    shapes = _shapes(proto)
+    node = next(n for n in proto.graph.node if n.op_type == "Transpose" and len(shapes.get(n.output[0], [])) == 4
+                and shapes[n.output[0]] == [1, 6, 2, 8])
+    out_shape = shapes[node.output[0]]
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(out_shape, np.int64), "viewed_shape"))
+    view = helper.make_node("Reshape", [node.input[0], "viewed_shape"], [node.output[0]], name="planted_view")
+    nodes = list(proto.graph.node)
+    nodes[nodes.index(node)] = view
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes)
+    fd = _bisect(model, (x,), proto)
+    _found(fd, "planted_view", at_most=2)
+    assert "Transpose perm=[0, 2, 1, 3]" in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_softmax_over_a_flattened_tail_is_named_with_the_axis_pytorch_normalises(exporter):
+    """The scores' Softmax computed as opset 11 does (the input flattened from axis 1, normalised jointly over
+    heads × queries × keys, reshaped back): made a Softmax over the last axis of the unflattened scores."""
+    model, x = _Attention().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(187))
+    proto = dc.export(model, (x,), exporter)
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    scores, out = softmax.input[0], softmax.output[0]
+    proto.graph.initializer.extend([numpy_helper.from_array(np.array([1, -1], np.int64), "flat_shape"),
+                                    numpy_helper.from_array(np.array([1, 2, 6, 6], np.int64), "back_shape")])
+    planted = [helper.make_node("Reshape", [scores, "flat_shape"], ["scores_flat"], name="planted_flatten"),
+               helper.make_node("Softmax", ["scores_flat"], ["probs_flat"], name="planted_softmax", axis=1),
+               helper.make_node("Reshape", ["probs_flat", "back_shape"], [out], name="planted_back")]
+    nodes = list(proto.graph.node)
+    at = nodes.index(softmax)
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes[:at] + planted + nodes[at + 1:])
+    fd = _bisect(model, (x,), proto)
+    _found(fd, "planted_softmax", at_most=3)
+    assert "normalised jointly" in fd.explanation and "implies 3 of [1, 2, 6, 6]" in fd.explanation, fd.explanation
+
+
+class _Tagger(torch.nn.Module):
+    """An embedding-free tagger: a projection, a one-layer LSTM started from zeros, a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(191)
+        self.inp, self.lstm, self.head = torch.nn.Linear(4, 8), torch.nn.LSTM(8, 8, batch_first=True), \
+            torch.nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.head(self.lstm(torch.tanh(self.inp(x)))[0])
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_an_rnn_given_a_state_pytorch_does_not_carry_is_run_from_zeros(exporter):
+    """The LSTM given a baked initial state (a traced state kept as a constant, a port threading another layer's
+    final state): PyTorch's module was called with its input alone, so it starts from zeros — the state inputs
+    left empty reproduce PyTorch."""
+    model, x = _Tagger().eval(), torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(193))
+    proto = dc.export(model, (x,), exporter)
+    lstm = next(n for n in proto.graph.node if n.op_type == "LSTM")
+    rng = np.random.default_rng(197)
+    while len(lstm.input) < 7:
+        lstm.input.append("")
+    for i, name in ((5, "stale_h"), (6, "stale_c")):
+        proto.graph.initializer.append(numpy_helper.from_array(rng.normal(0, 0.5, (1, 2, 8)).astype(np.float32), name))
+        lstm.input[i] = name
+    fd = _bisect(model, (x,), proto)
+    _found(fd, lstm.name, at_most=3)
+    assert "initial state" in fd.explanation and "zeros" in fd.explanation, fd.explanation
+
+
+class _Pooled(torch.nn.Module):
+    """Convolutions with a functional max pool between them (no pool module to read the window from)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(199)
+        self.a, self.b = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.b(torch.nn.functional.max_pool2d(torch.relu(self.a(x)), 2))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_functional_pools_window_is_read_from_pytorchs_pool_op(exporter):
+    """The max pool's window 3×3 with padding 1 (the output shape kept) where ``F.max_pool2d(x, 2)`` pools 2×2:
+    no module holds the configuration; the ATen op's arguments do (kernel 2, stride = kernel, no padding)."""
+    model, x = _Pooled().eval(), torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(211))
+    proto = dc.export(model, (x,), exporter)
+    pool = next(n for n in proto.graph.node if n.op_type == "MaxPool")
+    for a in pool.attribute:
+        if a.name == "kernel_shape":
+            a.ints[:] = [3, 3]
+        elif a.name == "pads":
+            a.ints[:] = [1, 1, 1, 1]
+    if not any(a.name == "pads" for a in pool.attribute):
+        pool.attribute.append(helper.make_attribute("pads", [1, 1, 1, 1]))
+    fd = _bisect(model, (x,), proto)
+    _found(fd, pool.name, at_most=3)
+    assert "kernel_shape = [3, 3] where PyTorch's max_pool2d implies [2, 2]" in fd.explanation, fd.explanation
