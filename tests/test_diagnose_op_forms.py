@@ -150,3 +150,72 @@ def test_a_functional_pools_window_is_read_from_pytorchs_pool_op(exporter):
     fd = _bisect(model, (x,), proto)
     _found(fd, pool.name, at_most=3)
     assert "kernel_shape = [3, 3] where PyTorch's max_pool2d implies [2, 2]" in fd.explanation, fd.explanation
+
+
+class _Residual(torch.nn.Module):
+    """A stem, one residual block (conv, ReLU, conv, added to its input), a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(223)
+        self.stem, self.c1, self.c2 = (torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1),
+                                       torch.nn.Conv2d(8, 8, 3, padding=1))
+        self.head = torch.nn.Conv2d(8, 2, 1)
+
+    def forward(self, x):
+        h = torch.relu(self.stem(x))
+        return self.head(h + self.c2(torch.relu(self.c1(h))))
+
+
+def _applied_twice(proto):
+    """The residual block's nodes copied (same weights) and run again on its output; the readers of the block's
+    output read the copy's. Returns the copy's node names."""
+    import onnx
+
+    nodes = list(proto.graph.node)
+    add = next(n for n in nodes if n.op_type == "Add" and all(not t.startswith("onnx::") for t in n.input)
+               and len({p.op_type for p in nodes if set(p.output) & set(n.input)}) == 2)
+    producers = {t: n for n in nodes for t in n.output}
+    skip = next(t for t in add.input if producers[t].op_type == "Relu" and not any(
+        p.op_type == "Conv" and p.output[0] == t for p in nodes))
+    block, frontier = [add], [t for t in add.input if t != skip]
+    while frontier:
+        n = producers.get(frontier.pop())
+        if n is not None and n not in block and skip not in n.output:
+            block.append(n)
+            frontier.extend(t for t in n.input if t in producers)
+    block.sort(key=nodes.index)
+    renamed = {skip: add.output[0]}
+    copies = []
+    for n in block:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        c.name = n.name + "_again"
+        c.input[:] = [renamed.get(t, t) for t in n.input]
+        for k, t in enumerate(n.output):
+            renamed[t] = t + "_again"
+            c.output[k] = t + "_again"
+        copies.append(c)
+    for n in nodes[nodes.index(add) + 1:]:
+        n.input[:] = [add.output[0] + "_again" if t == add.output[0] else t for t in n.input]
+    for o in proto.graph.output:
+        if o.name == add.output[0]:
+            o.name += "_again"
+    at = nodes.index(add) + 1
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes[:at] + copies + nodes[at:])
+    return [c.name for c in copies]
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_block_applied_twice_is_named_as_the_copy_of_its_nodes(exporter):
+    """A residual block run again on its own output with the same weights (an unrolled loop one step too many):
+    the copy's first node reads the block's output where PyTorch's value implies the block's input; its nodes are
+    the same ops, attributes and weights as the block's, so the finding names the whole copy."""
+    model, x = _Residual().eval(), torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(227))
+    proto = dc.export(model, (x,), exporter)
+    copy = _applied_twice(proto)
+    fd = _bisect(model, (x,), proto)
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert set(copy) <= set(fd.layer.segment) and len(fd.layer.segment) <= len(copy) + 2, (copy, fd.layer.segment)
+    assert f"repeat the {len(copy)} nodes" in fd.explanation and "applied twice" in fd.explanation, fd.explanation

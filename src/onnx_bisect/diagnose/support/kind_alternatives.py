@@ -751,8 +751,12 @@ def rewirings(ctx, proto, make) -> Iterator:
         values = ctx.computed(others)
         for other in others:
             if other in values and not ctx.compare(values[other], now).ok:
-                yield make(proto.name, f"input {i}", tensor, other, "the PyTorch output",
+                alt = make(proto.name, f"input {i}", tensor, other, "the PyTorch output",
                            _input_read(proto.name, i, other))
+                copy = _repeated_block(ctx, proto, tensor, other)
+                yield alt if not copy or alt is None else dataclasses.replace(
+                    alt, what=f"input {i} (nodes {copy[0]} … {copy[-1]} repeat the {len(copy)} nodes computing "
+                    f"'{tensor}' from '{other}', with the same weights: the block applied twice)", shows_in=copy)
         source = graph.node_of(tensor)
         if source is not None and source.op_type == "Identity" and tensor in inside:
             continue  # an op left as an Identity in the segment: the Identity's readings name it there
@@ -978,6 +982,77 @@ def _earlier_of(ctx, at: int, shape: tuple, kind: int, exclude: set[str], limit:
         if len(paired) >= half and len(others) >= half:
             break
     return paired[:max(half, limit - len(others))] + others[:max(half, limit - len(paired))]
+
+
+#: nodes a block applied twice may hold, at most (a copy longer than a segment names nothing)
+MAX_REPEATED = 12
+
+
+def _repeated_block(ctx, proto, tensor: str, other: str) -> tuple[str, ...]:
+    """The nodes of a block applied again, when ``proto`` (reading ``tensor``, where PyTorch's value implies
+    ``other``) starts a copy of the nodes computing ``tensor`` from ``other``: an earlier node of its op, attributes
+    and constant inputs reads ``other``, and each node from it to ``tensor``'s producer has such a twin among the
+    nodes computed from ``proto`` — the copy's nodes in graph order, or () (an unrolled loop one step too many, a
+    block repeated by a graph edit)."""
+    graph = ctx.onnx.graph
+    node = graph.node_of(proto.output[0]) if proto.output else None
+    end = graph.node_of(tensor)
+    if node is None or end is None:
+        return ()
+    twin = next((graph.nodes[c] for c in graph.consumers.get(other, ())
+                 if graph.nodes[c].index < node.index and _signature(ctx, graph.nodes[c]) == _signature(ctx, node)),
+                None)
+    if twin is None or twin.index > end.index:
+        return ()
+    block = _between(graph, twin, end)
+    if not block or len(block) > MAX_REPEATED:
+        return ()
+    after = _descendants(graph, node, 3 * len(block))
+    copy, used = [node], {node.name}
+    for original in block[1:]:
+        match = next((n for n in after if n.name not in used and _signature(ctx, n) == _signature(ctx, original)),
+                     None)
+        if match is None:
+            return ()
+        copy.append(match)
+        used.add(match.name)
+    return tuple(n.name for n in sorted(copy, key=lambda n: n.index))
+
+
+def _signature(ctx, node) -> tuple:
+    """What makes two nodes the same computation on other data: op, attributes and constant inputs by name."""
+    return (node.op_type, node.domain, node.attributes,
+            tuple(t for t in node.inputs if t and ctx.onnx.graph.is_constant(t)))
+
+
+def _between(graph, first, last) -> list:
+    """The nodes on the paths from ``first`` to ``last`` (both included), in graph order."""
+    down = {first.name: first}
+    for n in graph.nodes[first.index + 1:last.index + 1]:
+        if any((p := graph.node_of(t)) is not None and p.name in down for t in n.inputs):
+            down[n.name] = n
+    if last.name not in down:
+        return []
+    up, frontier = {last.name}, [last]
+    while frontier:
+        for t in frontier.pop().inputs:
+            p = graph.node_of(t)
+            if p is not None and p.name in down and p.name not in up:
+                up.add(p.name)
+                frontier.append(p)
+    return [n for n in down.values() if n.name in up]
+
+
+def _descendants(graph, node, limit: int) -> list:
+    """The nodes computed from ``node``'s outputs, nearest first, at most ``limit``."""
+    found, frontier = [], list(node.outputs)
+    while frontier and len(found) < limit:
+        for c in graph.consumers.get(frontier.pop(0), ()):
+            n = graph.nodes[c]
+            if n not in found:
+                found.append(n)
+                frontier.extend(n.outputs)
+    return found
 
 
 def _input_read(node: str, index: int, tensor: str):
