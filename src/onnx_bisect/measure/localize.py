@@ -13,6 +13,7 @@ import numpy as np
 
 from ..records.graph import GraphIndex
 from ..records import (ErrorOrigin, LayerResult, MatchMethod, Status, TensorDiff, TensorPair)
+from .compare import rows_reordered
 
 Compare = Callable[[np.ndarray, np.ndarray], TensorDiff]
 
@@ -58,11 +59,12 @@ def localize(
         else:
             order += 1e-3  # keep unmatched rows next to their neighbours in call order
         rows.append(_layer(p, refs[p.activation.index], graph, accumulated, local_diffs, stops, compare, order,
-                           accumulated_reliable))
+                           accumulated_reliable, local))
     return tuple(sorted(rows, key=lambda r: (r.order, r.pair.activation.index)))
 
 
-def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order, accumulated_reliable) -> LayerResult:
+def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order, accumulated_reliable,
+           local_values=None) -> LayerResult:
     if p.tensor is None:
         status = Status.FUSED if p.method is MatchMethod.FUSED else Status.UNMATCHED
         return LayerResult(p, None, None, status, ErrorOrigin.NONE, order=order)
@@ -84,11 +86,37 @@ def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order,
     else:
         status = Status.FUSED if p.method is MatchMethod.FUSED else Status.MATCHED
         origin = ErrorOrigin.NONE
+    if status is Status.DIVERGED and _reordered(p.tensor, reference, graph, seg, accumulated, local_values or {},
+                                                 origin, compare):
+        status, origin = Status.REORDERED, ErrorOrigin.NONE
     return LayerResult(
         pair=p, diff=diff, local=local, status=status, origin=origin,
         segment=tuple(graph.nodes[i].name for i in seg),
         segment_ops=tuple(graph.nodes[i].op_type for i in seg), order=order,
     )
+
+
+#: ops that order rows by keys and may break ties among equal keys another way than PyTorch's sort
+SORTING_OPS = frozenset({"TopK"})
+
+
+def _reordered(tensor, reference, graph, seg, accumulated, local, origin, compare) -> bool:
+    """Whether the layer is beyond the tolerance only by the order of its rows: a TopK in its segment (or, for
+    an inherited error, in the graph) and its value — local when it introduces the error, else or then the whole
+    run's — PyTorch's rows in another order (tokens sorted by their expert in a mixture of experts: equal expert
+    ids keep another order)."""
+    if origin is ErrorOrigin.INTRODUCED and not any(graph.nodes[i].op_type in SORTING_OPS for i in seg):
+        return False
+    if origin is ErrorOrigin.INHERITED and not any(n.op_type in SORTING_OPS for n in graph.nodes):
+        return False
+    values = ([local.get(tensor)] if origin is ErrorOrigin.INTRODUCED else []) + [accumulated.get(tensor)]
+    for value in values:  # the whole run's too: a segment fed PyTorch's rows in PyTorch's order while its own
+        if value is None or np.asarray(value).shape != np.asarray(reference).shape:  # sort orders them another
+            continue  # way mixes the two orders
+        moved = rows_reordered(np.asarray(value), np.asarray(reference))
+        if moved is not None and compare(moved, np.asarray(reference)).ok:
+            return True
+    return False
 
 
 def _memoised(compare: Compare) -> Compare:

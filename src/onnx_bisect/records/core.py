@@ -121,6 +121,8 @@ class Status(enum.Enum):
     FUSED = "fused"
     UNMATCHED = "unmatched"
     QUANTIZED = "quantized"  # beyond tolerance by its quantization alone: re-run without its Q/DQ it agrees
+    REORDERED = "reordered"  # beyond tolerance only by the order of its rows: PyTorch's rows, permuted by a sort /
+    # TopK in its segment that breaks ties among equal keys another way — not a fault
     CONDITIONED = "conditioned"  # beyond tolerance, but rounding: as close to a float64 run as PyTorch's float32
     # value (in a float16 file: as close to PyTorch's float32 value as a float16 PyTorch run)
 

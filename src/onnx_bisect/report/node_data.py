@@ -33,7 +33,7 @@ FIRST = "first divergence"
 IN_FIRST = "in the first divergent segment"
 #: colours by status (a diverged layer by the origin of its error), and of the first divergence's nodes
 STATUS_COLOURS = {Status.MATCHED: "#a5d6a7", Status.FUSED: "#e0e0e0", Status.UNMATCHED: "#fafafa",
-                  Status.QUANTIZED: "#fff59d", Status.CONDITIONED: "#e1f5fe"}
+                  Status.QUANTIZED: "#fff59d", Status.CONDITIONED: "#e1f5fe", Status.REORDERED: "#e1f5fe"}
 ORIGIN_COLOURS = {ErrorOrigin.INHERITED: "#ffcc80", ErrorOrigin.INTRODUCED: "#f4511e", ErrorOrigin.NONE: "#ffcc80"}
 FIRST_COLOURS = {FIRST: "#7b1fa2", IN_FIRST: "#ce93d8"}
 

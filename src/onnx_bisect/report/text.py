@@ -159,8 +159,8 @@ def _row(r: LayerResult, is_first: bool) -> list[str]:
 
 
 def status_text(r: LayerResult) -> str:
-    """``matched``, ``fused``, ``unmatched``, ``quantized``, ``conditioned``, ``diverged (introduced)`` or
-    ``diverged (inherited)``."""
+    """``matched``, ``fused``, ``unmatched``, ``quantized``, ``reordered``, ``conditioned``, ``diverged
+    (introduced)`` or ``diverged (inherited)``."""
     if r.status is Status.DIVERGED:
         return r.status.value + (" (introduced)" if r.origin is ErrorOrigin.INTRODUCED else " (inherited)")
     return r.status.value
@@ -189,7 +189,7 @@ def _summary(report: Report) -> str:
     aligned, total, absent = leaf_coverage(report.layers)
     how = ", ".join(f"{k} {v}" for k, v in methods.most_common())
     return (f"{len(report.layers)} activations: " + ", ".join(f"{counts.get(s, 0)} {s.value}" for s in Status
-                                                        if s is not Status.QUANTIZED or counts.get(s))
+                                                        if s not in (Status.QUANTIZED, Status.REORDERED) or counts.get(s))
             + f". Leaf modules aligned: {aligned}/{total}"
             + (f" ({absent} absent from the graph)" if absent else "") + (f"; by {how}." if how else ".")
             + "\n" + reproduction_line(report.reproduction, report.reproduction_max_abs, report.faithful))

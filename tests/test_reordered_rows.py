@@ -1,0 +1,62 @@
+"""Rows a sort orders another way: ONNX Runtime's TopK and PyTorch's sort break ties among equal keys differently
+(tokens sorted by their expert in a mixture of experts), so a layer between the sort and the scatter back holds
+PyTorch's rows in another order. That is not a divergence (status ``reordered``), and a clean model whose outputs
+agree gets no warning for it."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import onnx_bisect
+from onnx_bisect.measure.compare import rows_reordered
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import diagnosis_cases as dc  # noqa: E402
+
+
+class _Routed(torch.nn.Module):
+    """Tokens sorted by the expert a router picks (32 tokens, 3 experts: many ties), projected in that order and
+    scattered back to their places."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(229)
+        self.router, self.proj = torch.nn.Linear(8, 3), torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        order = torch.sort(self.router(x).argmax(-1)).indices
+        rows = self.proj(x[order])
+        return torch.zeros_like(rows).scatter(0, order[:, None].expand_as(rows), rows)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_rows_a_sort_orders_another_way_are_reordered_not_diverged(exporter):
+    model, x = _Routed().eval(), torch.randn(32, 8, generator=torch.Generator().manual_seed(231))
+    proto = dc.export(model, (x,), exporter)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    assert report.ok and not report.warnings, report.warnings
+    proj = [r for r in report.layers if r.pair.activation.module == "proj"]
+    assert proj and all(r.status.value == "reordered" for r in proj), [(r.status, r.diff) for r in proj]
+    assert proj[0].diff.max_abs > 0.01  # beyond the tolerance as compared row by row
+    assert not any(r.status.value == "diverged" for r in report.layers)
+
+
+def test_only_a_permutation_of_the_same_rows_is_reordered():
+    rng = np.random.default_rng(233)
+    rows = rng.normal(size=(6, 4)).astype(np.float32)
+    moved = rows[[1, 0, 2, 3, 5, 4]]
+    back = rows_reordered(moved, rows)
+    assert back is not None and np.array_equal(back, rows)
+    assert rows_reordered(rows[::-1].copy(), rows) is None  # reversed: a flipped sort, a fault
+    assert rows_reordered(rows, rows) is None  # the rows' own order: nothing reordered
+    other = moved.copy()
+    other[0] += 0.5
+    back = rows_reordered(other, rows)  # one row changed: back in order, still unlike (the caller's compare says)
+    assert back is None or not np.allclose(back, rows, atol=1e-4, rtol=1e-3)
+    twice = np.vstack([rows[:1], rows[:1], rows[2:]])  # equal rows go one each
+    assert rows_reordered(twice[[1, 0, 3, 2, 4, 5]], twice) is not None
