@@ -219,3 +219,45 @@ def test_a_block_applied_twice_is_named_as_the_copy_of_its_nodes(exporter):
     assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert set(copy) <= set(fd.layer.segment) and len(fd.layer.segment) <= len(copy) + 2, (copy, fd.layer.segment)
     assert f"repeat the {len(copy)} nodes" in fd.explanation and "applied twice" in fd.explanation, fd.explanation
+
+
+class _PreNorm(torch.nn.Module):
+    """A projection, one pre-norm residual MLP block (x + fc2(gelu(fc(norm(x))))), a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(239)
+        self.inp, self.norm, self.fc, self.fc2, self.head = (
+            torch.nn.Linear(8, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 32), torch.nn.Linear(32, 16),
+            torch.nn.Linear(16, 4))
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        h = self.inp(x)
+        return self.head(h + self.fc2(torch.nn.functional.gelu(self.fc(self.norm(h)))))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_norm_moved_after_the_residual_is_named_with_the_branch_that_lost_it(exporter):
+    """Pre-norm written as post-norm (``norm(x + fc(x))`` for ``x + fc(norm(x))``): the branch's product reads the
+    stream where PyTorch's value is the norm's output, and the norm — its node known by the module's scale, held
+    exactly — is applied after the residual instead. The finding names the product and the moved norm."""
+    model, x = _PreNorm().eval(), torch.randn(3, 8, generator=torch.Generator().manual_seed(241))
+    proto = dc.export(model, (x,), exporter)
+    nodes = list(proto.graph.node)
+    norm = next(n for n in nodes if n.op_type == "LayerNormalization")
+    entry = next(n for n in nodes if norm.output[0] in n.input)
+    add = next(n for n in nodes if n.op_type == "Add" and norm.input[0] in n.input)
+    entry.input[list(entry.input).index(norm.output[0])] = norm.input[0]
+    for n in nodes[nodes.index(add) + 1:]:
+        n.input[:] = ["normed_after" if t == add.output[0] else t for t in n.input]
+    norm.input[0], norm.output[0] = add.output[0], "normed_after"
+    nodes.remove(norm)
+    nodes.insert(nodes.index(add) + 1, norm)
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes)
+    fd = _bisect(model, (x,), proto)
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert {entry.name, norm.name} <= set(fd.layer.segment) and len(fd.layer.segment) <= 4, fd.layer.segment
+    assert "the norm moved" in fd.explanation, fd.explanation

@@ -780,11 +780,38 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
         if ctx.compare(now, fed_value).ok or _one_op_on(by_index, op, held) or _a_sibling(by_index, held, op.index):
             continue
         fed = f"{proto.name}_input_{i}_as_pytorch"
-        alternative = make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value",
+        moved = _norm_elsewhere(ctx, op, proto)
+        alternative = make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value" + (
+            f" (the norm's node {moved} applies it to another tensor: the norm moved)" if moved else ""),
                            ctx.layer.pair.activation.name, _input_read(proto.name, i, fed), feeds={fed: fed_value})
-        chain = _layout_chain(ctx.onnx.graph, tensor)
+        chain = _layout_chain(ctx.onnx.graph, tensor) + ((moved,) if moved else ())
         yield dataclasses.replace(alternative, shows_in=chain) if chain and alternative is not None else alternative
     yield from _product_before_bias(ctx, proto, i, tensor, now, make)
+
+
+#: ONNX normalization ops a norm module is exported as (one node holding its scale)
+NORM_NODES = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization",
+                        "GroupNormalization", "InstanceNormalization", "BatchNormalization", "SkipLayerNormalization",
+                        "SkipSimplifiedLayerNormalization"})
+
+
+def _norm_elsewhere(ctx, op, proto) -> str | None:
+    """The node of a norm whose output ``proto`` should read (PyTorch's ``op`` is a norm module's output or op) when the
+    file applies that norm — a normalization node reading exactly the module's scale — to another tensor than
+    ``proto``'s input comes from: the norm moved (pre-norm written as post-norm, or back); None otherwise."""
+    module = ctx.torch_module(op.module)  # a norm module's output, or its ATen op
+    scale = getattr(module, "weight", None) if module is not None else None
+    if not hasattr(scale, "detach") or scale.dim() != 1:
+        return None
+    want = to_numpy(scale).astype(np.float64)
+    for node in ctx.onnx.graph.nodes:
+        if node.op_type not in NORM_NODES or node.name == proto.name or len(node.inputs) < 2:
+            continue
+        held = ctx.constant(node.inputs[1])
+        if held is not None and held.size == want.size and np.allclose(np.asarray(held, np.float64).reshape(-1),
+                                                                        want, rtol=1e-6, atol=0):
+            return node.name
+    return None
 
 
 def _product_before_bias(ctx, proto, i: int, tensor: str, now: np.ndarray, make) -> Iterator:
