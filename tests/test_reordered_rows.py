@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import onnx_bisect
-from onnx_bisect.measure.compare import rows_reordered
+from onnx_bisect.records.rows import rows_reordered
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
@@ -60,3 +60,52 @@ def test_only_a_permutation_of_the_same_rows_is_reordered():
     assert back is None or not np.allclose(back, rows, atol=1e-4, rtol=1e-3)
     twice = np.vstack([rows[:1], rows[:1], rows[2:]])  # equal rows go one each
     assert rows_reordered(twice[[1, 0, 3, 2, 4, 5]], twice) is not None
+
+
+class _Routed2(torch.nn.Module):
+    """As _Routed, with a second stage that reads the sorted rows and the sort's indices (each row weighted by its
+    token's position): fed PyTorch's rows in PyTorch's order while the file's sort orders them another way, that
+    stage would mix the two orders."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(243)
+        self.router, self.proj, self.stage = torch.nn.Linear(8, 3), torch.nn.Linear(8, 8), _Stage()
+
+    def forward(self, x):
+        order = torch.sort(self.router(x).argmax(-1)).indices
+        rows = self.stage(self.proj(x[order]), order)
+        return torch.zeros_like(rows).scatter(0, order[:, None].expand_as(rows), rows)
+
+
+class _Stage(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+        self.register_buffer("position", torch.linspace(0.5, 2.0, 32))
+
+    def forward(self, rows, order):
+        return self.lin(rows) * self.position[order][:, None]
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_stage_after_reordered_rows_is_fed_them_in_the_files_order(exporter):
+    """A weight fault in the stage after the reordered rows: its segment is re-run fed the rows as the file orders
+    them, so its own error is the weight's alone, and restoring PyTorch's weight confirms it."""
+    model, x = _Routed2().eval(), torch.randn(32, 8, generator=torch.Generator().manual_seed(247))
+    proto = dc.export(model, (x,), exporter)
+    weight = model.stage.lin.weight.detach().numpy()
+    from onnx import numpy_helper
+    for init in proto.graph.initializer:
+        value = numpy_helper.to_array(init)
+        if value.shape in (weight.shape, weight.T.shape) and np.allclose(value.reshape(-1), (
+                weight if value.shape == weight.shape else weight.T).reshape(-1)):
+            noisy = value + np.random.default_rng(251).normal(0, 0.05, value.shape).astype(np.float32)
+            init.CopyFrom(numpy_helper.from_array(noisy, init.name))
+            break
+    else:
+        raise AssertionError("the stage's weight is not an initializer")
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert "stage" in (fd.layer.pair.activation.module or ""), fd.layer.pair.activation.name

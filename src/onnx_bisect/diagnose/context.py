@@ -18,7 +18,8 @@ from onnx import helper, numpy_helper
 
 from ..records import (Activation, Capture, Cause, LayerResult, LoadedModel, ModelInputs, RuntimeSettings, TensorDiff,
                        Tolerance)
-from ..records.graph import GraphIndex, NodeInfo
+from ..records.graph import SORTING_OPS, GraphIndex, NodeInfo
+from ..records.rows import rows_reordered
 from ..records.nest import to_numpy
 from ..records.weights import Weights
 from .support import segment as _segment
@@ -411,7 +412,24 @@ class DiagnosisContext:
             values = self.run_segment(fixed.model, fixed.weights, feeds=fixed.feeds)
         except Exception:  # noqa: BLE001 - a fix the runtime rejects fixes nothing
             return False
-        return self.tensor in values and bool(self.compare(values[self.tensor], self.reference).ok)
+        return self.tensor in values and self.agrees(values[self.tensor], self.reference)
+
+    def agrees(self, value: np.ndarray, reference: np.ndarray) -> bool:
+        """Whether ``value`` is PyTorch's ``reference`` within the tolerance, its rows perhaps in another order
+        (:meth:`reordered_diff`)."""
+        if self.compare(value, reference).ok:
+            return True
+        diff = self.reordered_diff(value, reference)
+        return diff is not None and bool(diff.ok)
+
+    def reordered_diff(self, value: np.ndarray, reference: np.ndarray) -> TensorDiff | None:
+        """In a graph that sorts (a TopK, which breaks ties among equal keys another way than PyTorch's sort), the
+        difference of ``value``'s rows put in the order of ``reference``'s nearest rows; None where the graph does
+        not sort or the rows are not a reordering."""
+        if not any(n.op_type in SORTING_OPS for n in self.onnx.graph.nodes):
+            return None
+        moved = rows_reordered(np.asarray(value), np.asarray(reference))
+        return None if moved is None else self.compare(moved, reference)
 
     @cached_property
     def _runs(self) -> dict:

@@ -103,7 +103,10 @@ def _confirm(ctx: DiagnosisContext, finding: Finding, fixed: FixedSegment | None
         return None, None
     if ctx.tensor not in values:
         return None, None
-    diff = ctx.compare(values[ctx.tensor], fix_reference(ctx, finding))
+    reference = fix_reference(ctx, finding)
+    diff = ctx.compare(values[ctx.tensor], reference)
+    if not diff.ok:  # PyTorch's rows in the order the file's sort gives them are PyTorch's value
+        diff = ctx.reordered_diff(values[ctx.tensor], reference) or diff
     return diff.ok, diff
 
 

@@ -238,32 +238,3 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
         return 0.0
     return float(np.clip(a @ b / (na * nb), -1.0, 1.0))
 
-
-#: multiply-adds a row-by-row comparison may take (rows × rows × row length)
-MAX_ROW_WORK = 1 << 27
-
-
-def rows_reordered(actual: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
-    """``actual`` with its rows (along its last axis, the leading axes flattened) put in the order of the
-    ``expected`` rows nearest them, when each is nearest a different one and that order is neither the rows' own
-    nor reversed (a flipped sort is a fault; ties broken another way are not): the caller compares it with
-    ``expected``.  A vector's rows are its numbers.  None for fewer than two rows, non-finite values or tables too
-    large to compare row by row."""
-    if actual.shape != expected.shape or actual.ndim == 0 or actual.shape[-1] == 0:
-        return None
-    width = actual.shape[-1] if actual.ndim > 1 else 1  # a vector: its numbers are its rows
-    a = np.asarray(actual, np.float64).reshape(-1, width)
-    b = np.asarray(expected, np.float64).reshape(-1, width)
-    if len(a) < 2 or len(a) * len(a) * a.shape[1] > MAX_ROW_WORK or not (np.isfinite(a).all() and np.isfinite(b).all()):
-        return None
-    ranked = ((b ** 2).sum(1)[None, :] - 2 * a @ b.T).argsort(1)
-    order, used = np.empty(len(a), np.int64), set()
-    for i, candidates in enumerate(ranked):  # the nearest row not taken yet: equal rows (two experts' zero rows)
-        order[i] = next(j for j in candidates.tolist() if j not in used)  # go one each
-        used.add(int(order[i]))
-    rows = np.arange(len(a))
-    if np.array_equal(order, rows) or np.array_equal(order, rows[::-1]):
-        return None
-    moved = np.empty_like(a)
-    moved[order] = a
-    return moved.reshape(actual.shape).astype(actual.dtype)

@@ -13,7 +13,8 @@ import numpy as np
 
 from ..records.graph import GraphIndex
 from ..records import (ErrorOrigin, LayerResult, MatchMethod, Status, TensorDiff, TensorPair)
-from .compare import rows_reordered
+from ..records.graph import SORTING_OPS
+from ..records.rows import rows_reordered
 
 Compare = Callable[[np.ndarray, np.ndarray], TensorDiff]
 
@@ -94,10 +95,6 @@ def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order,
         segment=tuple(graph.nodes[i].name for i in seg),
         segment_ops=tuple(graph.nodes[i].op_type for i in seg), order=order,
     )
-
-
-#: ops that order rows by keys and may break ties among equal keys another way than PyTorch's sort
-SORTING_OPS = frozenset({"TopK"})
 
 
 def _reordered(tensor, reference, graph, seg, accumulated, local, origin, compare) -> bool:

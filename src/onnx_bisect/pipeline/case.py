@@ -21,7 +21,7 @@ from ..capture import ops
 from ..capture.weights import weight_signatures
 from ..measure import compare, localize
 from ..records import (Absence, Capture, Cause, LayerResult, LoadedModel, MatchMethod, ModelInputs,
-                       OutputResult, Report, Reproduction, TensorDiff, TensorPair, Tolerance)
+                       OutputResult, Report, Reproduction, Status, TensorDiff, TensorPair, Tolerance)
 from ..records.graph import GraphIndex
 from ..records.weights import release, release_all
 from ..report.progress import Progress
@@ -244,9 +244,31 @@ def measure_case(p: Prepared, runner: Runner, seen: Observation, aligned: Alignm
         shipped = {t: seen.final[t] for t in p.index.graph_outputs if t in seen.final and t in aligned.probed}
         layers = localize.localize(aligned.pairs, p.index, {**aligned.probed, **shipped}, local_values, aligned.cuts,
                                    cmp, accumulated_reliable=reproduction is not Reproduction.DIFFERENT)
+    reordered = _reordered_cuts(layers, cut, aligned.probed)
+    if reordered and local_values:
+        # rows a sort put in another order are fed as the file orders them: a segment after them, fed PyTorch's
+        # order while its own sort keeps the file's, would mix the two and show error that is no fault's
+        with progress.step("local", f"measuring local error again, {len(reordered)} reordered cut(s) fed as the "
+                                    "file orders them"):
+            references = {**cut.references, **reordered}
+            cut = dataclasses.replace(cut, references=references, feeds=with_references(seen.feeds, references))
+            local_values = runner.local(cut.feeds, cut.references, cut.unfed)
+        with progress.step("report", "comparing"):
+            layers = localize.localize(aligned.pairs, p.index, {**aligned.probed, **shipped}, local_values,
+                                       aligned.cuts, cmp, accumulated_reliable=reproduction is not Reproduction.DIFFERENT)
+    with progress.step("report", "comparing"):
         warnings = (list(seen.feed_warnings) + list(p.warnings) + weight_warnings(p, layers)
                     + _warnings(p.loaded, captured, p.index, reproduction, reproduction_max_abs))
     return Measurement(outputs, ok, reproduction, reproduction_max_abs, layers, cut, cmp, tuple(warnings))
+
+
+def _reordered_cuts(layers, cut: CutFeeds, probed) -> dict[str, np.ndarray]:
+    """``{cut tensor: the file's value}`` of the cuts whose layer is reordered (PyTorch's rows in the order the
+    file's sort gives them), in the reference's dtype."""
+    return {r.pair.tensor: np.ascontiguousarray(np.asarray(probed[r.pair.tensor]).astype(
+        cut.references[r.pair.tensor].dtype)) for r in layers if r.status is Status.REORDERED
+        and r.pair.tensor in cut.references and r.pair.tensor in probed
+        and np.asarray(probed[r.pair.tensor]).shape == cut.references[r.pair.tensor].shape}
 
 
 def read_once(compare_fn: Callable[[np.ndarray, np.ndarray], TensorDiff]

@@ -32,6 +32,9 @@ class NodeInfo:
         return next((v for k, v in self.attributes if k == name), default)
 
 
+#: ops that order rows by keys and may break ties among equal keys another way than PyTorch's sort
+SORTING_OPS = frozenset({"TopK"})
+
 #: nodes computing with constant weights a simplifier can fold a constant factor into
 WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 #: nodes computing a product of their input with a weight (ONNX Runtime's fused forms included)
