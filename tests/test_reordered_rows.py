@@ -109,3 +109,50 @@ def test_a_stage_after_reordered_rows_is_fed_them_in_the_files_order(exporter):
         fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
     assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert "stage" in (fd.layer.pair.activation.module or ""), fd.layer.pair.activation.name
+
+
+class _RoutedMlp(torch.nn.Module):
+    """Sorted tokens through a projection, a ReLU and a second projection (row-wise modules with no sort of their
+    own), scattered back."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(253)
+        self.router, self.proj, self.act, self.lin2 = (torch.nn.Linear(8, 3), torch.nn.Linear(8, 8), torch.nn.ReLU(),
+                                                       torch.nn.Linear(8, 8))
+
+    def forward(self, x):
+        order = torch.sort(self.router(x).argmax(-1)).indices
+        rows = self.lin2(self.act(self.proj(x[order])))
+        return torch.zeros_like(rows).scatter(0, order[:, None].expand_as(rows), rows)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_row_wise_modules_after_reordered_rows_are_reordered_too_and_a_rolled_output_is_not(exporter):
+    """Fed the reordered rows as the file orders them, the row-wise modules after them hold their rows in that
+    order as well: reordered, no warning. A Gather rolling the rows before the scatter back (a real fault) is not
+    excused: the output's rows in another order are wrong, whatever sorted them."""
+    import onnx
+    from onnx import helper, numpy_helper
+
+    model, x = _RoutedMlp().eval(), torch.randn(32, 8, generator=torch.Generator().manual_seed(257))
+    proto = dc.export(model, (x,), exporter)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    assert report.ok and not report.warnings, report.warnings
+    assert {r.pair.activation.module for r in report.layers if r.status.value == "reordered"} >= {"proj", "act"}
+    assert not any(r.status.value == "diverged" for r in report.layers)
+    scatter = next(n for n in proto.graph.node if n.op_type == "ScatterElements")
+    rows = scatter.input[2]
+    proto.graph.initializer.append(numpy_helper.from_array(np.roll(np.arange(32), 1).astype(np.int64), "rolled"))
+    roll = helper.make_node("Gather", [rows, "rolled"], ["rows_rolled"], name="planted_roll", axis=0)
+    scatter.input[2] = "rows_rolled"
+    nodes = list(proto.graph.node)
+    nodes.insert(nodes.index(scatter), roll)
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes)
+    onnx.checker.check_model(proto)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    assert not report.ok and report.first_divergence is not None
+    assert "planted_roll" in report.first_divergence.layer.segment, report.first_divergence.layer.segment

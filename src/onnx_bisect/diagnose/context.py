@@ -18,7 +18,7 @@ from onnx import helper, numpy_helper
 
 from ..records import (Activation, Capture, Cause, LayerResult, LoadedModel, ModelInputs, RuntimeSettings, TensorDiff,
                        Tolerance)
-from ..records.graph import SORTING_OPS, GraphIndex, NodeInfo
+from ..records.graph import GraphIndex, NodeInfo, sorted_upstream
 from ..records.rows import rows_reordered
 from ..records.nest import to_numpy
 from ..records.weights import Weights
@@ -423,13 +423,17 @@ class DiagnosisContext:
         return diff is not None and bool(diff.ok)
 
     def reordered_diff(self, value: np.ndarray, reference: np.ndarray) -> TensorDiff | None:
-        """In a graph that sorts (a TopK, which breaks ties among equal keys another way than PyTorch's sort), the
-        difference of ``value``'s rows put in the order of ``reference``'s nearest rows; None where the graph does
-        not sort or the rows are not a reordering."""
-        if not any(n.op_type in SORTING_OPS for n in self.onnx.graph.nodes):
+        """For a divergent tensor computed from a sort (a TopK, which breaks ties among equal keys another way than
+        PyTorch's sort), the difference of ``value``'s rows put in the order of ``reference``'s nearest rows; None
+        where nothing sorts before it, for a graph output, or where the rows are not a reordering."""
+        if self.tensor in self.onnx.graph.graph_outputs or not self._sorted_upstream:
             return None
         moved = rows_reordered(np.asarray(value), np.asarray(reference))
         return None if moved is None else self.compare(moved, reference)
+
+    @cached_property
+    def _sorted_upstream(self) -> bool:
+        return sorted_upstream(self.onnx.graph, self.tensor)
 
     @cached_property
     def _runs(self) -> dict:

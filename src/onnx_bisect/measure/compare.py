@@ -237,4 +237,3 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     if na == 0 or nb == 0:
         return 0.0
     return float(np.clip(a @ b / (na * nb), -1.0, 1.0))
-

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..records.graph import GraphIndex
 from ..records import (ErrorOrigin, LayerResult, MatchMethod, Status, TensorDiff, TensorPair)
-from ..records.graph import SORTING_OPS
+from ..records.graph import SORTING_OPS, sorted_upstream
 from ..records.rows import rows_reordered
 
 Compare = Callable[[np.ndarray, np.ndarray], TensorDiff]
@@ -40,13 +40,15 @@ def localize(
     cuts: dict[str, TensorPair],
     compare: Compare,
     accumulated_reliable: bool = True,
+    reordered: frozenset[str] = frozenset(),
 ) -> tuple[LayerResult, ...]:
     """One LayerResult per pair, sorted in graph order.
 
     ``accumulated_reliable`` is False when the instrumented run does not
     reproduce the unmodified model's verdict (exposing tensors stopped a fusion):
     local errors, measured on a graph that keeps its fusions, are then trusted
-    even where the accumulated run looks exact.
+    even where the accumulated run looks exact.  ``reordered``: cuts fed the file's own value because their rows
+    are PyTorch's in another order (a segment reading them holds its rows in that order too).
     """
     compare = _memoised(compare)
     stops = frozenset(cuts)
@@ -60,12 +62,12 @@ def localize(
         else:
             order += 1e-3  # keep unmatched rows next to their neighbours in call order
         rows.append(_layer(p, refs[p.activation.index], graph, accumulated, local_diffs, stops, compare, order,
-                           accumulated_reliable, local))
+                           accumulated_reliable, local, reordered))
     return tuple(sorted(rows, key=lambda r: (r.order, r.pair.activation.index)))
 
 
 def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order, accumulated_reliable,
-           local_values=None) -> LayerResult:
+           local_values=None, reordered: frozenset[str] = frozenset()) -> LayerResult:
     if p.tensor is None:
         status = Status.FUSED if p.method is MatchMethod.FUSED else Status.UNMATCHED
         return LayerResult(p, None, None, status, ErrorOrigin.NONE, order=order)
@@ -88,7 +90,7 @@ def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order,
         status = Status.FUSED if p.method is MatchMethod.FUSED else Status.MATCHED
         origin = ErrorOrigin.NONE
     if status is Status.DIVERGED and _reordered(p.tensor, reference, graph, seg, accumulated, local_values or {},
-                                                 origin, compare):
+                                                 origin, compare, reordered):
         status, origin = Status.REORDERED, ErrorOrigin.NONE
     return LayerResult(
         pair=p, diff=diff, local=local, status=status, origin=origin,
@@ -97,14 +99,17 @@ def _layer(p, reference, graph, accumulated, local_diffs, stops, compare, order,
     )
 
 
-def _reordered(tensor, reference, graph, seg, accumulated, local, origin, compare) -> bool:
-    """Whether the layer is beyond the tolerance only by the order of its rows: a TopK in its segment (or, for
-    an inherited error, in the graph) and its value — local when it introduces the error, else or then the whole
-    run's — PyTorch's rows in another order (tokens sorted by their expert in a mixture of experts: equal expert
-    ids keep another order)."""
-    if origin is ErrorOrigin.INTRODUCED and not any(graph.nodes[i].op_type in SORTING_OPS for i in seg):
-        return False
-    if origin is ErrorOrigin.INHERITED and not any(n.op_type in SORTING_OPS for n in graph.nodes):
+def _reordered(tensor, reference, graph, seg, accumulated, local, origin, compare, reordered=frozenset()) -> bool:
+    """Whether the layer is beyond the tolerance only by the order of its rows: a TopK in its segment or a
+    reordered cut read there (for an inherited error, a TopK it is computed from; never a graph output), and its
+    value — local when it introduces the error, else or then the whole run's — PyTorch's rows in another order
+    (tokens sorted by their expert in a mixture of experts: equal expert ids keep another order)."""
+    if origin is ErrorOrigin.INTRODUCED and not any(graph.nodes[i].op_type in SORTING_OPS or reordered.intersection(
+            graph.nodes[i].inputs) for i in seg):
+        return False  # no sort of its own, and no reordered rows read
+    if tensor in graph.graph_outputs:
+        return False  # what the user gets: rows in another order there are wrong, whatever sorted them
+    if origin is ErrorOrigin.INHERITED and not sorted_upstream(graph, tensor):
         return False
     values = ([local.get(tensor)] if origin is ErrorOrigin.INTRODUCED else []) + [accumulated.get(tensor)]
     for value in values:  # the whole run's too: a segment fed PyTorch's rows in PyTorch's order while its own

@@ -255,7 +255,8 @@ def measure_case(p: Prepared, runner: Runner, seen: Observation, aligned: Alignm
             local_values = runner.local(cut.feeds, cut.references, cut.unfed)
         with progress.step("report", "comparing"):
             layers = localize.localize(aligned.pairs, p.index, {**aligned.probed, **shipped}, local_values,
-                                       aligned.cuts, cmp, accumulated_reliable=reproduction is not Reproduction.DIFFERENT)
+                                       aligned.cuts, cmp, reproduction is not Reproduction.DIFFERENT,
+                                       frozenset(reordered))
     with progress.step("report", "comparing"):
         warnings = (list(seen.feed_warnings) + list(p.warnings) + weight_warnings(p, layers)
                     + _warnings(p.loaded, captured, p.index, reproduction, reproduction_max_abs))

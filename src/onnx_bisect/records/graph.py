@@ -35,6 +35,21 @@ class NodeInfo:
 #: ops that order rows by keys and may break ties among equal keys another way than PyTorch's sort
 SORTING_OPS = frozenset({"TopK"})
 
+def sorted_upstream(index: "GraphIndex", tensor: str) -> bool:
+    """Whether ``tensor`` is computed from the output of a sorting op (:data:`SORTING_OPS`): its rows may come in
+    the order that op gives equal keys."""
+    frontier, seen = [tensor], set()
+    while frontier:
+        node = index.node_of(frontier.pop())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.op_type in SORTING_OPS:
+            return True
+        frontier.extend(t for t in node.inputs if t)
+    return False
+
+
 #: nodes computing with constant weights a simplifier can fold a constant factor into
 WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm"})
 #: nodes computing a product of their input with a weight (ONNX Runtime's fused forms included)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 
-#: multiply-adds a row-by-row comparison may take (rows × rows × row length)
+#: multiply-adds a row-by-row comparison may take (rows × rows × row length), and rows at most (the distance
+#: table is rows × rows)
 MAX_ROW_WORK = 1 << 27
+MAX_ROWS = 2048
 
 
 def rows_reordered(actual: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
     """``actual`` with its rows (along its last axis, the leading axes flattened) put in the order of the
-    ``expected`` rows nearest them, when each is nearest a different one and that order is neither the rows' own
+    ``expected`` rows nearest them (each the nearest one not taken yet), when that order is neither the rows' own
     nor reversed (a flipped sort is a fault; ties broken another way are not): the caller compares it with
     ``expected``.  A vector's rows are its numbers.  None for fewer than two rows, non-finite values or tables too
     large to compare row by row."""
@@ -20,7 +22,8 @@ def rows_reordered(actual: np.ndarray, expected: np.ndarray) -> np.ndarray | Non
     width = actual.shape[-1] if actual.ndim > 1 else 1  # a vector: its numbers are its rows
     a = np.asarray(actual, np.float64).reshape(-1, width)
     b = np.asarray(expected, np.float64).reshape(-1, width)
-    if len(a) < 2 or len(a) * len(a) * a.shape[1] > MAX_ROW_WORK or not (np.isfinite(a).all() and np.isfinite(b).all()):
+    if not 2 <= len(a) <= MAX_ROWS or len(a) * len(a) * a.shape[1] > MAX_ROW_WORK \
+            or not (np.isfinite(a).all() and np.isfinite(b).all()):
         return None
     ranked = ((b ** 2).sum(1)[None, :] - 2 * a @ b.T).argsort(1)
     order, used = np.empty(len(a), np.int64), set()

@@ -212,7 +212,8 @@ def _pool_from_op(ctx: DiagnosisContext, proto):
     if n == 0 or len(found) != 1:
         return
     args = dict(next(iter(found)))
-    as_list = (lambda v: [int(v)] * n if isinstance(v, (int, np.integer)) else [int(x) for x in v])
+    as_list = (lambda v: [int(v)] * n if isinstance(v, (int, np.integer)) else [int(x) for x in v] * (
+        n if len(v) == 1 else 1))  # one number for every axis, as ATen reads a one-element list
     kernel = args.get("1")
     if kernel is None:
         return

@@ -19,6 +19,7 @@ import onnx
 from onnx import helper
 
 from ...records import ModuleKind
+from ...records.graph import CARRIER_OPS, LAYOUT_OPS
 from ..context import attribute
 from . import edits
 from .masks import dropout_probability
@@ -261,7 +262,10 @@ def _zero_state(ctx, proto, make) -> Iterator:
 def _called_without_state(ctx, proto) -> bool:
     """Whether PyTorch's RNN module here was called with its input alone (so its state starts at zero); True when
     the call is not known (the re-run decides)."""
-    owner, module = ctx.module_of(ctx.onnx.graph.node_of(proto.output[0] if proto.output[0] else proto.output[1]))
+    info = next((n for n in ctx.segment_nodes if n.name == proto.name), None)
+    if info is None:
+        return True
+    owner, module = ctx.module_of(info)
     act = ctx.activation_of(owner) if owner else None
     inputs = getattr(act, "inputs", None) if act is not None and not act.op else None
     return True if inputs is None else len(inputs) <= 1
@@ -557,8 +561,7 @@ def _constant_operand_removed(ctx, proto, make) -> Iterator:
     if value.size < MIN_REMOVED_CONSTANT or fixed in ctx.parameter_names and not _applied_elsewhere(ctx, proto, fixed) \
             or proto.op_type == "Mul" and dropout_probability(value) is not None:
         return  # a parameter's value is the weight readings'; a frozen Dropout mask the training-mode rule's
-    graph = ctx.onnx.graph
-    also = [graph.nodes[c] for c in graph.consumers.get(fixed, ()) if graph.nodes[c].op_type != proto.op_type]
+    also = _slot_readers(ctx, proto, fixed)
     again = f", which {also[0].name} ({also[0].op_type}) applies already" if also else ""
     yield make(proto.name, "op", f"{proto.op_type} of the constant '{fixed}'{again}",
                "Identity (the constant operand not applied)", "the PyTorch output", _identity_of(proto.name, live))
@@ -567,9 +570,21 @@ def _constant_operand_removed(ctx, proto, make) -> Iterator:
 def _applied_elsewhere(ctx, proto, tensor: str) -> bool:
     """Whether a node of another op than ``proto`` reads parameter ``tensor`` too (a Gemm's or Conv's bias slot,
     a norm's scale): the parameter is applied in its own place, and ``proto`` applies it again."""
+    return bool(_slot_readers(ctx, proto, tensor))
+
+
+#: ops and the input positions where they apply a parameter themselves (a bias, a norm's scale and shift)
+PARAMETER_SLOTS = {"Gemm": (2,), "Conv": (2,), "ConvTranspose": (2,), "LayerNormalization": (1, 2),
+                   "SimplifiedLayerNormalization": (1,), "RMSNormalization": (1,), "GroupNormalization": (1, 2),
+                   "InstanceNormalization": (1, 2), "BatchNormalization": (1, 2)}
+
+
+def _slot_readers(ctx, proto, tensor: str) -> list:
+    """The nodes other than ``proto`` that read ``tensor`` in a parameter slot of their own (a Gemm's or Conv's
+    bias input, a norm's scale or shift)."""
     graph = ctx.onnx.graph
-    return any(graph.nodes[c].name != proto.name and graph.nodes[c].op_type != proto.op_type
-               for c in graph.consumers.get(tensor, ()))
+    return [n for n in (graph.nodes[c] for c in graph.consumers.get(tensor, ())) if n.name != proto.name
+            and any(i < len(n.inputs) and n.inputs[i] == tensor for i in PARAMETER_SLOTS.get(n.op_type, ()))]
 
 
 #: a constant operand of at least this many elements is tried left out (smaller ones are scalars' readings)
@@ -780,7 +795,7 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
         if ctx.compare(now, fed_value).ok or _one_op_on(by_index, op, held) or _a_sibling(by_index, held, op.index):
             continue
         fed = f"{proto.name}_input_{i}_as_pytorch"
-        moved = _norm_elsewhere(ctx, op, proto)
+        moved = _norm_elsewhere(ctx, op, proto, tensor)
         alternative = make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value" + (
             f" (the norm's node {moved} applies it to another tensor: the norm moved)" if moved else ""),
                            ctx.layer.pair.activation.name, _input_read(proto.name, i, fed), feeds={fed: fed_value})
@@ -789,13 +804,24 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
     yield from _product_before_bias(ctx, proto, i, tensor, now, make)
 
 
+def _feeding_chain(graph, tensor: str) -> list:
+    """The node computing ``tensor`` and the layout ops (and Casts) before it back to the first other node."""
+    chain, node = [], graph.node_of(tensor)
+    while node is not None and len(chain) < 8:
+        chain.append(node)
+        if node.op_type not in CARRIER_OPS | LAYOUT_OPS or not node.inputs:
+            break
+        node = graph.node_of(node.inputs[0])
+    return chain
+
+
 #: ONNX normalization ops a norm module is exported as (one node holding its scale)
 NORM_NODES = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization",
                         "GroupNormalization", "InstanceNormalization", "BatchNormalization", "SkipLayerNormalization",
                         "SkipSimplifiedLayerNormalization"})
 
 
-def _norm_elsewhere(ctx, op, proto) -> str | None:
+def _norm_elsewhere(ctx, op, proto, tensor: str) -> str | None:
     """The node of a norm whose output ``proto`` should read (PyTorch's ``op`` is a norm module's output or op) when the
     file applies that norm — a normalization node reading exactly the module's scale — to another tensor than
     ``proto``'s input comes from: the norm moved (pre-norm written as post-norm, or back); None otherwise."""
@@ -804,9 +830,10 @@ def _norm_elsewhere(ctx, op, proto) -> str | None:
     if not hasattr(scale, "detach") or scale.dim() != 1:
         return None
     want = to_numpy(scale).astype(np.float64)
+    feeding = {n.name for n in _feeding_chain(ctx.onnx.graph, tensor)}
     for node in ctx.onnx.graph.nodes:
-        if node.op_type not in NORM_NODES or node.name == proto.name or len(node.inputs) < 2:
-            continue
+        if node.op_type not in NORM_NODES or node.name == proto.name or len(node.inputs) < 2 or node.name in feeding:
+            continue  # the norm in place (its output is what the node reads, through layout ops): not moved
         held = ctx.constant(node.inputs[1])
         if held is not None and held.size == want.size and np.allclose(np.asarray(held, np.float64).reshape(-1),
                                                                         want, rtol=1e-6, atol=0):
