@@ -207,8 +207,8 @@ def pinned_by_fix(first: Divergence, index) -> Divergence:
         past = [n for n in index.nodes if n.name in fixed - set(segment)]
         pinned = len(fixed) < len(segment) and fixed <= set(segment) or bool(past) and all(
             first.layer.pair.tensor in n.inputs for n in past) or bool(past) and len(fixed) <= KEPT_WHOLE \
-            and bool(fixed & set(segment)) and all(n.name in _computed_from(first.layer.pair.tensor, index)
-                                                   for n in past)
+            and bool(fixed & set(segment)) and {n.name for n in past} <= {
+                n.name for n in index.downstream(first.layer.pair.tensor, PAST_AT_MOST)}
     else:
         # the nodes an edit changes (or they lie outside the segment: a Reshape before it), with the layout ops
         # next to them — two adjacent layout ops can each undo the other's fault, and the fix found may be the
@@ -225,18 +225,6 @@ def pinned_by_fix(first: Divergence, index) -> Divergence:
 
 #: how far past a segment (nodes) a weight its fix restores may be read for the fix to pin the segment
 PAST_AT_MOST = 16
-
-
-def _computed_from(tensor: str, index) -> set[str]:
-    """The names of the nodes computed from ``tensor``, at most :data:`PAST_AT_MOST` of them, nearest first."""
-    found, frontier = [], [tensor]
-    while frontier and len(found) < PAST_AT_MOST:
-        for i in index.consumers.get(frontier.pop(0), ()):
-            node = index.nodes[i]
-            if node.name not in found:
-                found.append(node.name)
-                frontier.extend(node.outputs)
-    return set(found)
 
 
 #: a segment of at most this many nodes is kept whole when a fix changes some of them

@@ -82,6 +82,17 @@ class GraphIndex:
     #: share of the float initializers' elements in float16 (or bfloat16): a file converted to float16
     half_share: float = 0.0
 
+    def downstream(self, tensor: str, limit: int) -> list[NodeInfo]:
+        """The nodes computed from ``tensor``, nearest first, at most ``limit`` of them."""
+        found, seen, frontier = [], set(), [tensor]
+        while frontier and len(found) < limit:
+            for i in self.consumers.get(frontier.pop(0), ()):
+                if i not in seen and len(found) < limit:
+                    seen.add(i)
+                    found.append(self.nodes[i])
+                    frontier.extend(self.nodes[i].outputs)
+        return found
+
     def node_of(self, tensor: str) -> NodeInfo | None:
         """The node producing ``tensor``, or None for inputs and initializers."""
         i = self.producer.get(tensor)

@@ -1061,7 +1061,7 @@ def _repeated_block(ctx, proto, tensor: str, other: str) -> tuple[str, ...]:
     block = _between(graph, twin, end)
     if not block or len(block) > MAX_REPEATED:
         return ()
-    after = _descendants(graph, node, 3 * len(block))
+    after = graph.downstream(node.outputs[0], 3 * len(block)) if node.outputs else []
     copy, used = [node], {node.name}
     for original in block[1:]:
         match = next((n for n in after if n.name not in used and _signature(ctx, n) == _signature(ctx, original)),
@@ -1095,18 +1095,6 @@ def _between(graph, first, last) -> list:
                 up.add(p.name)
                 frontier.append(p)
     return [n for n in down.values() if n.name in up]
-
-
-def _descendants(graph, node, limit: int) -> list:
-    """The nodes computed from ``node``'s outputs, nearest first, at most ``limit``."""
-    found, frontier = [], list(node.outputs)
-    while frontier and len(found) < limit:
-        for c in graph.consumers.get(frontier.pop(0), ()):
-            n = graph.nodes[c]
-            if n not in found:
-                found.append(n)
-                frontier.extend(n.outputs)
-    return found
 
 
 def _input_read(node: str, index: int, tensor: str):
