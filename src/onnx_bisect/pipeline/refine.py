@@ -35,9 +35,9 @@ from ..capture import dispatch
 from ..diagnose import FixedSegment
 from ..diagnose.support import segment as extract
 from ..measure import compare as compare_module
-from ..records.rows import rows_reordered
 from ..records import Activation, ErrorOrigin, LayerResult, MatchMethod, ModelInputs, Status, TensorPair
-from ..records.graph import HALF_TYPES
+from ..records.graph import HALF_TYPES, sorted_upstream
+from ..records.rows import rows_reordered
 from ..records.weights import Weights
 from ..report.progress import Progress
 from ..source import graph
@@ -401,7 +401,8 @@ def _refinement(p: Prepared, layer: LayerResult, found, matched: dict[str, insid
         # a region computing its op within the tolerance introduces no error the segment's own exceeds it by:
         # the value fed there cleared the output by making up for a fault downstream (float16 sums rounded)
         return None
-    moved = None if candidate.own_shape else rows_reordered(np.asarray(value), pair.reference())
+    moved = None if candidate.own_shape or not sorted_upstream(p.index, candidate.tensor) else rows_reordered(
+        np.asarray(value), pair.reference())
     if moved is not None and compare(moved, pair.reference()).ok:
         return None  # PyTorch's rows in the order the file's sort gives them (ties): no error of the region's
     refined = LayerResult(pair=pair, diff=None, local=local, status=Status.DIVERGED, origin=ErrorOrigin.INTRODUCED,

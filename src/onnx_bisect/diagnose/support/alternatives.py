@@ -19,7 +19,7 @@ import onnx
 
 from ...records.weights import Weights
 from . import edits
-from .kind_alternatives import unflattened
+from .form_alternatives import unflattened
 from .op_alternatives import op_alternatives
 from ..context import attribute
 

@@ -1,0 +1,145 @@
+"""Alternatives of form: an op written in another form than the model's — a view (Reshape) where the model permutes,
+a Softmax over a flattened tail (opset 11's semantics) where it normalises over one axis, an RNN given an initial
+state its PyTorch module was not called with.  Each is an edit the attribute rule keeps only when the segment then
+reproduces PyTorch; :func:`form_alternatives` dispatches them by op type (the flattened softmax is tried among a
+Softmax's own attribute readings, :mod:`.alternatives`)."""
+from __future__ import annotations
+
+import itertools
+from typing import Iterator
+
+import numpy as np
+from onnx import helper
+
+from ..context import attribute
+from . import edits
+
+
+def form_alternatives(ctx, proto, shape_of, make) -> Iterator:
+    """The form alternatives of one node (``make`` builds an Alternative)."""
+    if proto.op_type == "Reshape":
+        yield from _permuted_views(ctx, proto, shape_of, make)
+    if proto.op_type in ("LSTM", "GRU", "RNN"):
+        yield from _zero_state(ctx, proto, make)
+
+
+#: permutations tried for a Reshape whose output holds its input's axes in another order, at most
+MAX_VIEW_PERMS = 6
+
+
+def _permuted_views(ctx, proto, shape_of, make) -> Iterator:
+    """A Reshape whose output shape is its input's axes in another order, made a Transpose to it: ``x.view(...)``
+    written where the model permutes (``.permute`` / ``.transpose`` — a view reinterprets the memory, a permute
+    moves the values).  PyTorch's own op's permutation first, when the divergent op is one; then every
+    permutation that gives the output shape (at most :data:`MAX_VIEW_PERMS`)."""
+    have, want = shape_of(proto.input[0]), shape_of(proto.output[0])
+    if not have or not want or len(have) != len(want) or have == want or sorted(have) != sorted(want) \
+            or len(have) > 6:
+        return
+    perms = [list(p) for p in itertools.permutations(range(len(have)))
+             if list(p) != list(range(len(have))) and tuple(have[i] for i in p) == tuple(want)]
+    torch_perm = _torch_perm(ctx, len(have))
+    if torch_perm in perms:
+        perms.remove(torch_perm)
+        perms.insert(0, torch_perm)
+    for perm in perms[:MAX_VIEW_PERMS]:
+        yield make(proto.name, "op", f"Reshape to {list(want)} (a view: the values keep their memory order)",
+                   f"Transpose perm={perm} (the axes permuted)", "the PyTorch output", _as_transpose(proto.name, perm))
+
+
+def _torch_perm(ctx, rank: int) -> list[int] | None:
+    """The permutation of the divergent PyTorch op, when it is a ``permute`` / ``transpose`` of rank ``rank``."""
+    from .alternatives import op_perm  # alternatives dispatches to this module: imported when first needed
+
+    act = ctx.layer.pair.activation
+    return op_perm(act, rank) if act.op else None
+
+
+def _as_transpose(node: str, perm: list[int]):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type, target.domain = "Transpose", ""
+        del target.input[1:]
+        del target.attribute[:]
+        target.attribute.append(helper.make_attribute("perm", perm))
+        return model, weights
+    return edit
+
+
+def unflattened(ctx, proto, shape_of, make) -> Iterator:
+    """A Softmax of a tensor a Reshape flattened (``[..., a, b] → [..., a·b]``, or to two dimensions as opset 11's
+    Softmax coerces its input), made a Softmax of the unflattened tensor over one of the merged axes — the last
+    first — and flattened after it as before: a normalisation over the merged axes jointly where the model
+    normalises over one (an opset-11 Softmax's semantics read as opset 13's, a converter flattening the scores)."""
+    graph = ctx.onnx.graph
+    flat = graph.node_of(proto.input[0])
+    if flat is None or flat.op_type not in ("Reshape", "Flatten"):
+        return
+    source = flat.inputs[0]
+    full, merged = shape_of(source), shape_of(proto.input[0])
+    if not full or not merged or len(full) <= len(merged) or tuple(full[:len(merged) - 1]) != tuple(
+            merged[:-1]) and len(merged) != 2:
+        return
+    axis = attribute(proto, "axis", -1) % len(merged)
+    start = (len(merged) - 1 if len(merged) != 2 or tuple(full[:1]) == tuple(merged[:1]) and axis == 1 else None)
+    if start is None or int(np.prod(full[start:])) != merged[-1] or axis != len(merged) - 1:
+        start = next((k for k in range(1, len(full)) if int(np.prod(full[:k])) == merged[0]
+                      and int(np.prod(full[k:])) == merged[-1]), None) if len(merged) == 2 and axis == 1 else None
+        if start is None:
+            return
+    for k in range(len(full) - 1, start - 1, -1):
+        yield make(proto.name, "axis", f"{axis} of the flattened {list(merged)} (the axes from {start} of "
+                   f"{list(full)} normalised jointly)", f"{k} of {list(full)} (then flattened as before)",
+                   "the PyTorch output", _softmax_before_flatten(proto.name, source, k, flat.name))
+
+
+def _softmax_before_flatten(node: str, source: str, axis: int, flatten: str):
+    def edit(model, weights):
+        target, flat = edits.node(model, node), edits.node(model, flatten)
+        out = target.output[0]
+        inner = f"{node}_unflattened"
+        target.input[0], target.output[0] = source, inner
+        kept = [a for a in target.attribute if a.name != "axis"]
+        del target.attribute[:]
+        target.attribute.extend(kept + [helper.make_attribute("axis", axis)])
+        again = helper.make_node(flat.op_type, [inner, *flat.input[1:]], [out], name=f"{node}_flattened_after")
+        again.attribute.extend(flat.attribute)
+        nodes = list(model.graph.node)
+        at = next(i for i, n in enumerate(nodes) if n.name == node)
+        model.graph.ClearField("node")
+        model.graph.node.extend(nodes[:at + 1] + [again] + nodes[at + 1:])
+        edits.drop_value_info(model, {out, inner})
+        return model, weights
+    return edit
+
+
+def _zero_state(ctx, proto, make) -> Iterator:
+    """An RNN given an initial state (``initial_h``, ``initial_c``) where PyTorch starts from zeros (the module
+    called without one): the state inputs left empty.  A port threading one layer's final state into the next,
+    or a traced state baked in as a constant."""
+    given = [i for i in (5, 6) if i < len(proto.input) and proto.input[i]]
+    if not given or not _called_without_state(ctx, proto):
+        return
+    yield make(proto.name, "initial state", [proto.input[i] for i in given], "zeros (no initial state: PyTorch's "
+               "default)", "the PyTorch output", _without_inputs(proto.name, given))
+
+
+def _called_without_state(ctx, proto) -> bool:
+    """Whether PyTorch's RNN module here was called with its input alone (so its state starts at zero); True when
+    the call is not known (the re-run decides)."""
+    info = next((n for n in ctx.segment_nodes if n.name == proto.name), None)
+    if info is None:
+        return True
+    owner, module = ctx.module_of(info)
+    act = ctx.activation_of(owner) if owner else None
+    inputs = getattr(act, "inputs", None) if act is not None and not act.op else None
+    return True if inputs is None else len(inputs) <= 1
+
+
+def _without_inputs(node: str, positions: list[int]):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        for i in positions:
+            target.input[i] = ""
+        return model, weights
+    return edit
