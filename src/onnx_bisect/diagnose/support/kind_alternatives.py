@@ -914,6 +914,47 @@ def _earlier_of(ctx, at: int, shape: tuple, kind: int, exclude: set[str], limit:
 MAX_REPEATED = 12
 
 
+def repeated_blocks(ctx, protos, make) -> Iterator:
+    """A block applied twice, removed: a node of the segment that starts a copy of the block computing the tensor
+    it reads (:func:`_repeated_block`: an earlier twin of its op, attributes and weights reads the block's input)
+    — the copy's last node's readers made to read the block's own output, so the block runs once.  Where the
+    divergent tensor lies past the copy (a norm after it); a tensor inside the copy is the rewiring's."""
+    graph = ctx.onnx.graph
+    by_name = {n.name: n for n in graph.nodes}
+    for proto in protos:
+        node = by_name.get(proto.name)
+        if node is None:
+            continue
+        for tensor in dict.fromkeys(t for t in proto.input if t and not graph.is_constant(t)):
+            end = graph.node_of(tensor)
+            twins = [] if end is None else [n for n in graph.nodes[max(0, end.index - MAX_WALKED):end.index + 1]
+                                             if n.name != node.name and _signature(ctx, n) == _signature(ctx, node)]
+            for twin in twins[-2:]:
+                other = next((t for t in twin.inputs if t and not graph.is_constant(t)), None)
+                copy = _repeated_block(ctx, proto, tensor, other) if other else ()
+                last = by_name[copy[-1]] if copy else None
+                inside = {t for name in copy for t in by_name[name].outputs} - set(last.outputs[:1] if last else ())
+                if not copy or ctx.tensor in inside:
+                    continue  # the divergent tensor computed inside the copy: the rewiring names it
+                yield dataclasses.replace(make(
+                    proto.name, "op", f"nodes {copy[0]} … {copy[-1]} (a copy of the {len(copy)} nodes computing "
+                    f"'{tensor}' from '{other}', with the same weights, run again on its output)",
+                    "the block applied once (the copy left out)", "the PyTorch output",
+                    _left_out_copy(last.name, tensor)), shows_in=copy)
+                break
+
+
+def _left_out_copy(last: str, block_out: str):
+    """The copy's last node made an Identity of the block's output: what read the copy reads the block once."""
+    def edit(model, weights):
+        target = edits.node(model, last)
+        target.op_type, target.domain = "Identity", ""
+        del target.input[:], target.attribute[:], target.output[1:]
+        target.input.append(block_out)
+        return model, weights
+    return edit
+
+
 def _repeated_block(ctx, proto, tensor: str, other: str) -> tuple[str, ...]:
     """The nodes of a block applied again, when ``proto`` (reading ``tensor``, where PyTorch's value implies
     ``other``) starts a copy of the nodes computing ``tensor`` from ``other``: an earlier node of its op, attributes
@@ -931,8 +972,8 @@ def _repeated_block(ctx, proto, tensor: str, other: str) -> tuple[str, ...]:
     if twin is None or twin.index > end.index:
         return ()
     block = _between(graph, twin, end)
-    if not block or len(block) > MAX_REPEATED:
-        return ()
+    if not 2 <= len(block) <= MAX_REPEATED or not any(_signature(ctx, n)[3] for n in block):
+        return ()  # one node, or no weights to tell a copy from another op of the kind: no block
     after = graph.downstream(node.outputs[0], 3 * len(block)) if node.outputs else []
     copy, used = [node], {node.name}
     for original in block[1:]:
