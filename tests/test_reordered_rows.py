@@ -156,3 +156,4 @@ def test_row_wise_modules_after_reordered_rows_are_reordered_too_and_a_rolled_ou
         report = onnx_bisect.bisect(model, (x,), onnx=proto)
     assert not report.ok and report.first_divergence is not None
     assert "planted_roll" in report.first_divergence.layer.segment, report.first_divergence.layer.segment
+

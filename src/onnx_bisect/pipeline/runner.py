@@ -153,8 +153,12 @@ class Runner:
                                         self.progress.advance)
 
     def _computed(self, values) -> dict[str, np.ndarray]:
-        """Values marked with the resolution they were computed at (float32 tensors computed from float16 data)."""
-        return compare.at_resolution(values, self.prepared.index.half_resolution)
+        """Values marked with the resolution they were computed at (float32 tensors computed from float16 data);
+        an ONNX sequence ONNX Runtime hands over as a list (a Loop's or SplitToSequence's) kept only as a graph
+        output: no intermediate sequence is a tensor to pair or compare."""
+        outputs = self.prepared.index.graph_outputs
+        tensors = {k: v for k, v in values.items() if isinstance(v, np.ndarray) or k in outputs}
+        return compare.at_resolution(tensors, self.prepared.index.half_resolution)
 
 
 def tensor_bytes(index: GraphIndex) -> dict[str, int]:
