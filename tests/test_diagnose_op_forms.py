@@ -167,11 +167,26 @@ class _Residual(torch.nn.Module):
         return self.head(h + self.c2(torch.relu(self.c1(h))))
 
 
+def _copies(block, block_in: str, block_out: str) -> list:
+    """The block's nodes copied (same weights), the copy reading ``block_out`` where the block reads ``block_in``;
+    names and tensors suffixed ``_again``."""
+    import onnx
+
+    renamed, copies = {block_in: block_out}, []
+    for n in block:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        c.name = n.name + "_again"
+        c.input[:] = [renamed.get(t, t) for t in n.input]
+        for k, t in enumerate(n.output):
+            renamed[t] = c.output[k] = t + "_again"
+        copies.append(c)
+    return copies
+
+
 def _applied_twice(proto):
     """The residual block's nodes copied (same weights) and run again on its output; the readers of the block's
     output read the copy's. Returns the copy's node names."""
-    import onnx
-
     nodes = list(proto.graph.node)
     add = next(n for n in nodes if n.op_type == "Add" and all(not t.startswith("onnx::") for t in n.input)
                and len({p.op_type for p in nodes if set(p.output) & set(n.input)}) == 2)
@@ -185,17 +200,7 @@ def _applied_twice(proto):
             block.append(n)
             frontier.extend(t for t in n.input if t in producers)
     block.sort(key=nodes.index)
-    renamed = {skip: add.output[0]}
-    copies = []
-    for n in block:
-        c = onnx.NodeProto()
-        c.CopyFrom(n)
-        c.name = n.name + "_again"
-        c.input[:] = [renamed.get(t, t) for t in n.input]
-        for k, t in enumerate(n.output):
-            renamed[t] = t + "_again"
-            c.output[k] = t + "_again"
-        copies.append(c)
+    copies = _copies(block, skip, add.output[0])
     for n in nodes[nodes.index(add) + 1:]:
         n.input[:] = [add.output[0] + "_again" if t == add.output[0] else t for t in n.input]
     for o in proto.graph.output:
@@ -281,8 +286,6 @@ class _PostNormMlp(torch.nn.Module):
 def _mlp_applied_twice(proto):
     """The MLP block (from the first product reading the stream to the residual Add) copied with its weights and
     run again on the Add's output, the norm reading the copy's Add. Returns the copy's node names."""
-    import onnx
-
     nodes = list(proto.graph.node)
     producers = {t: n for n in nodes for t in n.output}
     norm = next(n for n in nodes if n.op_type == "LayerNormalization")
@@ -295,15 +298,7 @@ def _mlp_applied_twice(proto):
             block.append(n)
             frontier.extend(t for t in n.input if t in producers and t != skip)
     block.sort(key=nodes.index)
-    renamed, copies = {skip: add.output[0]}, []
-    for n in block:
-        c = onnx.NodeProto()
-        c.CopyFrom(n)
-        c.name = n.name + "_again"
-        c.input[:] = [renamed.get(t, t) for t in n.input]
-        for k, t in enumerate(n.output):
-            renamed[t] = c.output[k] = t + "_again"
-        copies.append(c)
+    copies = _copies(block, skip, add.output[0])
     norm.input[0] = add.output[0] + "_again"
     at = nodes.index(add) + 1
     proto.graph.ClearField("node")
