@@ -243,12 +243,13 @@ class _PreNorm(torch.nn.Module):
         return self.head(h + self.fc2(torch.nn.functional.gelu(self.fc(self.norm(h)))))
 
 
+@pytest.mark.parametrize("shape", [(3, 8), (2, 3, 8)])  # a sequence: PyTorch's Linear reads a view of the norm
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
-def test_a_norm_moved_after_the_residual_is_named_with_the_branch_that_lost_it(exporter):
+def test_a_norm_moved_after_the_residual_is_named_with_the_branch_that_lost_it(exporter, shape):
     """Pre-norm written as post-norm (``norm(x + fc(x))`` for ``x + fc(norm(x))``): the branch's product reads the
     stream where PyTorch's value is the norm's output, and the norm — its node known by the module's scale, held
     exactly — is applied after the residual instead. The finding names the product and the moved norm."""
-    model, x = _PreNorm().eval(), torch.randn(3, 8, generator=torch.Generator().manual_seed(241))
+    model, x = _PreNorm().eval(), torch.randn(*shape, generator=torch.Generator().manual_seed(241))
     proto = dc.export(model, (x,), exporter)
     nodes = list(proto.graph.node)
     norm = next(n for n in nodes if n.op_type == "LayerNormalization")

@@ -667,7 +667,7 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
         if ctx.compare(now, fed_value).ok or _one_op_on(by_index, op, held) or _a_sibling(by_index, held, op.index):
             continue
         fed = f"{proto.name}_input_{i}_as_pytorch"
-        moved = _norm_elsewhere(ctx, op, proto, tensor)
+        moved = _norm_elsewhere(ctx, op, proto, tensor, by_index)
         alternative = make(proto.name, f"input {i}", tensor, f"PyTorch's {op.name} value" + (
             f" (the norm's node {moved} applies it to another tensor: the norm moved)" if moved else ""),
                            ctx.layer.pair.activation.name, _input_read(proto.name, i, fed), feeds={fed: fed_value})
@@ -693,11 +693,11 @@ NORM_NODES = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "R
                         "SkipSimplifiedLayerNormalization"})
 
 
-def _norm_elsewhere(ctx, op, proto, tensor: str) -> str | None:
+def _norm_elsewhere(ctx, op, proto, tensor: str, by_index) -> str | None:
     """The node of a norm whose output ``proto`` should read (PyTorch's ``op`` is a norm module's output or op) when the
     file applies that norm — a normalization node reading exactly the module's scale — to another tensor than
     ``proto``'s input comes from: the norm moved (pre-norm written as post-norm, or back); None otherwise."""
-    module = ctx.torch_module(op.module)  # a norm module's output, or its ATen op
+    module = ctx.torch_module(_behind_views(op, by_index).module)  # a norm module's output or op, or a view of it
     scale = getattr(module, "weight", None) if module is not None else None
     if not hasattr(scale, "detach") or scale.dim() != 1:
         return None
@@ -711,6 +711,20 @@ def _norm_elsewhere(ctx, op, proto, tensor: str) -> str | None:
                                                                         want, rtol=1e-6, atol=0):
             return node.name
     return None
+
+
+#: ATen ops that only lay a value out (a Linear's input viewed as 2-D before its addmm)
+VIEW_OPS = ("aten.view", "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.clone", "aten.contiguous",
+            "aten.t.", "aten.transpose", "aten.permute", "aten.unsqueeze", "aten.squeeze")
+
+
+def _behind_views(op, by_index):
+    """The op whose value ``op`` lays out, through at most three view-like ops (``op`` itself otherwise)."""
+    for _ in range(3):
+        if not op.op or not op.module_type.startswith(VIEW_OPS) or len(op.inputs) != 1 or op.inputs[0] not in by_index:
+            break
+        op = by_index[op.inputs[0]]
+    return op
 
 
 def _product_before_bias(ctx, proto, i: int, tensor: str, now: np.ndarray, make) -> Iterator:
