@@ -13,7 +13,7 @@ from ...records import Cause
 from ...records.graph import LAYOUT_OPS
 from ...records.nest import to_numpy
 from ..context import DiagnosisContext, Finding, FixedSegment
-from .weight_params import MAX_SWAPS, bias_input, parameters_sized
+from .weight_params import MAX_SWAPS, bias_input, parameter_holding
 
 
 #: ops that add a bias to a product after it
@@ -205,10 +205,7 @@ def _moved(ctx: DiagnosisContext, add, stream: str, product, bias: np.ndarray) -
     if broadcast is None:
         return None
     fixed = _with_bias_after(ctx, product, broadcast, bias.reshape(-1))
-    node = edits.node(fixed.model, add.name)
-    node.op_type = "Identity"
-    del node.input[:]
-    node.input.append(stream)
+    edits.make_identity(fixed.model, add.name, stream)
     return fixed
 
 
@@ -233,9 +230,7 @@ def _bias_moved_finding(ctx: DiagnosisContext, add, product, between: tuple, bia
 
 def _parameter_named(ctx: DiagnosisContext, value: np.ndarray) -> str:
     """The PyTorch parameter (or buffer) equal to ``value``, "" when none is (or with --reference)."""
-    flat = value.reshape(-1).astype(np.float64)
-    return next((name for name, tensor in parameters_sized(ctx, flat.size).items()
-                 if np.allclose(tensor.reshape(-1), flat, rtol=1e-5, atol=1e-7)), "")
+    return parameter_holding(ctx, value, rtol=1e-5, atol=1e-7) or ""
 
 
 def _product_of(ctx: DiagnosisContext, tensor: str):

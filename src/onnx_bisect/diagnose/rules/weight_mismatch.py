@@ -12,7 +12,8 @@ from . import quantization
 from .weight_biases import bias_after, bias_missing, bias_moved
 from .weight_layouts import exchanged, norm_scales, rearranged, relaid, scale_offset
 from .weight_params import (concatenated_parameters, constant_activations, model_arrays, nearest_parameter, output_axis,
-                            own_tensors, parameters_sized, segment_initializers, weight_readers)
+                            own_tensors, parameter_holding, parameters_sized, segment_initializers,
+                            weight_readers)
 from .weight_tables import stale_table
 
 
@@ -373,10 +374,7 @@ def _parameter_moved(ctx: DiagnosisContext, differing) -> Finding | None:
                 continue
             stream = proto.input[1 - held[0]]
             fixed = _restore(ctx, [row])
-            node = edits.node(fixed.model, proto.name)
-            node.op_type = "Identity"
-            del node.input[:]
-            node.input.append(stream)
+            edits.make_identity(fixed.model, proto.name, stream)
             if not ctx.reproduces(fixed):
                 continue
             owner = next(iter(weight_readers(ctx, [name])), name)
@@ -432,18 +430,14 @@ def _parameter_early(ctx: DiagnosisContext) -> Finding | None:
 
 def _parameter_equal(ctx: DiagnosisContext, value: np.ndarray) -> str | None:
     """The PyTorch parameter holding exactly ``value``'s numbers (the first, by name), None when none does."""
-    flat = np.asarray(value, np.float64).reshape(-1)
-    return next((n for n, t in parameters_sized(ctx, flat.size).items() if np.ptp(flat) > 0
-                 and np.allclose(t.reshape(-1), flat, rtol=1e-6, atol=0)), None)
+    varies = np.ptp(np.asarray(value, np.float64)) > 0  # one number repeated pairs with any constant parameter
+    return parameter_holding(ctx, value, rtol=1e-6, atol=0) if varies else None
 
 
 def _left_out(ctx: DiagnosisContext, node: str, stream: str, model=None) -> FixedSegment:
     """The model with ``node`` an Identity of ``stream`` (its constant operand not applied)."""
     model = edits.copy_model(ctx.onnx.skeleton) if model is None else model
-    target = edits.node(model, node)
-    target.op_type, target.domain = "Identity", ""
-    del target.input[:]
-    target.input.append(stream)
+    edits.make_identity(model, node, stream)
     return FixedSegment(model, ctx.onnx.weights)
 
 

@@ -59,6 +59,14 @@ def parameters_sized(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
     return out
 
 
+def parameter_holding(ctx: DiagnosisContext, value: np.ndarray, rtol: float, atol: float) -> str | None:
+    """The first PyTorch parameter (or buffer) of ``value``'s size holding its numbers (allclose ``rtol``,
+    ``atol``); None when none does (or with --reference)."""
+    flat = np.asarray(value, np.float64).reshape(-1)
+    return next((name for name, tensor in parameters_sized(ctx, flat.size).items()
+                 if np.allclose(tensor.reshape(-1), flat, rtol=rtol, atol=atol)), None)
+
+
 def concatenated_parameters(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
     """The weights (and biases) of consecutive sibling Linear layers reading inputs of one size, concatenated
     along their outputs, where that makes ``size`` elements: ``"concat(a.q.weight, a.k.weight, a.v.weight)"``."""

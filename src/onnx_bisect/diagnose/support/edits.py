@@ -84,6 +84,15 @@ def add_initializer(model: onnx.ModelProto, name: str, value: np.ndarray) -> str
     return name
 
 
+def make_identity(model: onnx.ModelProto, name: str, tensor: str) -> None:
+    """Make node ``name`` an Identity of ``tensor`` (in place): its op not applied, its first output passing
+    ``tensor`` on (its attributes and any further outputs dropped)."""
+    target = node(model, name)
+    target.op_type, target.domain = "Identity", ""
+    del target.input[:], target.attribute[:], target.output[1:]
+    target.input.append(tensor)
+
+
 def rewire(model: onnx.ModelProto, old: str, new: str) -> None:
     """Make every consumer of tensor ``old`` (and the graph outputs) read ``new`` instead (in place)."""
     for n in model.graph.node:

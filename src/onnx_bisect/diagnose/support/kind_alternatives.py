@@ -465,11 +465,7 @@ MIN_REMOVED_CONSTANT = 4
 
 def _identity_of(node: str, tensor: str):
     def edit(model, weights):
-        target = edits.node(model, node)
-        target.op_type, target.domain = "Identity", ""
-        del target.attribute[:]
-        del target.input[:]
-        target.input.append(tensor)
+        edits.make_identity(model, node, tensor)
         return model, weights
     return edit
 
@@ -954,19 +950,8 @@ def repeated_blocks(ctx, protos, make) -> Iterator:
                     proto.name, "op", f"nodes {copy[0]} … {copy[-1]} (a copy of the {len(copy)} nodes computing "
                     f"'{tensor}' from '{other}', with the same weights, run again on its output)",
                     "the block applied once (the copy left out)", "the PyTorch output",
-                    _left_out_copy(last.name, tensor)), shows_in=copy)
+                    _identity_of(last.name, tensor)), shows_in=copy)
                 break
-
-
-def _left_out_copy(last: str, block_out: str):
-    """The copy's last node made an Identity of the block's output: what read the copy reads the block once."""
-    def edit(model, weights):
-        target = edits.node(model, last)
-        target.op_type, target.domain = "Identity", ""
-        del target.input[:], target.attribute[:], target.output[1:]
-        target.input.append(block_out)
-        return model, weights
-    return edit
 
 
 def _repeated_block(ctx, proto, tensor: str, other: str) -> tuple[str, ...]:
