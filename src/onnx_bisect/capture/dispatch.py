@@ -102,6 +102,9 @@ class _Recorder(TorchDispatchMode):
         self.budget = budget  # bytes of op outputs it may keep
         self.kept: list[tuple[OpCall, np.ndarray, tuple[int, ...]]] = []
         self.made_by: dict[int, int] = {}  # id(tensor) -> index in kept
+        # id(integer tensor) -> the kept ops it is computed from: an ArgMax's index, a one-hot, a TopK's indices
+        # hold no float value, but what is computed from them (a cast one-hot, a gather) is computed from those ops
+        self.derived: dict[int, frozenset[int]] = {}
         self.alive: list[torch.Tensor] = []  # keeps recorded tensors alive so their ids stay unique
         self.full = False
 
@@ -135,13 +138,14 @@ class _Recorder(TorchDispatchMode):
         self._keep(f"{name}.base", func, (*args, base), kwargs, base)  # computed from the buffer before it too
 
     def _keep(self, name: str, func, args, kwargs, out) -> None:
-        """Record the op's floating-point output(s) (a list op's every tensor)."""
+        """Record the op's floating-point output(s) (a list op's every tensor); of integer outputs, only which kept
+        ops they are computed from."""
         tensors = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
         floats = [t for t in tensors if t.is_floating_point() or t.dtype == torch.bool]
+        inputs = tuple(sorted(self._sources(args, kwargs)))
         if not floats:
+            self._derive(tensors, inputs)
             return
-        inputs = tuple(sorted({self.made_by[id(t)] for t in tree_flatten((args, kwargs))[0]
-                               if isinstance(t, torch.Tensor) and id(t) in self.made_by}))
         call = OpCall(name, getattr(func, "_overloadname", ""), self._innermost(), _plain_args(args, kwargs),
                       self._params_read(args, kwargs))
         # the first output is the op's value (max_pool's indices, layer_norm's mean, etc. are not), except for
@@ -172,14 +176,42 @@ class _Recorder(TorchDispatchMode):
                     found.append(name)
         return tuple(found)
 
+    def _sources(self, args, kwargs) -> set[int]:
+        """The kept ops the tensors among ``args`` hold or are computed from."""
+        found: set[int] = set()
+        for t in tree_flatten((args, kwargs))[0]:
+            if isinstance(t, torch.Tensor):
+                if id(t) in self.made_by:
+                    found.add(self.made_by[id(t)])
+                else:
+                    found |= self.derived.get(id(t), frozenset())
+        return found
+
+    def _derive(self, tensors: list[torch.Tensor], inputs: tuple[int, ...]) -> None:
+        if inputs:
+            for t in tensors:
+                self.derived[id(t)] = frozenset(inputs)
+                self.alive.append(t)
+
     def _pass_through(self, args, out) -> None:
-        """The output of a copy or cast carries its input's record on."""
-        source = next((t for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor) and id(t) in self.made_by),
-                      None)
+        """The output of a copy or cast carries its input's record on; a cast of integers to floats (a one-hot made
+        float) is a value of its own, computed from what the integers were."""
+        tensors = [t for t in tree_flatten(args)[0] if isinstance(t, torch.Tensor)]
+        source = next((t for t in tensors if id(t) in self.made_by), None)
         target = next((t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)), None)
-        if source is not None and target is not None:
+        if target is None:
+            return
+        if source is not None:
             self.made_by[id(target)] = self.made_by[id(source)]
             self.alive.append(target)
+            return
+        derived = next((t for t in tensors if id(t) in self.derived), None)
+        if derived is None:
+            return
+        if target.is_floating_point():
+            self._keep("aten._to_copy", torch.ops.aten._to_copy.default, (derived,), {}, target)
+        else:
+            self._derive([target], tuple(sorted(self.derived[id(derived)])))
 
     def _innermost(self) -> str:
         return self.stack.names[-1] if self.stack.names else ""

@@ -295,8 +295,10 @@ class DiagnosisContext:
 
     def computed(self, tensors: list[str]) -> dict[str, np.ndarray]:
         """``tensors`` as fed at the cut (PyTorch's values) or as the segment computes them from exact inputs (one
-        cached run for the segment's own tensors, one more for any others); those it cannot compute are left out."""
-        found = {t: np.asarray(self.cut.references[t]) for t in tensors if t in self.cut.references}
+        cached run for the segment's own tensors, one more for any others; what the segment's nodes compute is
+        always read from the run); those it cannot compute are left out."""
+        own = {o for p in self.segment_protos for o in p.output}  # the segment's output is a cut too: computed here
+        found = {t: np.asarray(self.cut.references[t]) for t in tensors if t in self.cut.references and t not in own}
         found.update({t: np.asarray(self._segment_values[t]) for t in tensors
                       if t not in found and t in self._segment_values})
         rest = [t for t in tensors if t not in found]

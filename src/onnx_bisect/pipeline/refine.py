@@ -207,7 +207,18 @@ def _closed_region(seg: _Segment, layer: LayerResult, bad: list[str], strong: di
         return None  # a half-precision segment's rounding is the precision rule's to trace, through its Casts
     nodes = sorted({index.producer[t] for t in bad if t in index.producer})
     known = set(bad) | set(strong) | set(seg.references) | set(index.graph_inputs)
-    reads = [i for n in nodes for i in index.nodes[n].inputs if i]
+    # an integer or boolean tensor holds no op's value to pair with: the node computing it from right tensors
+    # belongs to the region (a float truncated through an int32 Cast and back, an index computed wrongly)
+    inside_segment = set(layer.segment)
+    while len(nodes) <= SMALL_REGION:
+        more = {index.producer[i] for n in nodes for i in index.nodes[n].inputs
+                if i and i not in known and not index.is_constant(i) and i in index.producer
+                and index.nodes[index.producer[i]].name in inside_segment and not _floating(index, i, values)}
+        if not more - set(nodes):
+            break
+        nodes = sorted(set(nodes) | more)
+    reads = [i for n in nodes for i in index.nodes[n].inputs if i and i not in
+             {o for m in nodes for o in index.nodes[m].outputs}]
     if len(nodes) > SMALL_REGION or len(nodes) >= len(layer.segment) or not all(
             i in known or index.is_constant(i) for i in reads):
         return None
@@ -220,6 +231,14 @@ def _closed_region(seg: _Segment, layer: LayerResult, bad: list[str], strong: di
     refined = dataclasses.replace(layer, local=local, segment=tuple(index.nodes[n].name for n in nodes),
                                   segment_ops=tuple(index.nodes[n].op_type for n in nodes))
     return Refinement(refined, {**seg.references, **fed}, layer, ops)
+
+
+def _floating(index, tensor: str, values) -> bool:
+    """Whether ``tensor`` holds floating-point numbers (as the run computed it, else as the graph declares)."""
+    if tensor in values:
+        return values[tensor].dtype.kind == "f"
+    elem = index.elem_types.get(tensor)
+    return elem is None or np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).kind == "f"
 
 
 def _reshaped(c: inside.Candidate, values) -> bool:
