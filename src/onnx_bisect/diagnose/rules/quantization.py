@@ -379,12 +379,13 @@ def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset(),
     (dynamic quantization's integer products computed in float; ``values``: float weights to use for given
     integer initializers of those)."""
     model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
+    own = _pytorchs_own(ctx, protos)
     for q in (p for p in protos if p.op_type == "QuantizeLinear"):
         for i in ctx.onnx.graph.consumers.get(q.output[0], ()):
-            if ctx.onnx.graph.nodes[i].op_type == "DequantizeLinear":
+            if ctx.onnx.graph.nodes[i].op_type == "DequantizeLinear" and ctx.onnx.graph.nodes[i].name not in own:
                 _identity(model, ctx.onnx.graph.nodes[i].name, q.input[0], "Relu" if q.name in relu else "Identity")
     inside = {p.name for p in protos}
-    for dq in (p for p in protos if p.op_type == "DequantizeLinear"):
+    for dq in (p for p in protos if p.op_type == "DequantizeLinear" and p.name not in own):
         q = ctx.onnx.graph.node_of(dq.input[0])
         if q is not None and q.op_type == "QuantizeLinear" and q.name not in inside and q.inputs:
             # the segment reads a value quantized upstream: it reads the float value instead
@@ -399,6 +400,31 @@ def _dequantized(ctx: DiagnosisContext, protos, relu: set[str] = frozenset(),
             float_weight(model, dq.name, value)
     _integer_products_in_float(ctx, model, protos, values or {})
     return FixedSegment(model, weights)
+
+
+#: PyTorch ops that quantize a value themselves (quantization-aware training's fake quantization, a model that
+#: quantizes and dequantizes on its own)
+TORCH_QUANTIZERS = ("aten.fake_quantize", "aten._fake_quantize", "aten.dequantize", "quantized_decomposed.dequantize")
+
+
+def _pytorchs_own(ctx: DiagnosisContext, protos) -> set[str]:
+    """The segment's DequantizeLinear nodes whose value PyTorch computes too, by a quantizer of its own (a
+    quantization-aware model's fake quantization): the model's quantization, which the float computation the
+    twin stands for keeps — its weight or activation rounded as PyTorch rounds it."""
+    quantizers = [op for op in ctx.ops if op.module_type.startswith(TORCH_QUANTIZERS) and op.value.dtype.kind == "f"]
+    dqs = [p for p in protos if p.op_type == "DequantizeLinear"]
+    if not quantizers or not dqs:
+        return set()
+    values = ctx.computed([dq.output[0] for dq in dqs])
+    own = set()
+    for dq in dqs:
+        v = values.get(dq.output[0])
+        if v is None and (w := dequantized_weight(ctx, dq)) is not None:
+            v = w
+        if v is not None and any(op.value.size == v.size and ctx.compare(
+                v, np.asarray(op.value, dtype=v.dtype).reshape(v.shape)).ok for op in quantizers):
+            own.add(dq.name)
+    return own
 
 
 #: dynamic quantization's integer products and the float op each approximates
