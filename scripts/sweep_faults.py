@@ -1825,3 +1825,7 @@ FAULTS.update({k.name: k for k in sweep_faults_fifteen.KINDS})
 import sweep_faults_sixteen  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_sixteen.KINDS})
+# the seventeenth set (scripts/sweep_faults_seventeen.py)
+import sweep_faults_seventeen  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_seventeen.KINDS})

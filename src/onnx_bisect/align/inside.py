@@ -23,9 +23,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import onnx
 
 from ..records import Activation
-from ..records.graph import PRODUCT_OPS, GraphIndex
+from ..records.graph import PRODUCT_OPS, SORTING_OPS, GraphIndex, sorted_upstream
+from ..records.rows import in_order, row_order
 from ..records.nest import informative
 from .similarity import float_noise, kind, laid_out, nearness, perms
 
@@ -43,6 +45,7 @@ class Match:
     strong: bool
     perm: tuple[int, ...] | None = None  # the tensor holds the op's value transposed (an exporter's layout)
     equal: tuple[Activation, ...] = ()
+    rows: tuple[int, ...] | None = None  # the tensor holds the op's rows in another order (records.rows.row_order)
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,7 @@ class Candidate:
     nearness: float
     perm: tuple[int, ...] | None = None
     own_shape: bool = False  # fed in the op's shape, not the tensor's (the tensor's shape is what is wrong)
+    rows: tuple[int, ...] | None = None  # fed with the op's rows in this order (the file's, after a sort)
 
 
 def match_values(ops: tuple[Activation, ...], values: dict[str, np.ndarray], tensors: list[str]) -> dict[str, Match]:
@@ -75,6 +79,117 @@ def match_values(ops: tuple[Activation, ...], values: dict[str, np.ndarray], ten
         if match is not None:
             found[t] = match
     return found
+
+
+def reordered_matches(ops: tuple[Activation, ...], values: dict[str, np.ndarray], tensors: list[str],
+                      matched: dict[str, Match], graph: GraphIndex) -> dict[str, Match]:
+    """Tensors no op's value is held by as is, computed after a sort (a TopK, an ArgSort), that hold an op's rows
+    in another order within float noise — the order the file's sort gives equal keys (tokens sorted by expert),
+    carried on by what is computed from it.  Each with the order of its rows.
+
+    An order must come from the sort: taken by a gather reading the sort's indices, or handed on — kept by an op
+    computing row by row, cut into chunks by a Split or a Slice (each chunk's rows in their own order), joined by a
+    Concat.  Rows put in another order
+    later (a Gather rolling them) are no sort's, and stay unmatched."""
+    found: dict[str, Match] = {}
+    for t in tensors:
+        v = values.get(t)
+        if t in matched or v is None or kind(v) != "f" or v.size < 2 or not sorted_upstream(graph, t):
+            continue
+        orders = _handed_on_orders(t, v, graph, {**matched, **found}, values)
+        for a in ops:
+            if kind(a.value) != "f" or a.value.shape != v.shape or not informative(a.value):
+                continue
+            rows = next((o for o in orders if len(o) * _row_width(v) == v.size
+                         and close(v, in_order(a.value, o), float_noise(v))), None)
+            if rows is None and (_reads_sort(graph, t) or _chunk_of_reordered(t, v, graph, {**matched, **found},
+                                                                               values)):
+                order = row_order(v, a.value)
+                rows = tuple(int(i) for i in order) if order is not None and close(
+                    v, in_order(a.value, order), float_noise(v)) else None
+            if rows is not None:
+                found[t] = Match(t, a, True, None, (a,), rows)
+                break
+    return found
+
+
+def _row_width(v: np.ndarray) -> int:
+    return v.shape[-1] if v.ndim > 1 else 1
+
+
+def _handed_on_orders(tensor: str, v: np.ndarray, graph: GraphIndex, matched: dict[str, Match],
+                      values: dict[str, np.ndarray]) -> list[tuple[int, ...]]:
+    """The row orders ``tensor``'s node may have kept from its inputs' reordered rows: an input's own (an op
+    computing row by row), the inputs' joined (a Concat of them)."""
+    node = graph.node_of(tensor)
+    if node is None:
+        return []
+    inputs = [(i, matched[i]) for i in node.inputs if i in matched]
+    orders = [m.rows for _, m in inputs if m.rows is not None]
+    width, count = _row_width(v), v.size // _row_width(v)
+    if node.op_type == "Concat" and inputs and len(inputs) == len([i for i in node.inputs if i]):
+        joined, offset = [], 0
+        for i, m in inputs:
+            n = values[i].size // width if i in values else 0
+            part = m.rows if m.rows is not None else tuple(range(n))
+            if len(part) != n:
+                joined = []
+                break
+            joined += [offset + r for r in part]
+            offset += n
+        if joined and len(joined) == count:
+            orders.append(tuple(joined))
+    return orders
+
+
+#: nodes walked up from a gather's indices to the sort they come from (a floor division written out in floats)
+SORT_HOPS = 12
+
+
+def _chunk_of_reordered(tensor: str, v: np.ndarray, graph: GraphIndex, matched: dict[str, Match],
+                        values: dict[str, np.ndarray]) -> bool:
+    """Whether ``tensor`` is consecutive rows of a tensor holding reordered rows, cut by a Split or a Slice: one
+    expert's chunk of the sorted tokens, in the order the sort left them (equal rows — a token routed to two
+    experts — make the parent's order say nothing of which copy went where)."""
+    node = graph.node_of(tensor)
+    if node is None or node.op_type not in ("Split", "Slice") or not node.inputs:
+        return False
+    m, parent = matched.get(node.inputs[0]), values.get(node.inputs[0])
+    width = _row_width(v)
+    if m is None or m.rows is None or parent is None or _row_width(parent) != width:
+        return False
+    rows, mine = np.asarray(parent).reshape(-1, width), np.asarray(v).reshape(-1, width)
+    return any(np.array_equal(rows[a:a + len(mine)], mine) for a in range(len(rows) - len(mine) + 1)
+               if np.array_equal(rows[a], mine[0]))
+
+
+def _reads_sort(graph: GraphIndex, tensor: str) -> bool:
+    """Whether ``tensor``'s node reads indices computed from a sort's output (a gather by the sorted indices, or by
+    the tokens they index, divided out), a few nodes up."""
+    node = graph.node_of(tensor)
+    if node is None:
+        return False
+    frontier = [i for i in node.inputs if i and graph.elem_types.get(i) in INTEGER_TYPES]
+    seen: set[str] = set()
+    while frontier and len(seen) < SORT_HOPS:
+        t = frontier.pop(0)
+        if t in seen:
+            continue
+        seen.add(t)
+        producer = graph.node_of(t)
+        if producer is None:
+            continue
+        if producer.op_type in SORTING_OPS:
+            return True
+        frontier += [i for i in producer.inputs if i]
+    return False
+
+
+def file_value(match: "Match | Candidate", shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """The op's value laid out as the file holds it: transposed by the match's permutation, its rows in the
+    file's order."""
+    value = match.op.value if match.perm is None else match.op.value.transpose(match.perm)
+    return value if match.rows is None else in_order(value, match.rows)
 
 
 def _exact(v: np.ndarray, tensor: str, ops) -> Match | None:
@@ -149,6 +264,12 @@ def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activat
                     changed = True
                     break
     return good
+
+
+#: ONNX integer element types (sizes, indices, counts)
+INTEGER_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+                           onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+                           onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
 
 
 #: ops that hand their input's numbers on (laid out, selected, cast): their output holding them is no sign
@@ -271,7 +392,9 @@ SHAPE_ONLY = frozenset({"Shape", "Size"})
 
 def _matched_ancestors(tensor: str, matched: dict[str, Match], graph: GraphIndex, within: set[str]) -> set[str]:
     """The nearest matched tensors ``tensor`` is computed from inside the segment (through unmatched ones, not
-    through the input of a Shape: its values are not read)."""
+    through the input of a Shape: its values are not read; nor through integers — sizes, indices —, which PyTorch
+    may carry as Python numbers, out of its ops' data flow: a split's sizes summed from a one-hot by
+    ``.tolist()``)."""
     found, seen = set(), set()
     stack = [tensor]
     while stack:
@@ -281,6 +404,8 @@ def _matched_ancestors(tensor: str, matched: dict[str, Match], graph: GraphIndex
         seen.add(t)
         if t in matched and t != tensor:
             found.add(t)
+            continue
+        if t != tensor and graph.elem_types.get(t) in INTEGER_TYPES:
             continue
         producer = graph.node_of(t)
         if producer is not None and producer.op_type not in SHAPE_ONLY:

@@ -159,6 +159,9 @@ class _Recorder(TorchDispatchMode):
             self.made_by[id(t)] = len(self.kept)
             self.alive.append(t)
             self.kept.append((call, to_numpy(t, copy=True), inputs))
+        # a TopK's or a sort's indices beside its values: computed from what the values are
+        self._derive([t for t in tensors if not (t.is_floating_point() or t.dtype == torch.bool)],
+                     tuple(sorted(set(inputs) | {len(self.kept) - 1})))
 
     def _params_read(self, args, kwargs) -> tuple[str, ...]:
         """The parameters among the op's tensor arguments, by storage (a view of a weight shares it): what a

@@ -89,6 +89,42 @@ def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str
         return _search(p, runner, layer, references, model_feeds, ops, compare), ops
 
 
+def _in_rows(candidates: list[inside.Candidate], matched: dict[str, inside.Match], index,
+             values) -> list[inside.Candidate]:
+    """Candidates of tensors computed after a sort that holds PyTorch's rows in another order, fed in that order:
+    the order of the nearest tensor upstream holding an op's rows reordered, with as many rows (a wrong value
+    says nothing of its order, but a row-by-row op keeps its input's)."""
+    if not any(m.rows is not None for m in matched.values()):
+        return candidates
+    out = []
+    for c in candidates:
+        rows = None
+        if c.perm is None and not c.own_shape and c.tensor in values and c.op.value.shape == values[c.tensor].shape:
+            rows = _upstream_rows(c.tensor, matched, index, c.op.value)
+        out.append(c if rows is None else dataclasses.replace(c, rows=rows))
+    return out
+
+
+def _upstream_rows(tensor: str, matched: dict[str, inside.Match], index, value: np.ndarray):
+    """The row order of the nearest tensor upstream of ``tensor`` matched with reordered rows, when it has as many
+    rows as ``value``; None otherwise."""
+    count = value.size // (value.shape[-1] if value.ndim > 1 else 1)
+    frontier, seen = [tensor], {tensor}
+    while frontier:
+        node = index.node_of(frontier.pop(0))
+        if node is None:
+            continue
+        for t in node.inputs:
+            if not t or t in seen:
+                continue
+            seen.add(t)
+            m = matched.get(t)
+            if m is not None and m.rows is not None:
+                return m.rows if len(m.rows) == count else None
+            frontier.append(t)
+    return None
+
+
 def _entering_values(seg: "_Segment", ops: tuple[Activation, ...], within: set[str]) -> dict[str, inside.Match]:
     """The segment's inputs (PyTorch's values fed there) matched to the ops holding them: what the data flow of a
     bad tensor starts from."""
@@ -121,13 +157,15 @@ def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_f
     seg = _Segment(p, runner, layer, references, model_feeds)
     produced = seg.produced()
     values = seg.values(produced)
-    matched = inside.consistent(inside.match_values(ops, values, produced), produced, ops, p.index)
+    raw = inside.match_values(ops, values, produced)
+    raw.update(inside.reordered_matches(ops, values, produced, raw, p.index))
+    matched = inside.consistent(raw, produced, ops, p.index)
     within = set(produced)
     constant = _constant(p.index, produced)
     bad = [t for t in inside.bad_tensors(produced, matched, p.index, within, values) if t not in constant]
     entering = _entering_values(seg, ops, within)
-    found = _confirm(seg, layer, inside.candidates(bad, ops, values, matched, p.index, entering=entering), compare,
-                     values)
+    found = _confirm(seg, layer, _in_rows(inside.candidates(bad, ops, values, matched, p.index, entering=entering),
+                                          matched, p.index, values), compare, values)
     refined = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
     if refined is not None and len(refined.layer.segment) <= SMALL_REGION and not _reshaped(found[0], values):
         return refined
@@ -138,8 +176,8 @@ def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_f
     strong = {t: m for t, m in matched.items() if m.strong}
     suspects = [t for t in inside.bad_tensors(produced, strong, p.index, within, values)
                 if t not in bad and t not in constant]
-    found = _confirm(seg, layer, inside.candidates(suspects, ops, values, strong, p.index, matched, entering),
-                     compare, values) if suspects else None
+    found = _confirm(seg, layer, _in_rows(inside.candidates(suspects, ops, values, strong, p.index, matched, entering),
+                                          matched, p.index, values), compare, values) if suspects else None
     other = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
     if other is not None and (refined is None or len(other.layer.segment) <= len(refined.layer.segment)):
         return other
@@ -222,7 +260,7 @@ def _closed_region(seg: _Segment, layer: LayerResult, bad: list[str], strong: di
     if len(nodes) > SMALL_REGION or len(nodes) >= len(layer.segment) or not all(
             i in known or index.is_constant(i) for i in reads):
         return None
-    fed = {t: m.op.value.astype(values[t].dtype, copy=False).reshape(values[t].shape)
+    fed = {t: inside.file_value(m).astype(values[t].dtype, copy=False).reshape(values[t].shape)
            for t, m in strong.items() if m.perm is None and t in reads}
     out = seg.values([], fed)[layer.pair.tensor]
     local = compare(out, layer.pair.reference())
@@ -340,9 +378,18 @@ def _confirm(seg: _Segment, layer: LayerResult, candidates: list[inside.Candidat
             out = seg.values([], {c.tensor: fed})[layer.pair.tensor]
         except Exception:  # noqa: BLE001 - a value ONNX Runtime will not take there is not the counterpart
             continue
-        if compare(out, reference).ok:
+        if compare(out, reference).ok or _reordered_ok(seg, out, reference, compare):
             return c, fed
     return None
+
+
+def _reordered_ok(seg: "_Segment", out: np.ndarray, reference: np.ndarray, compare) -> bool:
+    """Whether the segment's output, computed after a sort, holds PyTorch's rows in the order the file's sort
+    gives equal keys (see ``records.rows``)."""
+    if not sorted_upstream(seg.p.index, seg.layer.pair.tensor):
+        return False
+    moved = rows_reordered(np.asarray(out), np.asarray(reference))
+    return moved is not None and compare(moved, reference).ok
 
 
 def _region(p: Prepared, candidate: inside.Candidate, strong: dict[str, inside.Match], references,
@@ -381,7 +428,7 @@ def _rounded(index, tensor: str, op: Activation) -> bool:
 
 def _in_layout(c: inside.Candidate, index, shape: tuple[int, ...] | None) -> np.ndarray:
     """The op's value in the ONNX tensor's layout (``shape``: as this run computes it) and dtype, ready to feed."""
-    value = c.op.value if c.perm is None else c.op.value.transpose(c.perm)
+    value = inside.file_value(c)
     shape = None if c.own_shape else shape or index.shapes.get(c.tensor)
     dtype = _dtype(index, c.tensor, value)
     with np.errstate(over="ignore"):
@@ -407,7 +454,8 @@ def _refinement(p: Prepared, layer: LayerResult, found, matched: dict[str, insid
     node = p.index.node_of(candidate.tensor)
     pair = TensorPair(dataclasses.replace(op, call=layer.pair.activation.call), candidate.tensor, node.name,
                       node.op_type, MatchMethod.OP_VALUE, 0.9,
-                      f"{op.module_type} of {op.module or '<model>'}, confirmed by re-running the segment", candidate.perm)
+                      f"{op.module_type} of {op.module or '<model>'}, confirmed by re-running the segment", candidate.perm,
+                      rows=candidate.rows)
     value = values[candidate.tensor]
     if any(p.index.elem_types.get(t) in HALF_TYPES for i in nodes for t in p.index.nodes[i].outputs):
         # the region computes in half precision itself: its rounding is the error it introduces, judged at
@@ -433,6 +481,6 @@ def _refinement(p: Prepared, layer: LayerResult, found, matched: dict[str, insid
     for t, m in strong.items():
         if t in inside_region:
             continue  # a value the region computes (a Transpose it reaches back past) is not fed
-        value = m.op.value if m.perm is None else m.op.value.transpose(m.perm)  # in the tensor's layout
+        value = inside.file_value(m)  # in the tensor's layout (transposed, its rows in the file's order)
         cut[t] = np.ascontiguousarray(value.astype(values[t].dtype, copy=False).reshape(values[t].shape))
     return Refinement(refined, cut, layer, ops)

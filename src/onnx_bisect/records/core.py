@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from .rows import in_order
+
 __all__ = ['TextEnum', 'Cause', 'ModuleKind', 'Absence', 'Layout', 'ExitStatus', 'Exporter', 'MatchMethod', 'Status', 'Reproduction', 'ErrorOrigin', 'Tolerance', 'Activation', 'Capture', 'LoadedModel', 'ModelInputs', 'ExportedModel', 'TensorPair', 'TensorDiff', 'LayerResult', 'OutputResult', 'Amplification', 'Divergence', 'FaithfulLocation', 'Report']
 
 
@@ -238,11 +240,16 @@ class TensorPair:
     note: str = ""
     perm: tuple[int, ...] | None = None  # the ONNX tensor holds value.transpose(perm), possibly reshaped
     absent: Absence | None = None  # set when no tensor can exist (``note`` says more)
+    rows: tuple[int, ...] | None = None  # the ONNX tensor holds the value's rows in this order (after a sort that
+    # breaks ties another way: records.rows.row_order)
 
     def reference(self) -> np.ndarray:
         """The PyTorch value laid out as the ONNX tensor holds it (up to a reshape)."""
         value = self.activation.value
-        return value if self.perm is None else value.transpose(self.perm)
+        value = value if self.perm is None else value.transpose(self.perm)
+        if self.rows is not None:
+            value = in_order(value, self.rows)
+        return value
 
     @property
     def cuttable(self) -> bool:

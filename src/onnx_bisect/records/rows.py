@@ -17,6 +17,19 @@ def rows_reordered(actual: np.ndarray, expected: np.ndarray) -> np.ndarray | Non
     nor reversed (a flipped sort is a fault; ties broken another way are not): the caller compares it with
     ``expected``.  A vector's rows are its numbers.  None for fewer than two rows, non-finite values or tables too
     large to compare row by row."""
+    order = row_order(actual, expected)
+    if order is None:
+        return None
+    a = np.asarray(actual).reshape(len(order), -1)
+    moved = np.empty_like(a)
+    moved[order] = a
+    return moved.reshape(actual.shape)
+
+
+def row_order(actual: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
+    """For each row of ``actual`` (as :func:`rows_reordered` reads rows), the ``expected`` row nearest it:
+    ``expected`` laid out in ``actual``'s order is ``in_order(expected, order)``.  None where
+    :func:`rows_reordered` is."""
     if actual.shape != expected.shape or actual.ndim == 0 or actual.shape[-1] == 0:
         return None
     width = actual.shape[-1] if actual.ndim > 1 else 1  # a vector: its numbers are its rows
@@ -33,6 +46,10 @@ def rows_reordered(actual: np.ndarray, expected: np.ndarray) -> np.ndarray | Non
     rows = np.arange(len(a))
     if np.array_equal(order, rows) or np.array_equal(order, rows[::-1]):
         return None
-    moved = np.empty_like(a)
-    moved[order] = a
-    return moved.reshape(actual.shape).astype(actual.dtype)
+    return order
+
+
+def in_order(expected: np.ndarray, order) -> np.ndarray:
+    """``expected``'s rows in the order a :func:`row_order` gives (the file's order of PyTorch's rows)."""
+    order = np.asarray(order, np.int64)
+    return np.asarray(expected).reshape(len(order), -1)[order].reshape(np.shape(expected))

@@ -13,7 +13,7 @@ from .weight_biases import bias_after, bias_missing, bias_moved
 from .weight_layouts import exchanged, norm_scales, rearranged, relaid, scale_offset
 from .weight_params import (concatenated_parameters, constant_activations, model_arrays, nearest_parameter, output_axis,
                             own_tensors, parameter_holding, parameters_sized, segment_initializers,
-                            weight_readers)
+                            weight_readers, stacked_slices)
 from .weight_tables import stale_table
 
 
@@ -205,6 +205,9 @@ def _counterpart(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates
         # a simplifier merges projections of one input into one MatMul (q, k and v): their weights concatenated
         best = nearest_parameter(value, name, rnn_input=rnn,
                                  candidates=concatenated_parameters(ctx, value.size)) or best
+    if best is None or (not best[1].equal and not _same_tensor(best, name, value)):
+        # one expert's (one layer's) slice of a stacked parameter, folded into an initializer of its own
+        best = nearest_parameter(value, name, rnn_input=rnn, candidates=stacked_slices(ctx, value.size)) or best
     if best is None or (not best[1].equal and not _same_tensor(best, name, value)):
         # an exporter folds an activation that depends on no input into a constant (the position embeddings of
         # a fixed length): the constant then stands for that module's output

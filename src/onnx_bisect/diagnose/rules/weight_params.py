@@ -95,6 +95,27 @@ def concatenated_parameters(ctx: DiagnosisContext, size: int) -> dict[str, np.nd
     return out
 
 
+#: at most this many slices of one stacked parameter are offered
+MAX_SLICES = 256
+
+
+def stacked_slices(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
+    """The slices along the first axis of stacked parameters (a mixture of experts' ``[experts, out, in]``
+    weights, a stack of layers' weights in one tensor) with ``size`` elements: ``"experts.weight[2]"``.  An
+    exporter folds each expert's ``weight[i]`` into an initializer of its own."""
+    module = ctx.baseline.loaded.module
+    if module is None:
+        return {}
+    out: dict[str, np.ndarray] = {}
+    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+        if not t.is_floating_point() or t.ndim < 2 or t.shape[0] < 2 or t.numel() // t.shape[0] != size \
+                or t.shape[0] > MAX_SLICES:
+            continue
+        value = t.detach().double().cpu().numpy()
+        out.update({f"{name}[{i}]": value[i] for i in range(t.shape[0])})
+    return out
+
+
 def constant_activations(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
     """Leaf-module outputs of ``size`` elements, by a name saying what the constant holding one would be."""
     if ctx.baseline.capture is None:
