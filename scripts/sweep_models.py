@@ -2991,6 +2991,351 @@ class BinaryNet(nn.Module):
         return self.fc(self.bn_out(x).mean((2, 3)))
 
 
+# --------------------------------------------------------------------------- seventeenth held-out set
+# Added after the sixteenth held-out set and measured before any of their misses was looked at (``fault_sweep.py --archs
+# heldout17``): YOSO (attention without a softmax: L2-normalised queries and keys, the expected LSH collision
+# probability (1 − acos(q·k)/π)^9 as the weights, the context L2-normalised again), LongT5's encoder with transient-
+# global attention (the tokens cut into blocks of 4, each attending to its own and both neighbouring blocks (padded,
+# concatenated) and to 4 side tokens, the RMS-normed sums of the global blocks built by a one-hot einsum of the block
+# ids, side relative-position buckets), PhiMoE (sparsemixer routing: the top expert's logit threshold masks by (max −
+# logit) / max(|logit|, max) > 2ε, softmax of the masked logits gathered at the argmax, then the first expert scattered
+# to −inf and the same repeated for the second; LayerNorms, grouped-query rotary attention; the three best router logits
+# of every token differ by at least 1.2e-2 on the bundled input), Qwen3-Next (a gated DeltaNet layer: the chunkwise
+# delta rule whose intra-chunk UT transform is solved by forward substitution, exp decays by cumsum in log space, a scan
+# over the chunks' recurrent state; then gated attention with a sigmoid output gate and (1 + w) RMSNorms; top-2 MoE with
+# a sigmoid-gated shared expert: second and third router logits at least 2.6e-2 apart), SAM (Segment Anything with two
+# point prompts: windowed / global ViT encoder, random-Fourier point encodings, a two-way transformer, ConvTranspose2d
+# upscaling, hypernetwork MLPs producing per-mask dot-product heads), and five hand-written models: HRNet (parallel
+# 16×16 / 8×8 / 4×4 branches repeatedly exchanged by strided Convs and nearest upsampling, a bilinear concat head),
+# ResNeSt (split attention: a radix-axis softmax over the splits of a grouped Conv, average-pool downsampling in the
+# block and the shortcut), an octave-convolution CNN (high- and low-frequency maps at two resolutions exchanged by
+# average pooling and nearest upsampling), PointNet++ (farthest point sampling unrolled as running minima and ArgMaxes,
+# a ball query by a radius comparison and TopK over indices, grouped relative coordinates through a shared MLP, max
+# pooling) and a CBAM CNN (channel attention from the average- and max-pooled maps through one shared MLP, spatial
+# attention from a 7×7 Conv of the channel mean and max).
+
+def _yoso():
+    from transformers import YosoConfig, YosoModel
+    return LastHidden(YosoModel(YosoConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64, use_expectation=True, hash_code_len=9, conv_window=None)), "input_ids")
+
+class LongT5(nn.Module):
+    """A LongT5EncoderModel with transient-global attention (two layers of 32, 4 heads of 8, local radius 3: blocks of 4
+    tokens attending to their own and both neighbouring blocks; global blocks of 4 tokens: 4 side tokens); called with
+    an all-ones attention mask (without one the dynamo exporter's trace concatenates an unbroadcast local position bias
+    to the per-block side bias and fails)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import LongT5Config, LongT5EncoderModel
+        self.model = LongT5EncoderModel(LongT5Config(vocab_size=128, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4, local_radius=3, global_block_size=4, encoder_attention_type="transient-global", relative_attention_num_buckets=16, relative_attention_max_distance=32))
+    def forward(self, ids):
+        return self.model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+
+def _phimoe():  # intermediate 16: the three best router logits of every token at least 1.2e-2 apart
+    from transformers import PhimoeConfig, PhimoeModel
+    model = PhimoeModel(PhimoeConfig(vocab_size=128, hidden_size=32, intermediate_size=16, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=2))
+    model.set_experts_implementation("batched_mm")  # as Qwen2-MoE: no grouped_mm (histc), no data-dependent loop
+    return LastHidden(model, "input_ids")
+
+class _ChunkedDeltaRule:
+    """Qwen3-Next's chunked gated delta rule with chunks of 8 (the default 64 would pad the 16 tokens to one chunk)
+    and its triangular system solved by forward substitution (the code path it takes under the dynamo exporter) while
+    active: the TorchScript exporter cannot export ``torch.linalg.solve_triangular``.  The same values up to
+    rounding."""
+    def __enter__(self):
+        import functools
+
+        from transformers.models.qwen3_next import modeling_qwen3_next
+        self.module = module = modeling_qwen3_next
+        self.orig = (module.torch_chunk_gated_delta_rule, module.is_torchdynamo_exporting)
+        module.torch_chunk_gated_delta_rule = functools.partial(self.orig[0], chunk_size=8)
+        module.is_torchdynamo_exporting = lambda: True
+    def __exit__(self, *exc):
+        self.module.torch_chunk_gated_delta_rule, self.module.is_torchdynamo_exporting = self.orig
+
+class Qwen3Next(nn.Module):
+    """A Qwen3NextModel of two layers of 32: a gated DeltaNet layer (2 key heads of 8 shared by 4 value heads of 8,
+    a causal depthwise Conv1d of 4 over the fused q / k / v, L2-normalised q / k, decays −exp(A)·softplus(a + dt), the
+    chunked delta rule over 2 chunks of 8, a gated RMSNorm of the output by SiLU(z)) then a gated full-attention layer
+    (4 query heads of 8, 2 key / value heads, q / k RMSNorms, partial rotary, a sigmoid output gate); each layer's MLP
+    a top-2 of 4 expert mixture (intermediate 24, batched_mm) plus a sigmoid-gated shared expert; run with
+    _ChunkedDeltaRule.  The second and third router logits of every token differ by at least 2.6e-2 on the bundled
+    input."""
+    def __init__(self):
+        super().__init__()
+        from transformers import Qwen3NextConfig, Qwen3NextModel
+        self.model = Qwen3NextModel(Qwen3NextConfig(vocab_size=128, hidden_size=32, intermediate_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8, linear_value_head_dim=8, linear_conv_kernel_dim=4, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=24, shared_expert_intermediate_size=16, layer_types=["linear_attention", "full_attention"], decoder_sparse_step=1))
+        self.model.set_experts_implementation("batched_mm")  # as Qwen2-MoE
+    def forward(self, ids):
+        with _ChunkedDeltaRule():
+            return self.model(input_ids=ids).last_hidden_state
+
+class Sam(nn.Module):
+    """A SamModel (Segment Anything) on a 64×64 image with two fixed point prompts (a buffer: one foreground, one
+    background point): a ViT image encoder of two layers of 32 on 8×8 patches (the first in 4×4 windows, the
+    second global; decomposed relative position biases) and a Conv / LayerNorm2d neck to 16 channels; the prompt
+    encoder's random-Fourier point embeddings (a fixed Gaussian matrix, sin / cos) plus label embeddings picked by
+    torch.where, a learned no-mask embedding; the mask decoder's two-way transformer (tokens ↔ image cross-attention
+    both ways, downsampled attention), two ConvTranspose2d upscalings with LayerNorm2d, per-mask hypernetwork MLPs
+    whose outputs are matrix-multiplied with the upscaled embedding: the three multimask logit maps (N, 1, 3, 32, 32).
+    Built with eager attention (the vision attention class is chosen at construction, so EAGER would not reach it;
+    under SDPA the dynamo exporter cannot view its permuted output)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import SamConfig, SamMaskDecoderConfig, SamModel, SamPromptEncoderConfig, SamVisionConfig
+        cfg = SamConfig(vision_config=SamVisionConfig(hidden_size=32, output_channels=16, num_hidden_layers=2, num_attention_heads=2, image_size=64, patch_size=8, window_size=4, global_attn_indexes=[1], num_pos_feats=8, mlp_dim=64).to_dict(),
+                        prompt_encoder_config=SamPromptEncoderConfig(hidden_size=16, image_size=64, patch_size=8, mask_input_channels=4).to_dict(),
+                        mask_decoder_config=SamMaskDecoderConfig(hidden_size=16, mlp_dim=32, num_hidden_layers=2, num_attention_heads=2, iou_head_hidden_dim=16).to_dict())
+        cfg._attn_implementation = cfg.vision_config._attn_implementation = "eager"
+        self.model = SamModel(cfg)
+        self.register_buffer("points", torch.tensor([[[[20.0, 12.0], [44.0, 50.0]]]]))
+        self.register_buffer("labels", torch.tensor([[[1, 0]]]))
+    def forward(self, x):  # N = 1, 3, 64, 64
+        out = self.model(pixel_values=x, input_points=self.points, input_labels=self.labels, multimask_output=True)
+        return out.pred_masks
+
+
+def _conv_bn(cin, cout, k=3, stride=1, groups=1):
+    return nn.Sequential(nn.Conv2d(cin, cout, k, stride, k // 2, groups=groups, bias=False), nn.BatchNorm2d(cout))
+
+class HRBasicBlock(nn.Module):
+    """A ResNet basic block: two 3×3 Conv–BNs, the identity added, ReLU."""
+    def __init__(self, c):
+        super().__init__()
+        self.a, self.b = _conv_bn(c, c), _conv_bn(c, c)
+    def forward(self, x):
+        return F.relu(x + self.b(F.relu(self.a(x))))
+
+class HRFusion(nn.Module):
+    """HRNet's exchange unit: every output branch i sums all input branches j — itself as is, a lower-resolution one
+    (j > i) by a 1×1 Conv–BN and nearest upsampling ×2^(j−i), a higher-resolution one (j < i) by i − j strided 3×3
+    Conv–BNs (ReLU between them) — then a ReLU."""
+    def __init__(self, widths):
+        super().__init__()
+        self.n = len(widths)
+        self.paths = nn.ModuleDict()
+        for i, ci in enumerate(widths):
+            for j, cj in enumerate(widths):
+                if j > i:
+                    self.paths[f"{j}to{i}"] = _conv_bn(cj, ci, 1)
+                elif j < i:
+                    steps = [nn.Sequential(_conv_bn(cj, cj, 3, 2), nn.ReLU()) for _ in range(i - j - 1)]
+                    self.paths[f"{j}to{i}"] = nn.Sequential(*steps, _conv_bn(cj, ci, 3, 2))
+    def forward(self, xs):
+        out = []
+        for i in range(self.n):
+            y = xs[i]
+            for j in range(self.n):
+                if j > i:
+                    y = y + F.interpolate(self.paths[f"{j}to{i}"](xs[j]), scale_factor=2.0 ** (j - i), mode="nearest")
+                elif j < i:
+                    y = y + self.paths[f"{j}to{i}"](xs[j])
+            out.append(F.relu(y))
+        return out
+
+class HRNetLite(nn.Module):
+    """A small HRNet (Sun et al. 2019) keeping a high-resolution branch throughout: a strided Conv–BN–ReLU stem (16
+    channels at 16×16); stage 2 adds a 32-channel 8×8 branch by a strided Conv, stage 3 a 48-channel 4×4 one, each
+    stage a basic block per branch then an exchange unit (HRFusion); the head upsamples the lower branches bilinearly
+    to 16×16, concatenates the three (96 channels), a 1×1 Conv–BN–ReLU and a 1×1 Conv to 4 class maps (N, 4, 16, 16)."""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(_conv_bn(3, 16, 3, 2), nn.ReLU())
+        self.down2 = nn.Sequential(_conv_bn(16, 32, 3, 2), nn.ReLU())
+        self.blocks2 = nn.ModuleList((HRBasicBlock(16), HRBasicBlock(32)))
+        self.fuse2 = HRFusion((16, 32))
+        self.down3 = nn.Sequential(_conv_bn(32, 48, 3, 2), nn.ReLU())
+        self.blocks3 = nn.ModuleList((HRBasicBlock(16), HRBasicBlock(32), HRBasicBlock(48)))
+        self.fuse3 = HRFusion((16, 32, 48))
+        self.head = nn.Sequential(_conv_bn(96, 32, 1), nn.ReLU(), nn.Conv2d(32, 4, 1))
+    def forward(self, x):  # N, 3, 32, 32
+        x = self.stem(x)
+        xs = self.fuse2([block(t) for block, t in zip(self.blocks2, (x, self.down2(x)))])
+        xs = self.fuse3([block(t) for block, t in zip(self.blocks3, xs + [self.down3(xs[1])])])
+        size = xs[0].shape[-2:]
+        up = [xs[0]] + [F.interpolate(t, size=size, mode="bilinear", align_corners=False) for t in xs[1:]]
+        return self.head(torch.cat(up, 1))
+
+
+class SplitAttention(nn.Module):
+    """ResNeSt's split-attention convolution (radix 2, cardinality 2): a grouped 3×3 Conv (groups radix·cardinality)
+    to radix·C channels, BN, ReLU; the radix splits summed, globally average-pooled, a grouped 1×1 Conv–BN–ReLU and a
+    grouped 1×1 Conv to radix·C attention logits; the r-softmax (reshaped to N, cardinality, radix, −1, transposed,
+    softmax over the radix axis) weights the splits, which are summed."""
+    def __init__(self, c, radix=2, card=2, inter=16):
+        super().__init__()
+        self.radix, self.card = radix, card
+        self.conv = _conv_bn(c, c * radix, 3, 1, radix * card)
+        self.fc1 = nn.Sequential(nn.Conv2d(c, inter, 1, groups=card), nn.BatchNorm2d(inter), nn.ReLU())
+        self.fc2 = nn.Conv2d(inter, c * radix, 1, groups=card)
+    def forward(self, x):
+        n = x.shape[0]
+        x = F.relu(self.conv(x))
+        splits = x.reshape(n, self.radix, -1, x.shape[2], x.shape[3])
+        gap = splits.sum(1).mean((2, 3), keepdim=True)
+        att = self.fc2(self.fc1(gap)).reshape(n, self.card, self.radix, -1).transpose(1, 2).softmax(1)
+        return (att.reshape(n, self.radix, -1, 1, 1) * splits).sum(1)
+
+class ResNeStBlock(nn.Module):
+    """A ResNeSt bottleneck: 1×1 Conv–BN–ReLU, split attention, a 3×3 average pool of stride 2 when downsampling
+    ("avd"), 1×1 Conv–BN; the shortcut average-pooled (ceil mode, padding excluded) then a 1×1 Conv–BN when the shape
+    changes ("avg down"); added, ReLU."""
+    def __init__(self, cin, c, cout, stride=1):
+        super().__init__()
+        self.reduce, self.split, self.expand = _conv_bn(cin, c, 1), SplitAttention(c), _conv_bn(c, cout, 1)
+        self.stride = stride
+        self.down = _conv_bn(cin, cout, 1) if stride > 1 or cin != cout else None
+    def forward(self, x):
+        y = self.split(F.relu(self.reduce(x)))
+        if self.stride > 1:
+            y = F.avg_pool2d(y, 3, self.stride, 1)
+        shortcut = x
+        if self.down is not None:
+            if self.stride > 1:
+                shortcut = F.avg_pool2d(shortcut, self.stride, ceil_mode=True, count_include_pad=False)
+            shortcut = self.down(shortcut)
+        return F.relu(self.expand(y) + shortcut)
+
+class ResNeSt(nn.Module):
+    """A small ResNeSt (Zhang et al. 2020): a deep stem of three 3×3 Conv–BN–ReLUs (16 channels), two split-attention
+    bottlenecks (16 → 32 channels, the second strided), global average pooling and a Linear (N, 10)."""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(_conv_bn(3, 8), nn.ReLU(), _conv_bn(8, 8), nn.ReLU(), _conv_bn(8, 16), nn.ReLU())
+        self.blocks = nn.Sequential(ResNeStBlock(16, 16, 32), ResNeStBlock(32, 16, 32, stride=2))
+        self.fc = nn.Linear(32, 10)
+    def forward(self, x):  # N, 3, 16, 16
+        return self.fc(self.blocks(self.stem(x)).mean((2, 3)))
+
+
+class OctaveConv(nn.Module):
+    """An octave convolution (Chen et al. 2019) on a high-frequency map and a half-resolution low-frequency one:
+    high' = Conv_hh(high) + nearest-upsampled Conv_lh(low), low' = Conv_ll(low) + Conv_hl(2×2-average-pooled high);
+    without a low input (the first layer) only the high → high and high → low paths, without a low output (the last)
+    only the paths into high; stride 2 average-pools both inputs first.  Each output BN'd and ReLU'd."""
+    def __init__(self, cin_h, cin_l, cout_h, cout_l, stride=1):
+        super().__init__()
+        self.stride = stride
+        self.hh, self.bn_h = nn.Conv2d(cin_h, cout_h, 3, padding=1, bias=False), nn.BatchNorm2d(cout_h)
+        self.lh = nn.Conv2d(cin_l, cout_h, 3, padding=1, bias=False) if cin_l else None
+        self.hl = nn.Conv2d(cin_h, cout_l, 3, padding=1, bias=False) if cout_l else None
+        self.ll = nn.Conv2d(cin_l, cout_l, 3, padding=1, bias=False) if cin_l and cout_l else None
+        self.bn_l = nn.BatchNorm2d(cout_l) if cout_l else None
+    def forward(self, high, low=None):
+        if self.stride > 1:
+            high = F.avg_pool2d(high, self.stride)
+            low = F.avg_pool2d(low, self.stride) if low is not None else None
+        out_h = self.hh(high)
+        if self.lh is not None:
+            out_h = out_h + F.interpolate(self.lh(low), scale_factor=2.0, mode="nearest")
+        out_h = F.relu(self.bn_h(out_h))
+        if self.hl is None:
+            return out_h, None
+        out_l = self.hl(F.avg_pool2d(high, 2))
+        if self.ll is not None:
+            out_l = out_l + self.ll(low)
+        return out_h, F.relu(self.bn_l(out_l))
+
+class OctaveNet(nn.Module):
+    """A CNN of octave convolutions (α = 0.5): 3 → 8 + 8, 8 + 8 → 16 + 16 (strided), 16 + 16 → 16 + 16, the last
+    merging into one 32-channel high map; global average pooling and a Linear (N, 10)."""
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList((OctaveConv(3, 0, 8, 8), OctaveConv(8, 8, 16, 16, stride=2),
+                                     OctaveConv(16, 16, 16, 16), OctaveConv(16, 16, 32, 0)))
+        self.fc = nn.Linear(32, 10)
+    def forward(self, x):  # N, 3, 16, 16
+        high, low = x, None
+        for layer in self.layers:
+            high, low = layer(high, low)
+        return self.fc(high.mean((2, 3)))
+
+
+def farthest_point_sample(xyz, n: int):
+    """Farthest point sampling unrolled ``n`` steps from point 0: the running minimum squared distance to the chosen
+    points, the next choice its ArgMax; the chosen indices (B, n)."""
+    idx = [torch.zeros_like(xyz[:, 0, 0], dtype=torch.long)]
+    dist = ((xyz - xyz[:, :1]) ** 2).sum(-1)
+    for _ in range(n - 1):
+        idx.append(dist.argmax(-1))
+        centroid = xyz.gather(1, idx[-1][:, None, None].expand(-1, 1, xyz.shape[-1]))
+        dist = torch.minimum(dist, ((xyz - centroid) ** 2).sum(-1))
+    return torch.stack(idx, 1)
+
+def ball_query(xyz, centroids, radius: float, k: int):
+    """The first ``k`` point indices within ``radius`` of each centroid (B, S, k), in index order: indices beyond the
+    radius replaced by N, the k smallest by TopK, an N-filled slot given the first index found (each centroid is
+    a point, so it finds itself)."""
+    n = xyz.shape[1]
+    sq = ((centroids[:, :, None] - xyz[:, None]) ** 2).sum(-1)
+    idx = torch.arange(n, device=xyz.device).expand_as(sq)
+    idx = torch.where(sq > radius * radius, torch.full_like(idx, n), idx)
+    idx = idx.topk(k, -1, largest=False, sorted=True).values
+    return torch.where(idx == n, idx[..., :1], idx)
+
+def gather_points(x, idx):
+    """``x`` (B, N, C) at the indices ``idx`` (B, ...) by GatherElements: (B, ..., C)."""
+    flat = idx.reshape(idx.shape[0], -1)
+    out = x.gather(1, flat[..., None].expand(-1, -1, x.shape[-1]))
+    return out.reshape(*idx.shape, x.shape[-1])
+
+class PointNetPP(nn.Module):
+    """A PointNet++ classifier (Qi et al. 2017), single scale: set abstraction 1 picks 8 of the 20 points by farthest
+    point sampling, groups 6 neighbours within radius 1.8 of each by a ball query (1 to 10 lie within it), their
+    coordinates relative to the centroid through a shared MLP (1×1 Conv2d–BN–ReLU, 3 → 16 → 32), a max over the
+    neighbours; set abstraction 2 groups all 8 centroids (their coordinates concatenated to the features, 35 → 64), a
+    max over them; an MLP head (64 → 32 → 10) (N, 10).  On the bundled input every ArgMax of the sampling wins by at
+    least 0.1 and every squared centroid–point distance lies at least 5e-2 from the radius²."""
+    def __init__(self, npoint=8, radius=1.8, k=6):
+        super().__init__()
+        self.npoint, self.radius, self.k = npoint, radius, k
+        self.mlp1 = nn.Sequential(nn.Conv2d(3, 16, 1), nn.BatchNorm2d(16), nn.ReLU(),
+                                  nn.Conv2d(16, 32, 1), nn.BatchNorm2d(32), nn.ReLU())
+        self.mlp2 = nn.Sequential(nn.Conv1d(35, 64, 1), nn.BatchNorm1d(64), nn.ReLU())
+        self.head = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+    def forward(self, points):  # N, 3, 20
+        xyz = points.transpose(1, 2)
+        centroids = gather_points(xyz, farthest_point_sample(xyz, self.npoint))  # B, S, 3
+        grouped = gather_points(xyz, ball_query(xyz, centroids, self.radius, self.k)) - centroids[:, :, None]
+        feats = self.mlp1(grouped.permute(0, 3, 1, 2)).amax(-1)  # B, 32, S
+        feats = self.mlp2(torch.cat((centroids.transpose(1, 2), feats), 1)).amax(-1)
+        return self.head(feats)
+
+
+class CBAM(nn.Module):
+    """A convolutional block attention module (Woo et al. 2018): channel attention — a shared MLP (1×1 Convs,
+    reduction 4) of the average- and max-pooled maps, summed, sigmoid — then spatial attention — the channel mean and
+    channel max stacked, a 7×7 Conv–BN, sigmoid — each multiplied in."""
+    def __init__(self, c, reduction=4):
+        super().__init__()
+        self.mlp = nn.Sequential(nn.Conv2d(c, c // reduction, 1), nn.ReLU(), nn.Conv2d(c // reduction, c, 1))
+        self.spatial = _conv_bn(2, 1, 7)
+    def forward(self, x):
+        x = x * torch.sigmoid(self.mlp(x.mean((2, 3), keepdim=True)) + self.mlp(x.amax((2, 3), keepdim=True)))
+        pooled = torch.cat((x.mean(1, keepdim=True), x.amax(1, keepdim=True)), 1)
+        return x * torch.sigmoid(self.spatial(pooled))
+
+class CBAMBlock(nn.Module):
+    """A ResNet basic block with CBAM on its residual branch; a 1×1 Conv–BN shortcut when strided."""
+    def __init__(self, cin, cout, stride=1):
+        super().__init__()
+        self.a, self.b, self.att = _conv_bn(cin, cout, 3, stride), _conv_bn(cout, cout), CBAM(cout)
+        self.down = _conv_bn(cin, cout, 1, stride) if stride > 1 or cin != cout else None
+    def forward(self, x):
+        y = self.att(self.b(F.relu(self.a(x))))
+        return F.relu(y + (x if self.down is None else self.down(x)))
+
+class CBAMNet(nn.Module):
+    """A CNN of CBAM blocks: a Conv–BN–ReLU stem (16 channels), a CBAM basic block, a strided one to 32 channels,
+    global average pooling and a Linear (N, 10)."""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(_conv_bn(3, 16), nn.ReLU())
+        self.blocks = nn.Sequential(CBAMBlock(16, 16), CBAMBlock(16, 32, 2))
+        self.fc = nn.Linear(32, 10)
+    def forward(self, x):  # N, 3, 16, 16
+        return self.fc(self.blocks(self.stem(x)).mean((2, 3)))
+
+
 #: arch -> (builder of the module, input maker(generator), source note)
 ARCHS = {
     "bert": (corpus_models._bert, "text16", "corpus_models"),
@@ -3181,6 +3526,17 @@ ARCHS = {
     "nbeats": (NBeats, "series2x32x3", "doubly residual blocks, fixed polynomial and Fourier bases, backcast subtraction"),
     "pointernet": (PointerNet, "points2x10", "unrolled LSTMCell decoder, glimpse, ArgMax one-hot visited mask, bmm selection"),
     "bnn": (BinaryNet, "image16x2", "binary activations and weights by Sign, mean |W| scales, Bi-Real shortcuts, hardtanh"),
+    # seventeenth held-out set (see above): ``--archs heldout17``
+    "yoso": (_yoso, "text16", "LSH-expectation attention: (1 - acos(q·k)/pi)^9 of L2-normalised q / k, no softmax"),
+    "longt5": (LongT5, "text16", "transient-global attention: local blocks of 3 neighbours, per-block side tokens by one-hot sums"),
+    "phimoe": (_phimoe, "text16", "sparsemixer routing: max-relative threshold masks, second expert after scattering -inf"),
+    "qwen3next": (Qwen3Next, "text16", "gated delta rule: chunkwise UT transform by forward substitution, gated attention, MoE"),
+    "sam": (Sam, "image64", "point prompts: random Fourier features, two-way transformer, hypernetwork mask heads"),
+    "hrnet": (HRNetLite, "image32", "parallel multi-resolution branches, repeated exchange by strided Conv and upsampling"),
+    "resnest": (ResNeSt, "image16x2", "split attention: radix-axis softmax over grouped Conv splits, avg-pool downsampling"),
+    "octconv": (OctaveNet, "image16x2", "octave convolution: high / low frequency maps exchanged by pooling and upsampling"),
+    "pointnetpp": (PointNetPP, "points2x3x20", "farthest point sampling (unrolled ArgMax), ball query by TopK, grouped max"),
+    "cbam": (CBAMNet, "image16x2", "channel attention by avg + max pooled shared MLP, spatial attention over channel pools"),
 }
 #: the architectures the tool was tuned on, and the held-out ones
 CORE = ("bert", "gpt2", "llama", "distilbert", "vit", "swin", "t5enc", "whisper", "convnext", "cnn", "rnn", "unet")
@@ -3201,15 +3557,17 @@ HELDOUT13 = ("switch", "recurrentgemma", "gptoss", "vitdet", "vitmae", "canine",
 HELDOUT14 = ("layoutlmv3", "fnet", "bamba", "conddetr", "minimax", "siglip", "performer", "hyena", "nerf", "slotattn")
 HELDOUT15 = ("deformdetr", "pix2struct", "qwen2vl", "reformer", "prophetnet", "glow", "gmlp", "cfc", "spiking", "dgcnn")
 HELDOUT16 = ("jetmoe", "groupvit", "luke", "univnet", "timesfm", "qat", "dlrm", "nbeats", "pointernet", "bnn")
+HELDOUT17 = ("yoso", "longt5", "phimoe", "qwen3next", "sam", "hrnet", "resnest", "octconv", "pointnetpp", "cbam")
 HELDOUT2 = tuple(a for a in ARCHS if a not in CORE + HELDOUT + HELDOUT3 + HELDOUT4 + HELDOUT5 + HELDOUT6 + HELDOUT7
                  + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12 + HELDOUT13 + HELDOUT14 + HELDOUT15
-                 + HELDOUT16)
+                 + HELDOUT16 + HELDOUT17)
 #: transformers models run with eager attention: the dynamo exporter fails on Swin's and T5's SDPA
 #: (scripts/corpus_models.py) and on BEiT's with a relative position bias, the TorchScript exporter on
 #: LLaMA's grouped-query SDPA (and GPT-BigCode's multi-query one, Qwen2-MoE's, Qwen3's, Phi-3's, DiffLlama's,
-#: Doge's, Bamba's, MiniMax's and Qwen2-VL's grouped-query ones)
+#: Doge's, Bamba's, MiniMax's, Qwen2-VL's, PhiMoE's and Qwen3-Next's grouped-query ones)
 EAGER = {"swin", "t5enc", "llama", "beit", "bigcode", "gemma", "swinv2", "dinov2", "qwen2moe", "nemotron", "lfm2",
-         "stablelm", "granite", "qwen3", "phi3", "diffllama", "doge", "bamba", "minimax", "qwen2vl"}
+         "stablelm", "granite", "qwen3", "phi3", "diffllama", "doge", "bamba", "minimax", "qwen2vl", "phimoe",
+         "qwen3next"}
 
 INPUTS = {
     "text16": lambda g: (torch.randint(0, 128, (1, 16), generator=g),),
