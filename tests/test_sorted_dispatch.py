@@ -92,3 +92,19 @@ def test_the_clean_dispatch_agrees_with_no_warning():
     with dc.quiet():
         report = onnx_bisect.bisect(model, (x,), onnx=proto)
     assert report.ok and not report.warnings, report.warnings
+
+
+def test_an_experts_weight_with_its_rows_permuted_is_paired_by_the_view_pytorch_read():
+    """The third expert's folded weight (dynamo) with its output rows reversed: its numbers no longer correlate
+    with any parameter, but PyTorch's product read exactly one view of a parameter of that size — the select of
+    experts.weight at 2 — so that is its parameter."""
+    model, x, proto, gemm = _case("dynamo")
+    init = next(i for i in proto.graph.initializer if i.name == gemm.input[1])
+    value = numpy_helper.to_array(init)
+    trans_b = next((a.i for a in gemm.attribute if a.name == "transB"), 0)
+    flipped = value[::-1] if trans_b else value[:, ::-1]
+    init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(flipped), init.name))
+    fd = _bisect(model, x, proto)
+    assert fd is not None and fd.cause == "weight-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert fd.layer.segment == (gemm.name,), fd.layer.segment
+    assert "experts.weight[2]" in fd.explanation, fd.explanation

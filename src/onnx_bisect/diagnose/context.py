@@ -74,6 +74,20 @@ class CutRun:
     runtime: RuntimeSettings
 
 
+def _selected(a: Activation, by_index: dict) -> str:
+    """The index a select of a parameter took, on the way from the parameter to the view ``a``: ``"[2]"`` for
+    ``weight[2]`` (a select along the first axis), else ``""``."""
+    seen = set()
+    while a is not None and a.index not in seen:
+        seen.add(a.index)
+        if a.module_type.startswith("aten.select"):
+            args = dict(a.args)
+            if args.get("1") == 0 and isinstance(args.get("2"), int):
+                return f"[{args['2']}]"
+        a = next((by_index[i] for i in a.inputs if i in by_index and by_index[i].params), None)
+    return ""
+
+
 @dataclass(frozen=True)
 class DiagnosisContext:
     """Everything known about the first divergence: where it is, the ONNX model, what it is compared with,
@@ -241,6 +255,28 @@ class DiagnosisContext:
             if not by_index[i].params:  # a product's inputs are another layer's: the walk stops at it
                 frontier += by_index[i].inputs
         return tuple(dict.fromkeys(found))
+
+    @cached_property
+    def op_param_views(self) -> tuple[tuple[str, np.ndarray], ...]:
+        """The parameters PyTorch's op read as the values it read them in (a view of a stacked parameter: one
+        expert's ``weight[2]``, transposed), nearest first: ``(name, value)``, the name with the index a select
+        took (``experts.weight[2]``).  () for a module's output."""
+        act = self.layer.pair.activation
+        if not act.op:
+            return ()
+        by_index = {a.index: a for a in self.ops}
+        found, frontier, seen = [], list(act.inputs), {act.index}
+        while frontier and len(seen) <= OPS_PER_NODE * max(1, len(self.segment_nodes)):
+            i = frontier.pop(0)
+            if i in seen or i not in by_index:
+                continue
+            seen.add(i)
+            a = by_index[i]
+            if a.params and a.value is not None and a.value.dtype.kind == "f":
+                found.append((a.params[0] + _selected(a, by_index), np.asarray(a.value, np.float64)))
+            if not a.params:
+                frontier += a.inputs
+        return tuple(found)
 
     def modules_near(self) -> list[tuple[str, Any]]:
         """The divergent module, its ancestors and the modules of the segment's nodes (qualname, module)."""

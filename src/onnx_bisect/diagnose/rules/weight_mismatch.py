@@ -162,11 +162,14 @@ def _differing(ctx: DiagnosisContext, candidates) -> list:
         if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
             continue
         best, owned, zeroed = _counterpart(ctx, name, value, candidates), None, None
+        viewed = None
         if best is None or not best[1].equal and (not _same_tensor(best, name, value) or name in folded_biases):
             owned, zeroed = _owned(ctx, name, value, candidates), _zeroed(ctx, name, value, candidates)
-            best = zeroed or owned or best
+            viewed = _viewed(ctx, name, value)
+            best = zeroed or owned or viewed or best
         # zeros pair with anything of their size: only in a bias slot the module has (``_zeroed``), or named so
-        if best is None or best[1].equal or not (_same_tensor(best, name, value) or best is zeroed or best is owned):
+        if best is None or best[1].equal or not (_same_tensor(best, name, value) or best is zeroed or best is owned
+                                                 or best is viewed):
             continue
         if value.dtype == np.float16 and _only_clamped(value, best[2], best[1].layout):
             continue
@@ -269,6 +272,21 @@ def _owned(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
     relation = layout.relate(value, tensor)
     if relation is None or relation.equal or np.ptp(np.asarray(value, np.float64)) > 0:
         return None  # numbers of their own (noise, another layer's): the value pairing's case
+    return parameter, relation, tensor
+
+
+def _viewed(ctx: DiagnosisContext, name: str, value: np.ndarray):
+    """``(parameter, relation, tensor)`` for the segment's only float initializer of its size when PyTorch's op
+    read exactly one parameter view of that size (one expert's slice of a stacked weight, transposed): paired by
+    what the op read, whatever the numbers now are (rows permuted, another checkpoint's); None otherwise."""
+    views = [(n, v) for n, v in ctx.op_param_views if v.size == value.size]
+    same = [t for t in segment_initializers(ctx) if (v := ctx.initializer(t)) is not None and v.size == value.size]
+    if len(views) != 1 or same != [name]:
+        return None
+    parameter, tensor = views[0]
+    relation = layout.relate(value, tensor)
+    if relation is None or relation.equal:
+        return None
     return parameter, relation, tensor
 
 
