@@ -89,6 +89,31 @@ def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str
         return _search(p, runner, layer, references, model_feeds, ops, compare), ops
 
 
+#: ops that only lay their input out: an output of theirs may be meant to hold the input's value as it is
+HANDING_ON = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+
+
+def _handed_on(candidates: list[inside.Candidate], matched: dict[str, inside.Match], index,
+               values) -> list[inside.Candidate]:
+    """Each wrong output of a layout op (a Transpose) whose input holds an op's value also tried fed that value
+    as it is: a Transpose where none belongs (scores transposed before their mask) should have handed its input
+    on, and PyTorch's op after it (the mask added) is no counterpart of it — fed there, the segment would add the
+    mask twice and still clear."""
+    out, done = [], set()
+    for c in candidates:
+        t = c.tensor
+        if t not in done:
+            done.add(t)
+            node = index.node_of(t)
+            source = matched.get(node.inputs[0]) if node is not None and node.op_type in HANDING_ON and node.inputs \
+                else None
+            if source is not None and source.perm is None and source.rows is None and t in values \
+                    and source.op.value.size == values[t].size:
+                out.append(inside.Candidate(t, source.op, 0.0))
+        out.append(c)
+    return out
+
+
 def _in_rows(candidates: list[inside.Candidate], matched: dict[str, inside.Match], index,
              values) -> list[inside.Candidate]:
     """Candidates of tensors computed after a sort that holds PyTorch's rows in another order, fed in that order:
@@ -164,7 +189,8 @@ def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_f
     constant = _constant(p.index, produced)
     bad = [t for t in inside.bad_tensors(produced, matched, p.index, within, values) if t not in constant]
     entering = _entering_values(seg, ops, within)
-    found = _confirm(seg, layer, _in_rows(inside.candidates(bad, ops, values, matched, p.index, entering=entering),
+    found = _confirm(seg, layer, _in_rows(_handed_on(inside.candidates(bad, ops, values, matched, p.index,
+                                                                       entering=entering), matched, p.index, values),
                                           matched, p.index, values), compare, values)
     refined = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
     if refined is not None and len(refined.layer.segment) <= SMALL_REGION and not _reshaped(found[0], values):
@@ -370,7 +396,7 @@ def _confirm(seg: _Segment, layer: LayerResult, candidates: list[inside.Candidat
     """The first candidate (graph order, nearest first) whose PyTorch value, fed in place of the ONNX tensor,
     makes the segment's output agree: ``(candidate, value fed)``; None when none does within the budget."""
     reference = layer.pair.reference()
-    for trial, c in enumerate(candidates):
+    for trial, c in enumerate(_finite_first(candidates, values)):
         if trial >= MAX_TRIALS:
             return None
         fed = _in_layout(c, seg.p.index, values[c.tensor].shape if c.tensor in values else None)
@@ -381,6 +407,31 @@ def _confirm(seg: _Segment, layer: LayerResult, candidates: list[inside.Candidat
         if compare(out, reference).ok or _reordered_ok(seg, out, reference, compare):
             return c, fed
     return None
+
+
+def _finite_first(candidates: list[inside.Candidate], values) -> list[inside.Candidate]:
+    """Each tensor's candidates with those holding infinities (or a mask's float minimum) where the tensor holds
+    ordinary numbers last (stable): a mask
+    PyTorch adds after the op the tensor stands for (attention scores, then their causal mask) makes a value that,
+    fed there, also clears the output — the segment adds the mask again — but is not the tensor's counterpart."""
+    def masked_where_finite(c: inside.Candidate) -> bool:
+        v = values.get(c.tensor)
+        if v is None or c.op.value.size != v.size or c.op.value.dtype.kind != "f":
+            return False
+        ref = np.abs(np.asarray(c.op.value, np.float64).reshape(-1))
+        mine = np.abs(np.asarray(v, np.float64).reshape(-1))
+        with np.errstate(invalid="ignore"):
+            return bool(np.any(~(ref < inside.EXTREME) & (mine < inside.EXTREME)))
+    out: list[inside.Candidate] = []
+    i = 0
+    while i < len(candidates):
+        j = i
+        while j < len(candidates) and candidates[j].tensor == candidates[i].tensor:
+            j += 1
+        group = candidates[i:j]
+        out += sorted(group, key=masked_where_finite)
+        i = j
+    return out
 
 
 def _reordered_ok(seg: "_Segment", out: np.ndarray, reference: np.ndarray, compare) -> bool:
