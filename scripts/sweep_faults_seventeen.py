@@ -436,6 +436,8 @@ def plant_act_before_layer(ctx: FileContext, site: Site, rng: np.random.Generato
         node_by_name(out, layer_name).input[0] = xa
         node_by_name(out, bias or layer_name).output[0] = y
         insert_nodes(out, layer_name, moved, [])
+        if not _toposorted(out):  # a moved node reading a Constant made after the layer (TorchScript's Clip bounds)
+            raise NoVariant("the moved activation cannot be ordered before the layer")
         probe = ctx.tensors(out, [xa])[xa]
         if np.array_equal(probe, _value(ctx, x)):
             raise NoVariant("the layer's input is already activated: moving the activation would only drop it")

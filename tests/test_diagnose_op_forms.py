@@ -1,5 +1,6 @@
-"""An op written in another form than the model's: a view where it permutes, a softmax over a flattened tail, an
-RNN given a state it does not carry, a functional pool with another window. Each is named as the node whose
+"""An op written in another form than the model's: a view where it permutes, a softmax over a flattened tail, a
+scale after a softmax where the model scales its input, an RNN given a state it does not carry, a functional pool
+with another window. Each is named as the node whose
 attribute (or form) differs, and confirmed by re-running the segment."""
 from __future__ import annotations
 
@@ -87,6 +88,35 @@ def test_a_softmax_over_a_flattened_tail_is_named_with_the_axis_pytorch_normalis
     fd = _bisect(model, (x,), proto)
     _found(fd, "planted_softmax", at_most=3)
     assert "normalised jointly" in fd.explanation and "implies 3 of [1, 2, 6, 6]" in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_an_attention_scale_applied_after_the_softmax_is_moved_inside_it(exporter):
+    """The scores' scale taken off the path into the Softmax and applied to its output (``softmax(qkᵀ)·s`` for
+    ``softmax(s·qkᵀ)``): named at the Mul after the Softmax, whose scale applied to the Softmax's input reproduces
+    PyTorch."""
+    model, x = _Attention().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(189))
+    proto = dc.export(model, (x,), exporter)
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    consts = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in proto.graph.node
+              if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
+    scale = next(n for n in proto.graph.node if n.op_type in ("Div", "Mul") and n.output[0] == softmax.input[0])
+    k = next(i for i, t in enumerate(scale.input) if t in inits or t in consts)
+    number = float(np.asarray(inits.get(scale.input[k], consts.get(scale.input[k]))).reshape(-1)[0])
+    number = 1 / number if scale.op_type == "Div" else number
+    softmax.input[0] = scale.input[1 - k]  # the scale left out of the scores
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(number, np.float32), "late_scale"))
+    out = softmax.output[0]
+    softmax.output[0] = out + "_unscaled"
+    late = helper.make_node("Mul", [out + "_unscaled", "late_scale"], [out], name="planted_late_scale")
+    nodes = [n for n in proto.graph.node if n is not scale]
+    at = nodes.index(softmax)
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes[:at + 1] + [late] + nodes[at + 1:])
+    fd = _bisect(model, (x,), proto)
+    _found(fd, "planted_late_scale", at_most=4)
+    assert "applied to its input" in fd.explanation, fd.explanation
 
 
 class _Tagger(torch.nn.Module):

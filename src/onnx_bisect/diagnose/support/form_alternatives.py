@@ -1,6 +1,7 @@
 """Alternatives of form: an op written in another form than the model's — a view (Reshape) where the model permutes,
 a Softmax over a flattened tail (opset 11's semantics) where it normalises over one axis, an RNN given an initial
-state its PyTorch module was not called with.  Each is an edit the attribute rule keeps only when the segment then
+state its PyTorch module was not called with, a scale applied to a Softmax's output where the model scales its
+input.  Each is an edit the attribute rule keeps only when the segment then
 reproduces PyTorch; :func:`form_alternatives` dispatches them by op type (the flattened softmax is tried among a
 Softmax's own attribute readings, :mod:`.alternatives`)."""
 from __future__ import annotations
@@ -21,6 +22,8 @@ def form_alternatives(ctx, proto, shape_of, make) -> Iterator:
         yield from _permuted_views(ctx, proto, shape_of, make)
     if proto.op_type in ("LSTM", "GRU", "RNN"):
         yield from _zero_state(ctx, proto, make)
+    if proto.op_type in ("Mul", "Div"):
+        yield from _scale_inside_softmax(ctx, proto, make)
 
 
 #: permutations tried for a Reshape whose output holds its input's axes in another order, at most
@@ -141,5 +144,43 @@ def _without_inputs(node: str, positions: list[int]):
         target = edits.node(model, node)
         for i in positions:
             target.input[i] = ""
+        return model, weights
+    return edit
+
+
+def _scale_inside_softmax(ctx, proto, make) -> Iterator:
+    """A Mul (Div) by one number applied to a Softmax's output, moved to its input: ``softmax(x)·s`` written where
+    the model computes ``softmax(s·x)`` (an attention scale put after the normalisation: the weights then sum to s
+    and keep the unscaled logits' sharpness)."""
+    if len(proto.input) != 2:
+        return
+    graph = ctx.onnx.graph
+    for k in (0, 1):
+        source, scale = graph.node_of(proto.input[k]), ctx.constant(proto.input[1 - k])
+        if source is None or source.op_type not in ("Softmax", "LogSoftmax") or scale is None or scale.size != 1 \
+                or proto.op_type == "Div" and k != 0 or len(graph.consumers.get(proto.input[k], ())) != 1:
+            continue
+        number = float(np.asarray(scale).reshape(-1)[0])
+        said = f"×{number:.6g}" if proto.op_type == "Mul" else f"÷{number:.6g}"
+        inside = f"{number:.6g}·x" if proto.op_type == "Mul" else f"x/{number:.6g}"
+        yield make(proto.name, "placement", f"{said} applied to the output of {source.op_type} {source.name}",
+                   f"{said} applied to its input ({source.op_type}({inside}))", "the PyTorch output",
+                   _moved_before(proto.name, proto.input[1 - k], source.name))
+
+
+def _moved_before(node: str, scale: str, softmax: str):
+    def edit(model, weights):
+        target, norm = edits.node(model, node), edits.node(model, softmax)
+        x, out = norm.input[0], norm.output[0]
+        scaled = f"{node}_before_{softmax}"
+        inputs = [x, scale] if target.op_type == "Div" or list(target.input).index(scale) == 1 else [scale, x]
+        moved = helper.make_node(target.op_type, inputs, [scaled], name=f"{node}_moved")
+        norm.input[0] = scaled
+        edits.make_identity(model, node, out)
+        nodes = list(model.graph.node)
+        at = next(i for i, n in enumerate(nodes) if n.name == softmax)
+        model.graph.ClearField("node")
+        model.graph.node.extend(nodes[:at] + [moved] + nodes[at:])
+        edits.drop_value_info(model, {scaled})
         return model, weights
     return edit
