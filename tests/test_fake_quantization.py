@@ -59,12 +59,37 @@ def test_a_classifier_weight_after_a_fake_quantized_activation_is_named_not_the_
     with dc.quiet():
         fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
     _found(fd, reader, cause="weight-mismatch", at_most=12)
-    assert not any(n for n in fd.layer.segment if "Quantize" in n and n != reader), fd.layer.segment
+    assert not {"QuantizeLinear", "DequantizeLinear"} & set(fd.layer.segment_ops), fd.layer.segment_ops
 
 
-def test_a_clean_fake_quantized_export_agrees_with_no_warning():
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_clean_fake_quantized_export_agrees_with_no_warning(exporter):
     model = _FakeQuantNet().eval()
     inputs = (torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(242)),)
     with dc.quiet():
-        report = onnx_bisect.bisect(model, inputs, onnx=dc.export(model, inputs, "torchscript"))
+        report = onnx_bisect.bisect(model, inputs, onnx=dc.export(model, inputs, exporter))
     assert report.first_divergence is None and not report.warnings, report.warnings
+
+
+def test_a_wrong_scale_in_the_models_own_quantizer_is_still_named():
+    """The activation quantizer's scale doubled in the file (TorchScript): the pair is PyTorch's own, kept in the
+    twin — which keeps the file's wrong scale, so the twin does not reproduce PyTorch and the quantizer is named."""
+    model = _FakeQuantNet().eval()
+    inputs = (torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(242)),)
+    proto = dc.export(model, inputs, "torchscript")
+    consts = {n.output[0]: n for n in proto.graph.node if n.op_type == "Constant"}
+    inits = {i.name: i for i in proto.graph.initializer}
+    q = next(n for n in proto.graph.node if n.op_type == "QuantizeLinear" and (
+        (t := consts.get(n.input[1])) is not None and numpy_helper.to_array(t.attribute[0].t).size == 1
+        and abs(float(numpy_helper.to_array(t.attribute[0].t)) - 0.025) < 1e-6
+        or n.input[1] in inits and abs(float(numpy_helper.to_array(inits[n.input[1]])) - 0.025) < 1e-6))
+    doubled = np.array(0.05, np.float32)
+    proto.graph.initializer.append(numpy_helper.from_array(doubled, "doubled_scale"))
+    for n in proto.graph.node:
+        if n.op_type in ("QuantizeLinear", "DequantizeLinear") and n.input[1] == q.input[1]:
+            n.input[1] = "doubled_scale"
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
+    assert fd is not None and fd.cause in ("quantization", "attribute-mismatch", "weight-mismatch"), fd and (fd.cause, fd.explanation)
+    readers = {n.name for n in proto.graph.node if "doubled_scale" in n.input}
+    assert readers & set(fd.layer.segment + fd.fixed_nodes) and len(fd.layer.segment) <= 4, fd.layer.segment

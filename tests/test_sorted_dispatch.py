@@ -72,6 +72,7 @@ def test_an_experts_projection_scaled_after_the_sort_is_named_alone():
     fd = _bisect(model, x, proto)
     assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert fd.layer.segment == (gemm.name,), fd.layer.segment
+    assert fd.layer.pair.rows is not None  # the expert's rows, as the file's sort ordered them: ties broken otherwise
     assert "alpha" in fd.explanation
 
 

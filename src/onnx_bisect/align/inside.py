@@ -83,7 +83,7 @@ def match_values(ops: tuple[Activation, ...], values: dict[str, np.ndarray], ten
 
 def reordered_matches(ops: tuple[Activation, ...], values: dict[str, np.ndarray], tensors: list[str],
                       matched: dict[str, Match], graph: GraphIndex) -> dict[str, Match]:
-    """Tensors no op's value is held by as is, computed after a sort (a TopK, an ArgSort), that hold an op's rows
+    """Tensors no op's value is held by as is, computed after a sort (an exported sort is a TopK), that hold an op's rows
     in another order within float noise — the order the file's sort gives equal keys (tokens sorted by expert),
     carried on by what is computed from it.  Each with the order of its rows.
 
@@ -92,19 +92,26 @@ def reordered_matches(ops: tuple[Activation, ...], values: dict[str, np.ndarray]
     Concat.  Rows put in another order
     later (a Gather rolling them) are no sort's, and stay unmatched."""
     found: dict[str, Match] = {}
+    if not any(n.op_type in SORTING_OPS for n in graph.nodes):
+        return found
     for t in tensors:
         v = values.get(t)
         if t in matched or v is None or kind(v) != "f" or v.size < 2 or not sorted_upstream(graph, t):
             continue
-        orders = _handed_on_orders(t, v, graph, {**matched, **found}, values)
+        known = {**matched, **found}
+        orders = _handed_on_orders(t, v, graph, known, values)
+        chunk = _chunk_of_reordered(t, v, graph, known, values)
+        own = chunk or _reads_sort(graph, t)
+        sums = np.sort(np.asarray(v, np.float64).reshape(-1, _row_width(v)).sum(1))
         for a in ops:
             if kind(a.value) != "f" or a.value.shape != v.shape or not informative(a.value):
                 continue
             rows = next((o for o in orders if len(o) * _row_width(v) == v.size
                          and close(v, in_order(a.value, o), float_noise(v))), None)
-            if rows is None and (_reads_sort(graph, t) or _chunk_of_reordered(t, v, graph, {**matched, **found},
-                                                                               values)):
-                order = row_order(v, a.value)
+            if rows is None and own and np.allclose(
+                    sums, np.sort(np.asarray(a.value, np.float64).reshape(-1, _row_width(v)).sum(1)),
+                    rtol=1e-3, atol=1e-5 * (1 + float(np.abs(sums).max(initial=0)))):
+                order = row_order(v, a.value, any_order=chunk)
                 rows = tuple(int(i) for i in order) if order is not None and close(
                     v, in_order(a.value, order), float_noise(v)) else None
             if rows is not None:
@@ -148,19 +155,15 @@ SORT_HOPS = 12
 
 def _chunk_of_reordered(tensor: str, v: np.ndarray, graph: GraphIndex, matched: dict[str, Match],
                         values: dict[str, np.ndarray]) -> bool:
-    """Whether ``tensor`` is consecutive rows of a tensor holding reordered rows, cut by a Split or a Slice: one
-    expert's chunk of the sorted tokens, in the order the sort left them (equal rows — a token routed to two
-    experts — make the parent's order say nothing of which copy went where)."""
+    """Whether ``tensor`` is cut by a Split or a Slice from a tensor holding reordered rows: one expert's chunk of
+    the sorted tokens, in the order the sort left them — read from the chunk itself (equal rows, a token routed to
+    two experts, make the parent's order say nothing of which copy went where), and in any order (two tokens of
+    one expert exchanged are a reversal)."""
     node = graph.node_of(tensor)
     if node is None or node.op_type not in ("Split", "Slice") or not node.inputs:
         return False
     m, parent = matched.get(node.inputs[0]), values.get(node.inputs[0])
-    width = _row_width(v)
-    if m is None or m.rows is None or parent is None or _row_width(parent) != width:
-        return False
-    rows, mine = np.asarray(parent).reshape(-1, width), np.asarray(v).reshape(-1, width)
-    return any(np.array_equal(rows[a:a + len(mine)], mine) for a in range(len(rows) - len(mine) + 1)
-               if np.array_equal(rows[a], mine[0]))
+    return m is not None and m.rows is not None and parent is not None and _row_width(parent) == _row_width(v)
 
 
 def _reads_sort(graph: GraphIndex, tensor: str) -> bool:
@@ -185,7 +188,7 @@ def _reads_sort(graph: GraphIndex, tensor: str) -> bool:
     return False
 
 
-def file_value(match: "Match | Candidate", shape: tuple[int, ...] | None = None) -> np.ndarray:
+def file_value(match: "Match | Candidate") -> np.ndarray:
     """The op's value laid out as the file holds it: transposed by the match's permutation, its rows in the
     file's order."""
     value = match.op.value if match.perm is None else match.op.value.transpose(match.perm)

@@ -12,6 +12,7 @@ Memory stays bounded: only the ops run inside one chosen module call are kept
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 from collections import defaultdict
 from dataclasses import dataclass
@@ -191,10 +192,13 @@ class _Recorder(TorchDispatchMode):
         return found
 
     def _derive(self, tensors: list[torch.Tensor], inputs: tuple[int, ...]) -> None:
+        """Note that integer ``tensors`` are computed from the kept ops ``inputs`` — for as long as they live (they
+        are not kept alive: their memory is no budget's, and an id freed is forgotten before it is reused)."""
         if inputs:
             for t in tensors:
+                if id(t) not in self.derived:
+                    weakref.finalize(t, self.derived.pop, id(t), None)
                 self.derived[id(t)] = frozenset(inputs)
-                self.alive.append(t)
 
     def _pass_through(self, args, out) -> None:
         """The output of a copy or cast carries its input's record on; a cast of integers to floats (a one-hot made

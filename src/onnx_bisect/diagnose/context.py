@@ -74,6 +74,11 @@ class CutRun:
     runtime: RuntimeSettings
 
 
+#: PyTorch ops whose output is a parameter's numbers laid out (not a product computed from one)
+PARAMETER_VIEWS = frozenset({"aten.select", "aten.t", "aten.transpose", "aten.permute", "aten.view", "aten.slice",
+                             "aten._unsafe_view", "aten.reshape", "aten.expand", "aten.unsqueeze", "aten.squeeze"})
+
+
 def _selected(a: Activation, by_index: dict) -> str:
     """The index a select of a parameter took, on the way from the parameter to the view ``a``: ``"[2]"`` for
     ``weight[2]`` (a select along the first axis), else ``""``."""
@@ -83,7 +88,7 @@ def _selected(a: Activation, by_index: dict) -> str:
         if a.module_type.startswith("aten.select"):
             args = dict(a.args)
             if args.get("1") == 0 and isinstance(args.get("2"), int):
-                return f"[{args['2']}]"
+                return f"[{args['2']}]" if args["2"] >= 0 else f"[{args['2']}] (counted from the end)"
         a = next((by_index[i] for i in a.inputs if i in by_index and by_index[i].params), None)
     return ""
 
@@ -272,7 +277,8 @@ class DiagnosisContext:
                 continue
             seen.add(i)
             a = by_index[i]
-            if a.params and a.value is not None and a.value.dtype.kind == "f":
+            if a.params and ".".join(a.module_type.split(".")[:2]) in PARAMETER_VIEWS \
+                    and a.value is not None and a.value.dtype.kind == "f":
                 found.append((a.params[0] + _selected(a, by_index), np.asarray(a.value, np.float64)))
             if not a.params:
                 frontier += a.inputs

@@ -89,11 +89,12 @@ def refine(p: Prepared, runner: Runner, layer: LayerResult, references: dict[str
         return _search(p, runner, layer, references, model_feeds, ops, compare), ops
 
 
-#: ops that only lay their input out: an output of theirs may be meant to hold the input's value as it is
-HANDING_ON = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+#: ops that move their input's values (not only reshape them): an output of theirs may be meant to hold the input's
+#: value as it is
+HANDING_ON = frozenset({"Transpose"})
 
 
-def _handed_on(candidates: list[inside.Candidate], matched: dict[str, inside.Match], index,
+def _with_input_as_is(candidates: list[inside.Candidate], matched: dict[str, inside.Match], index,
                values) -> list[inside.Candidate]:
     """Each wrong output of a layout op (a Transpose) whose input holds an op's value also tried fed that value
     as it is: a Transpose where none belongs (scores transposed before their mask) should have handed its input
@@ -108,7 +109,8 @@ def _handed_on(candidates: list[inside.Candidate], matched: dict[str, inside.Mat
             source = matched.get(node.inputs[0]) if node is not None and node.op_type in HANDING_ON and node.inputs \
                 else None
             if source is not None and source.perm is None and source.rows is None and t in values \
-                    and source.op.value.size == values[t].size:
+                    and source.op.value.size == values[t].size and source.op.value.shape == values[t].shape \
+                    and not np.array_equal(source.op.value, values[t]):
                 out.append(inside.Candidate(t, source.op, 0.0))
         out.append(c)
     return out
@@ -126,7 +128,9 @@ def _in_rows(candidates: list[inside.Candidate], matched: dict[str, inside.Match
         rows = None
         if c.perm is None and not c.own_shape and c.tensor in values and c.op.value.shape == values[c.tensor].shape:
             rows = _upstream_rows(c.tensor, matched, index, c.op.value)
-        out.append(c if rows is None else dataclasses.replace(c, rows=rows))
+        if rows is not None:
+            out.append(dataclasses.replace(c, rows=rows))
+        out.append(c)
     return out
 
 
@@ -134,6 +138,7 @@ def _upstream_rows(tensor: str, matched: dict[str, inside.Match], index, value: 
     """The row order of the nearest tensor upstream of ``tensor`` matched with reordered rows, when it has as many
     rows as ``value``; None otherwise."""
     count = value.size // (value.shape[-1] if value.ndim > 1 else 1)
+    matched_within = {o for n in index.nodes for o in n.outputs if o in matched} | set(index.producer)
     frontier, seen = [tensor], {tensor}
     while frontier:
         node = index.node_of(frontier.pop(0))
@@ -144,9 +149,12 @@ def _upstream_rows(tensor: str, matched: dict[str, inside.Match], index, value: 
                 continue
             seen.add(t)
             m = matched.get(t)
-            if m is not None and m.rows is not None:
-                return m.rows if len(m.rows) == count else None
-            frontier.append(t)
+            if m is not None:
+                if m.rows is not None:
+                    return m.rows if len(m.rows) == count else None
+                continue  # PyTorch's own order from here up (the rows scattered back)
+            if t in matched_within:
+                frontier.append(t)
     return None
 
 
@@ -189,7 +197,7 @@ def _search(p: Prepared, runner: Runner, layer: LayerResult, references, model_f
     constant = _constant(p.index, produced)
     bad = [t for t in inside.bad_tensors(produced, matched, p.index, within, values) if t not in constant]
     entering = _entering_values(seg, ops, within)
-    found = _confirm(seg, layer, _in_rows(_handed_on(inside.candidates(bad, ops, values, matched, p.index,
+    found = _confirm(seg, layer, _in_rows(_with_input_as_is(inside.candidates(bad, ops, values, matched, p.index,
                                                                        entering=entering), matched, p.index, values),
                                           matched, p.index, values), compare, values)
     refined = _refinement(p, layer, found, matched, values, references, compare, ops) if found else None
@@ -414,24 +422,26 @@ def _finite_first(candidates: list[inside.Candidate], values) -> list[inside.Can
     ordinary numbers last (stable): a mask
     PyTorch adds after the op the tensor stands for (attention scores, then their causal mask) makes a value that,
     fed there, also clears the output — the segment adds the mask again — but is not the tensor's counterpart."""
+    ordinary: dict[str, np.ndarray | None] = {}
+
     def masked_where_finite(c: inside.Candidate) -> bool:
-        v = values.get(c.tensor)
-        if v is None or c.op.value.size != v.size or c.op.value.dtype.kind != "f":
+        mine = ordinary[c.tensor]
+        if mine is None or c.op.value.size != mine.size or c.op.value.dtype.kind != "f":
             return False
-        ref = np.abs(np.asarray(c.op.value, np.float64).reshape(-1))
-        mine = np.abs(np.asarray(v, np.float64).reshape(-1))
         with np.errstate(invalid="ignore"):
-            return bool(np.any(~(ref < inside.EXTREME) & (mine < inside.EXTREME)))
+            return bool(np.any(~(np.abs(c.op.value.reshape(-1)) < inside.EXTREME) & mine))
     out: list[inside.Candidate] = []
     i = 0
-    while i < len(candidates):
+    while i < len(candidates) and len(out) < MAX_TRIALS:
         j = i
         while j < len(candidates) and candidates[j].tensor == candidates[i].tensor:
             j += 1
-        group = candidates[i:j]
-        out += sorted(group, key=masked_where_finite)
+        v = values.get(candidates[i].tensor)
+        with np.errstate(invalid="ignore"):
+            ordinary[candidates[i].tensor] = None if v is None else np.abs(np.asarray(v).reshape(-1)) < inside.EXTREME
+        out += sorted(candidates[i:j], key=masked_where_finite)
         i = j
-    return out
+    return out + candidates[i:]
 
 
 def _reordered_ok(seg: "_Segment", out: np.ndarray, reference: np.ndarray, compare) -> bool:

@@ -26,10 +26,11 @@ def rows_reordered(actual: np.ndarray, expected: np.ndarray) -> np.ndarray | Non
     return moved.reshape(actual.shape)
 
 
-def row_order(actual: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
+def row_order(actual: np.ndarray, expected: np.ndarray, any_order: bool = False) -> np.ndarray | None:
     """For each row of ``actual`` (as :func:`rows_reordered` reads rows), the ``expected`` row nearest it:
     ``expected`` laid out in ``actual``'s order is ``in_order(expected, order)``.  None where
-    :func:`rows_reordered` is."""
+    :func:`rows_reordered` is (``any_order``: a reversal too is an order, where a sort's reversal is not in
+    question — a chunk of two sorted rows exchanged)."""
     if actual.shape != expected.shape or actual.ndim == 0 or actual.shape[-1] == 0:
         return None
     width = actual.shape[-1] if actual.ndim > 1 else 1  # a vector: its numbers are its rows
@@ -44,7 +45,7 @@ def row_order(actual: np.ndarray, expected: np.ndarray) -> np.ndarray | None:
         order[i] = next(j for j in candidates.tolist() if j not in used)  # go one each
         used.add(int(order[i]))
     rows = np.arange(len(a))
-    if np.array_equal(order, rows) or np.array_equal(order, rows[::-1]):
+    if np.array_equal(order, rows) or not any_order and np.array_equal(order, rows[::-1]):
         return None
     return order
 

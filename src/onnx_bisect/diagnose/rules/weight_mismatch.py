@@ -210,7 +210,8 @@ def _counterpart(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates
                                  candidates=concatenated_parameters(ctx, value.size)) or best
     if best is None or (not best[1].equal and not _same_tensor(best, name, value)):
         # one expert's (one layer's) slice of a stacked parameter, folded into an initializer of its own
-        best = nearest_parameter(value, name, rnn_input=rnn, candidates=stacked_slices(ctx, value.size)) or best
+        sliced = nearest_parameter(value, name, rnn_input=rnn, candidates=stacked_slices(ctx, value.size))
+        best = sliced if sliced is not None and (best is None or sliced[1].rel_l2 < best[1].rel_l2) else best
     if best is None or (not best[1].equal and not _same_tensor(best, name, value)):
         # an exporter folds an activation that depends on no input into a constant (the position embeddings of
         # a fixed length): the constant then stands for that module's output

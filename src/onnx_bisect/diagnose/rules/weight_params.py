@@ -107,11 +107,11 @@ def stacked_slices(ctx: DiagnosisContext, size: int) -> dict[str, np.ndarray]:
     if module is None:
         return {}
     out: dict[str, np.ndarray] = {}
-    for name, t in list(module.named_parameters()) + list(module.named_buffers()):
-        if not t.is_floating_point() or t.ndim < 2 or t.shape[0] < 2 or t.numel() // t.shape[0] != size \
-                or t.shape[0] > MAX_SLICES:
-            continue
-        value = t.detach().double().cpu().numpy()
+    for name, t in module.named_parameters():
+        if not t.is_floating_point() or t.ndim < 3 or not 2 <= t.shape[0] <= MAX_SLICES \
+                or t.numel() // t.shape[0] != size:
+            continue  # a matrix's rows are no stack: only a stack of matrices (or kernels) is
+        value = t.detach().cpu().numpy()  # views of the parameter: nothing is copied
         out.update({f"{name}[{i}]": value[i] for i in range(t.shape[0])})
     return out
 
