@@ -1,6 +1,6 @@
 """An op written in another form than the model's: a view where it permutes, a softmax over a flattened tail, a
-scale after a softmax where the model scales its input, an RNN given a state it does not carry, a functional pool
-with another window. Each is named as the node whose
+scale after a softmax where the model scales its input, an activation before its layer where the model applies it
+after, an RNN given a state it does not carry, a functional pool with another window. Each is named as the node whose
 attribute (or form) differs, and confirmed by re-running the segment."""
 from __future__ import annotations
 
@@ -117,6 +117,39 @@ def test_an_attention_scale_applied_after_the_softmax_is_moved_inside_it(exporte
     fd = _bisect(model, (x,), proto)
     _found(fd, "planted_late_scale", at_most=4)
     assert "applied to its input" in fd.explanation, fd.explanation
+
+
+class _ConvStack(torch.nn.Module):
+    """Conv, Conv, ReLU, a pooled head: the activation after the second layer."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(191)
+        self.c1, self.c2, self.head = torch.nn.Conv2d(3, 8, 3), torch.nn.Conv2d(8, 8, 3), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.c2(self.c1(x))).mean((2, 3)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_an_activation_applied_before_its_layer_is_moved_after_it(exporter):
+    """The second layer's ReLU applied to its input instead of its output (``c2(relu(x))`` for ``relu(c2(x))``,
+    a pre-activation port of a post-activation block): named at the ReLU and the Conv, the ReLU moved to the Conv's
+    output reproduces PyTorch."""
+    model, x = _ConvStack().eval(), torch.randn(1, 3, 10, 10, generator=torch.Generator().manual_seed(193))
+    proto = dc.export(model, (x,), exporter)
+    convs = [n for n in proto.graph.node if n.op_type == "Conv"]
+    relu = next(n for n in proto.graph.node if n.op_type == "Relu" and n.input[0] == convs[1].output[0])
+    h, out = convs[0].output[0], relu.output[0]
+    relu.input[0], relu.output[0] = h, "relu_early"  # the ReLU reads the layer's input
+    convs[1].input[0], convs[1].output[0] = "relu_early", out  # the Conv reads it, and writes what the ReLU wrote
+    nodes = [n for n in proto.graph.node if n is not relu]
+    nodes.insert(nodes.index(convs[1]), relu)
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes)
+    fd = _bisect(model, (x,), proto)
+    _found(fd, relu.name, at_most=3)
+    assert convs[1].name in fd.layer.segment and "applied to its output" in fd.explanation, fd.explanation
 
 
 class _Tagger(torch.nn.Module):

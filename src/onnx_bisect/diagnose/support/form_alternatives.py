@@ -1,7 +1,7 @@
 """Alternatives of form: an op written in another form than the model's — a view (Reshape) where the model permutes,
 a Softmax over a flattened tail (opset 11's semantics) where it normalises over one axis, an RNN given an initial
 state its PyTorch module was not called with, a scale applied to a Softmax's output where the model scales its
-input.  Each is an edit the attribute rule keeps only when the segment then
+input, an activation applied to a layer's input where the model applies it to the layer's output.  Each is an edit the attribute rule keeps only when the segment then
 reproduces PyTorch; :func:`form_alternatives` dispatches them by op type (the flattened softmax is tried among a
 Softmax's own attribute readings, :mod:`.alternatives`)."""
 from __future__ import annotations
@@ -24,6 +24,8 @@ def form_alternatives(ctx, proto, shape_of, make) -> Iterator:
         yield from _zero_state(ctx, proto, make)
     if proto.op_type in ("Mul", "Div"):
         yield from _scale_inside_softmax(ctx, proto, make)
+    if proto.op_type in MOVABLE_ACTIVATIONS:
+        yield from _activation_after_layer(ctx, proto, make)
 
 
 #: permutations tried for a Reshape whose output holds its input's axes in another order, at most
@@ -185,5 +187,48 @@ def _moved_before(node: str, scale: str, softmax: str):
         model.graph.ClearField("node")
         model.graph.node.extend(before + [n for n in nodes[at:] if n is not maker])
         edits.drop_value_info(model, {scaled})
+        return model, weights
+    return edit
+
+
+#: single-node activations a port may apply on the wrong side of a layer
+MOVABLE_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Softplus", "Sigmoid", "HardSigmoid",
+                                 "HardSwish", "Tanh", "Softsign", "Clip", "Gelu", "Mish"})
+#: a layer an activation may sit before or after: its product, then perhaps its bias
+LAYERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+
+
+def _activation_after_layer(ctx, proto, make) -> Iterator:
+    """An activation whose only reader is a layer (a Conv, a Gemm, a MatMul, perhaps then its bias Add), moved to
+    the layer's output: ``fc(act(x))`` written where the model computes ``act(fc(x))`` (pre-activation ordering
+    where the model post-activates, as a ResNet v2 block's port into v1's)."""
+    graph = ctx.onnx.graph
+    readers = [graph.nodes[i] for i in graph.consumers.get(proto.output[0], ())]
+    if len(readers) != 1 or readers[0].op_type not in LAYERS or readers[0].inputs[0] != proto.output[0]:
+        return
+    layer = readers[0]
+    last = layer
+    after = [graph.nodes[i] for i in graph.consumers.get(layer.outputs[0], ())]
+    if len(after) == 1 and after[0].op_type == "Add" and any(ctx.constant(t) is not None for t in after[0].inputs):
+        last = after[0]  # the layer's bias, added after its product
+    yield make(proto.name, "placement", f"{proto.op_type} applied to the input of {layer.op_type} {layer.name}",
+               f"{proto.op_type} applied to its output (after {last.name}, to what reads it)", "the PyTorch output",
+               _activated_after(proto.name, layer.name, last.name))
+
+
+def _activated_after(act: str, layer: str, last: str):
+    def edit(model, weights):
+        a, first, end = edits.node(model, act), edits.node(model, layer), edits.node(model, last)
+        x, y = a.input[0], end.output[0]
+        after = f"{act}_after_{last}"
+        first.input[0] = x
+        edits.rewire(model, y, after)  # what read the layer's output reads it activated
+        end.output[0] = y
+        a.input[0], a.output[0] = y, after
+        nodes = [n for n in model.graph.node if n.name != act]
+        at = next(i for i, n in enumerate(nodes) if n.name == last)
+        model.graph.ClearField("node")
+        model.graph.node.extend(nodes[:at + 1] + [a] + nodes[at + 1:])
+        edits.drop_value_info(model, {after})
         return model, weights
     return edit
