@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from onnx import helper
+import numpy as np
+from onnx import helper, numpy_helper
 
 import onnx_bisect
 
@@ -56,3 +57,51 @@ def test_scores_transposed_before_their_mask_are_named_at_the_transpose(exporter
     assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert fd.layer.segment == ("planted_transpose",), fd.layer.segment
     assert "[0, 1, 2, 3]" in fd.explanation, fd.explanation
+
+
+class _ShapeMasked(torch.nn.Module):
+    """Attention computed in the module's own ops (parameters, not child Linears), its causal mask built from the
+    scores' shape (a Shape node in a TorchScript file)."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        torch.manual_seed(263)
+        self.wq, self.wk, self.wv = (torch.nn.Parameter(torch.randn(d, d) / 4) for _ in range(3))
+        self.o = torch.nn.Linear(d, d)
+
+    def forward(self, x):
+        q, k, v = x @ self.wq, x @ self.wk, x @ self.wv
+        scores = q @ k.transpose(-1, -2) / 4
+        mask = torch.ones_like(scores).triu(1).bool()  # from the scores' shape
+        scores = scores.masked_fill(mask, float("-inf"))
+        return self.o(scores.softmax(-1) @ v)
+
+
+def test_a_wrong_tensor_whose_shape_builds_a_right_mask_is_still_wrong():
+    """The queries halved by an inserted Mul (TorchScript): the causal mask, built from the scores' Shape, holds
+    PyTorch's mask — but a Shape reads no values, so it does not vouch for the queries: the Mul is named."""
+    model = _ShapeMasked().eval()
+    x = torch.randn(1, 8, 16, generator=torch.Generator().manual_seed(264))
+    import io
+
+    import onnx
+
+    buffer = io.BytesIO()
+    with dc.quiet():  # a dynamic sequence: the mask is built from the scores' Shape at run time
+        torch.onnx.export(model, (x,), buffer, dynamo=False, opset_version=17, input_names=["x"],
+                          dynamic_axes={"x": {1: "seq"}})
+    proto = onnx.load_from_string(buffer.getvalue())
+    assert any(n.op_type == "Shape" for n in proto.graph.node)
+    q = next(n for n in proto.graph.node if n.op_type == "MatMul")
+    y = q.output[0]
+    q.output[0] = y + "_raw"
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(0.5, np.float32), "planted_half"))
+    mul = helper.make_node("Mul", [y + "_raw", "planted_half"], [y], name="planted_mul")
+    nodes = list(proto.graph.node)
+    nodes.insert(nodes.index(q) + 1, mul)
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd is not None and "planted_mul" in fd.layer.segment and len(fd.layer.segment) <= 3, fd and fd.layer.segment
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation

@@ -447,13 +447,15 @@ def close(v: np.ndarray, ref: np.ndarray, rtol: float) -> bool:
 def bad_tensors(tensors: list[str], matched: dict[str, Match], graph: GraphIndex, within: set[str],
                 values: dict[str, np.ndarray]) -> list[str]:
     """The floating-point ``tensors`` (graph order) that hold no op's value and feed no tensor that does,
-    inside the tensors ``within`` (the segment's).  A match whose value is one number repeated (a Softmax
+    inside the tensors ``within`` (the segment's) — through their values: a Shape reads none (a causal mask built
+    from a wrong tensor's shape holds PyTorch's mask).  A match whose value is one number repeated (a Softmax
     over an axis of size 1, a mask of ones) says nothing of the values it was computed from: it is no bad
     tensor itself, but it vouches for none of its producers."""
     feeds_good: set[str] = set()
     for t in reversed(tensors):  # reverse graph order: consumers before producers
         if (t in matched and _informative(values.get(t))) or any(
-                o in feeds_good for i in graph.consumers.get(t, ()) for o in graph.nodes[i].outputs if o in within):
+                o in feeds_good for i in graph.consumers.get(t, ()) if graph.nodes[i].op_type not in SHAPE_ONLY
+                for o in graph.nodes[i].outputs if o in within):
             feeds_good.add(t)
     return [t for t in tensors if t not in feeds_good and t not in matched and t in values and kind(values[t]) == "f"]
 
