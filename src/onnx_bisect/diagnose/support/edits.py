@@ -114,6 +114,25 @@ def replace_nodes(model: onnx.ModelProto, remove: set[str], new_nodes: Sequence[
     model.graph.node.extend(kept_before + list(new_nodes) + kept_after)
 
 
+def toposorted(nodes: Sequence[onnx.NodeProto], model: onnx.ModelProto) -> list[onnx.NodeProto]:
+    """``nodes`` reordered (stably) so that each follows the producers of its inputs; as given if they cycle."""
+    made = {o for n in nodes for o in n.output if o}
+    ready = {i.name for i in model.graph.input} | {i.name for i in model.graph.initializer} | {""}
+    pending, order = list(nodes), []
+    while pending:
+        rest = []
+        for n in pending:
+            if all(i in ready or i not in made for i in n.input):
+                order.append(n)
+                ready.update(n.output)
+            else:
+                rest.append(n)
+        if len(rest) == len(pending):
+            return list(nodes)
+        pending = rest
+    return order
+
+
 def drop_value_info(model: onnx.ModelProto, names: set[str] | None = None) -> None:
     """Forget recorded types of ``names`` (all when None), e.g. after a dtype change (in place)."""
     keep = [] if names is None else [v for v in model.graph.value_info if v.name not in names]
