@@ -310,7 +310,12 @@ def _floating(index, tensor: str, values) -> bool:
     if tensor in values:
         return values[tensor].dtype.kind == "f"
     elem = index.elem_types.get(tensor)
-    return elem is None or np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).kind == "f"
+    if not elem:  # unknown (0 or absent): not known to hold integers
+        return True
+    try:
+        return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).kind == "f"
+    except (KeyError, TypeError, ValueError):  # a type numpy has no dtype for (a string, an 8-bit float)
+        return elem in (onnx.TensorProto.BFLOAT16, onnx.TensorProto.FLOAT8E4M3FN, onnx.TensorProto.FLOAT8E5M2)
 
 
 def _reshaped(c: inside.Candidate, values) -> bool:
