@@ -6,6 +6,7 @@ reproduces PyTorch; :func:`form_alternatives` dispatches them by op type (the fl
 Softmax's own attribute readings, :mod:`.alternatives`)."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Iterator
 
@@ -165,9 +166,37 @@ def _scale_inside_softmax(ctx, proto, make) -> Iterator:
         number = float(np.asarray(scale).reshape(-1)[0])
         said = f"×{number:.6g}" if proto.op_type == "Mul" else f"÷{number:.6g}"
         inside = f"{number:.6g}·x" if proto.op_type == "Mul" else f"x/{number:.6g}"
-        yield make(proto.name, "placement", f"{said} applied to the output of {source.op_type} {source.name}",
+        alt = make(proto.name, "placement", f"{said} applied to the output of {source.op_type} {source.name}",
                    f"{said} applied to its input ({source.op_type}({inside}))", "the PyTorch output",
                    _moved_before(proto.name, proto.input[1 - k], source.name))
+        yield dataclasses.replace(alt, shows_in=(*_scores_path(graph, source), proto.name))
+
+
+#: ops computing scores a scale may apply to anywhere along (a product, the layouts of its operands, a mask added)
+PRODUCTS = frozenset({"MatMul", "Gemm", "Einsum"})
+SCORE_STEPS = frozenset({"Add", "Sub", "Where", "Mul", "Div", "Reshape", "Transpose", "Cast"})
+
+
+def _scores_path(graph, softmax) -> tuple[str, ...]:
+    """The nodes along which a scale of the Softmax's scores belongs, any of them equivalent: back from the Softmax
+    through masks and layouts to the product computing the scores, and the layout ops just before its operands (a
+    query scaled before its heads are split) — the Softmax included; () when no product is found."""
+    path, node = [softmax.name], softmax
+    for _ in range(6):
+        node = graph.node_of(node.inputs[0]) if node.inputs else None
+        if node is None or node.op_type not in PRODUCTS | SCORE_STEPS:
+            return (softmax.name,)
+        path.append(node.name)
+        if node.op_type in PRODUCTS:
+            for operand in node.inputs[:2]:
+                up = graph.node_of(operand)
+                for _ in range(2):
+                    if up is None or up.op_type not in ("Reshape", "Transpose"):
+                        break
+                    path.append(up.name)
+                    up = graph.node_of(up.inputs[0]) if up.inputs else None
+            return tuple(reversed(path))
+    return (softmax.name,)
 
 
 def _moved_before(node: str, scale: str, softmax: str):
