@@ -25,7 +25,7 @@ def form_alternatives(ctx, proto, shape_of, make) -> Iterator:
         yield from _zero_state(ctx, proto, make)
     if proto.op_type in ("Mul", "Div"):
         yield from _scale_inside_softmax(ctx, proto, make)
-    if proto.op_type in MOVABLE_ACTIVATIONS:
+    if proto.op_type in MOVABLE_ACTIVATIONS or proto.op_type in ELEMENTWISE:
         yield from _activation_after_layer(ctx, proto, make)
 
 
@@ -227,37 +227,91 @@ MOVABLE_ACTIVATIONS = frozenset({"Relu", "LeakyRelu", "Elu", "Selu", "Celu", "So
 LAYERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 
 
+#: elementwise ops an activation written out is made of (GELU's x·½(1 + erf(x/√2)), SiLU's x·σ(x))
+ELEMENTWISE = frozenset({"Div", "Mul", "Add", "Sub", "Erf", "Tanh", "Sigmoid", "Pow", "Sqrt", "Neg", "Exp", "Log",
+                         "Abs", "Softplus", "Relu", "Clip", "HardSigmoid"})
+#: nodes of a written-out activation, at most
+MAX_ACTIVATION_NODES = 8
+
+
 def _activation_after_layer(ctx, proto, make) -> Iterator:
-    """An activation whose only reader is a layer (a Conv, a Gemm, a MatMul, perhaps then its bias Add), moved to
-    the layer's output: ``fc(act(x))`` written where the model computes ``act(fc(x))`` (pre-activation ordering
-    where the model post-activates, as a ResNet v2 block's port into v1's)."""
+    """An activation (one node, or written out of elementwise ops computing from one tensor and constants) whose
+    only reader is a layer (a Conv, a Gemm, a MatMul, perhaps then its bias Add), moved to the layer's output:
+    ``fc(act(x))`` written where the model computes ``act(fc(x))`` (pre-activation ordering where the model
+    post-activates, as a ResNet v2 block's port into v1's)."""
     graph = ctx.onnx.graph
     readers = [graph.nodes[i] for i in graph.consumers.get(proto.output[0], ())]
     if len(readers) != 1 or readers[0].op_type not in LAYERS or readers[0].inputs[0] != proto.output[0]:
         return
+    found = _unary_block(ctx, proto)
+    if found is None and proto.op_type in MOVABLE_ACTIVATIONS and proto.input and proto.input[0]:
+        found = (proto.name,), proto.input[0]  # the activation alone (what it reads is computed from more)
+    if found is None or len(found[0]) == 1 and proto.op_type not in MOVABLE_ACTIVATIONS:
+        return
+    nodes, source = found
     layer = readers[0]
     last = layer
     after = [graph.nodes[i] for i in graph.consumers.get(layer.outputs[0], ())]
     if len(after) == 1 and after[0].op_type == "Add" and any(ctx.constant(t) is not None for t in after[0].inputs):
         last = after[0]  # the layer's bias, added after its product
-    yield make(proto.name, "placement", f"{proto.op_type} applied to the input of {layer.op_type} {layer.name}",
-               f"{proto.op_type} applied to its output (after {last.name}, to what reads it)", "the PyTorch output",
-               _activated_after(proto.name, layer.name, last.name))
+    what = proto.op_type if len(nodes) == 1 else f"the activation written out ({', '.join(nodes)})"
+    alt = make(proto.name, "placement", f"{what} applied to the input of {layer.op_type} {layer.name}",
+               f"it applied to the layer's output (after {last.name}, to what reads it)", "the PyTorch output",
+               _activated_after(nodes, source, layer.name, last.name))
+    yield dataclasses.replace(alt, shows_in=(*nodes, layer.name))
 
 
-def _activated_after(act: str, layer: str, last: str):
+def _unary_block(ctx, proto) -> tuple[tuple[str, ...], str] | None:
+    """The elementwise nodes computing ``proto``'s output from one tensor and constants alone, and that tensor:
+    ``((names, in graph order), source)``; None when more than one tensor feeds them or they are too many."""
+    graph = ctx.onnx.graph
+    names, sources, frontier = {proto.name}, set(), [proto]
+    while frontier:
+        node = frontier.pop()
+        for t in node.input:
+            if not t or ctx.constant(t) is not None:
+                continue
+            up = graph.node_of(t)
+            # a tensor read twice is the activation's input (GELU's x, SiLU's x); a vector constant is a layer's
+            # (a bias, a scale), not an activation's
+            inner = up is not None and up.op_type in ELEMENTWISE | MOVABLE_ACTIVATIONS \
+                and len(graph.consumers.get(t, ())) == 1 and len(names) < MAX_ACTIVATION_NODES \
+                and all((c := ctx.constant(i)) is None or c.size <= 1 for i in up.inputs if i)
+            if inner and any(ctx.constant(i) is None for i in up.inputs if i):
+                if up.name not in names:
+                    names.add(up.name)
+                    frontier.append(edits_proto(ctx, up.name))
+            else:
+                sources.add(t)
+    if len(sources) != 1:
+        return None
+    order = {n.name: n.index for n in graph.nodes}
+    return tuple(sorted(names, key=order.get)), next(iter(sources))
+
+
+def edits_proto(ctx, name: str):
+    """The node ``name`` of the file, as a NodeProto."""
+    return next(p for p in ctx.onnx.skeleton.graph.node if p.name == name)
+
+
+def _activated_after(nodes: tuple[str, ...], source: str, layer: str, last: str):
     def edit(model, weights):
-        a, first, end = edits.node(model, act), edits.node(model, layer), edits.node(model, last)
-        x, y = a.input[0], end.output[0]
-        after = f"{act}_after_{last}"
-        first.input[0] = x
+        block, first, end = set(nodes), edits.node(model, layer), edits.node(model, last)
+        y = end.output[0]
+        tail = edits.node(model, nodes[-1])
+        after = f"{tail.name}_after_{last}"
+        first.input[0] = source
         edits.rewire(model, y, after)  # what read the layer's output reads it activated
         end.output[0] = y
-        a.input[0], a.output[0] = y, after
-        nodes = [n for n in model.graph.node if n.name != act]
-        at = next(i for i, n in enumerate(nodes) if n.name == last)
+        for n in model.graph.node:
+            if n.name in block:
+                n.input[:] = [y if t == source else t for t in n.input]
+        tail.output[0] = after
+        moved = [n for n in model.graph.node if n.name in block]
+        rest = [n for n in model.graph.node if n.name not in block]
+        at = next(i for i, n in enumerate(rest) if n.name == last)
         model.graph.ClearField("node")
-        model.graph.node.extend(nodes[:at + 1] + [a] + nodes[at + 1:])
+        model.graph.node.extend(edits.toposorted(rest[:at + 1] + moved + rest[at + 1:], model))
         edits.drop_value_info(model, {after})
         return model, weights
     return edit
