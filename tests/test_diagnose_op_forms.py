@@ -149,7 +149,7 @@ def test_an_activation_applied_before_its_layer_is_moved_after_it(exporter):
     proto.graph.node.extend(nodes)
     fd = _bisect(model, (x,), proto)
     _found(fd, relu.name, at_most=3)
-    assert convs[1].name in fd.layer.segment and "applied to its output" in fd.explanation, fd.explanation
+    assert convs[1].name in fd.layer.segment and "applied to the layer's output" in fd.explanation, fd.explanation
 
 
 class _Tagger(torch.nn.Module):
