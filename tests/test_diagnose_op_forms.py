@@ -90,22 +90,46 @@ def test_a_softmax_over_a_flattened_tail_is_named_with_the_axis_pytorch_normalis
     assert "normalised jointly" in fd.explanation and "implies 3 of [1, 2, 6, 6]" in fd.explanation, fd.explanation
 
 
+class _BiasedAttention(_Attention):
+    """As _Attention, with a learned relative position bias added to the scaled scores (Swin's)."""
+
+    def __init__(self):
+        super().__init__()
+        self.bias = torch.nn.Parameter(torch.randn(2, 6, 6))
+
+    def forward(self, x):  # 1, 6, 16
+        q, k, v = self.qkv(x).view(1, 6, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        w = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5 + self.bias, dim=-1)
+        return self.out((w @ v).transpose(1, 2).reshape(1, 6, 16))
+
+
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
-def test_an_attention_scale_applied_after_the_softmax_is_moved_inside_it(exporter):
+@pytest.mark.parametrize("biased", [False, True], ids=["plain", "position-bias"])
+def test_an_attention_scale_applied_after_the_softmax_is_moved_inside_it(exporter, biased):
     """The scores' scale taken off the path into the Softmax and applied to its output (``softmax(qkᵀ)·s`` for
     ``softmax(s·qkᵀ)``): named at the Mul after the Softmax, whose scale applied to the Softmax's input reproduces
-    PyTorch."""
-    model, x = _Attention().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(189))
+    PyTorch — or, with a position bias added to the scaled scores (which the scale must not touch), applied to the
+    product's scores."""
+    model = (_BiasedAttention() if biased else _Attention()).eval()
+    x = torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(189))
     proto = dc.export(model, (x,), exporter)
     softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    made = {o: n for n in proto.graph.node for o in n.output}
     inits = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
     consts = {n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in proto.graph.node
               if n.op_type == "Constant" and n.attribute and n.attribute[0].name == "value"}
-    scale = next(n for n in proto.graph.node if n.op_type in ("Div", "Mul") and n.output[0] == softmax.input[0])
+    scale, frontier = None, [softmax.input[0]]
+    while scale is None:  # up from the softmax (past the bias Add) to the scalar Div / Mul of the scores
+        node = made[frontier.pop(0)]
+        held = [t for t in node.input if (t in inits or t in consts)
+                and np.asarray(inits.get(t, consts.get(t))).size == 1]
+        scale = node if node.op_type in ("Div", "Mul") and held else None
+        frontier += [t for t in node.input if t in made and t not in consts]
     k = next(i for i, t in enumerate(scale.input) if t in inits or t in consts)
     number = float(np.asarray(inits.get(scale.input[k], consts.get(scale.input[k]))).reshape(-1)[0])
     number = 1 / number if scale.op_type == "Div" else number
-    softmax.input[0] = scale.input[1 - k]  # the scale left out of the scores
+    for n in proto.graph.node:  # the scale left out of the scores
+        n.input[:] = [scale.input[1 - k] if t == scale.output[0] else t for t in n.input]
     proto.graph.initializer.append(numpy_helper.from_array(np.array(number, np.float32), "late_scale"))
     out = softmax.output[0]
     softmax.output[0] = out + "_unscaled"
@@ -115,8 +139,9 @@ def test_an_attention_scale_applied_after_the_softmax_is_moved_inside_it(exporte
     proto.graph.ClearField("node")
     proto.graph.node.extend(nodes[:at + 1] + [late] + nodes[at + 1:])
     fd = _bisect(model, (x,), proto)
-    _found(fd, "planted_late_scale", at_most=4)
-    assert "applied to its input" in fd.explanation, fd.explanation
+    _found(fd, "planted_late_scale", at_most=6 if biased else 4)
+    said = "applied to the scores" if biased else "applied to its input"
+    assert said in fd.explanation, fd.explanation
 
 
 class _ConvStack(torch.nn.Module):

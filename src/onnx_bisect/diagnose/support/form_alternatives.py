@@ -169,7 +169,15 @@ def _scale_inside_softmax(ctx, proto, make) -> Iterator:
         alt = make(proto.name, "placement", f"{said} applied to the output of {source.op_type} {source.name}",
                    f"{said} applied to its input ({source.op_type}({inside}))", "the PyTorch output",
                    _moved_before(proto.name, proto.input[1 - k], source.name))
-        yield dataclasses.replace(alt, shows_in=(*_scores_path(graph, source), proto.name))
+        path = _scores_path(graph, source)
+        yield dataclasses.replace(alt, shows_in=(*path, proto.name))
+        product = next((n for n in graph.nodes if n.name in path and n.op_type in PRODUCTS), None)
+        if product is not None and graph.node_of(source.inputs[0]) is not product:
+            # a bias added to the scores between (a relative position bias) is not scaled: the scale on the product
+            alt = make(proto.name, "placement", f"{said} applied to the output of {source.op_type} {source.name}",
+                       f"{said} applied to the scores {product.name} computes, before what is added to them",
+                       "the PyTorch output", _scaled_after(proto.name, proto.input[1 - k], product.name))
+            yield dataclasses.replace(alt, shows_in=(*path, proto.name))
 
 
 #: ops computing scores a scale may apply to anywhere along (a product, the layouts of its operands, a mask added)
@@ -197,6 +205,24 @@ def _scores_path(graph, softmax) -> tuple[str, ...]:
                     up = graph.node_of(up.inputs[0]) if up.inputs else None
             return tuple(reversed(path))
     return (softmax.name,)
+
+
+def _scaled_after(node: str, scale: str, product: str):
+    def edit(model, weights):
+        target, made = edits.node(model, node), edits.node(model, product)
+        raw = made.output[0]
+        scaled = f"{node}_after_{product}"
+        inputs = [raw, scale] if target.op_type == "Div" or list(target.input).index(scale) == 1 else [scale, raw]
+        moved = helper.make_node(target.op_type, inputs, [scaled], name=f"{node}_moved")
+        edits.rewire(model, raw, scaled)
+        edits.make_identity(model, node, target.input[0] if target.input[0] != scale else target.input[1])
+        nodes = list(model.graph.node)
+        at = next(i for i, n in enumerate(nodes) if n.name == product)
+        model.graph.ClearField("node")
+        model.graph.node.extend(edits.toposorted(nodes[:at + 1] + [moved] + nodes[at + 1:], model))
+        edits.drop_value_info(model, {scaled})
+        return model, weights
+    return edit
 
 
 def _moved_before(node: str, scale: str, softmax: str):
