@@ -281,10 +281,12 @@ def _activation_after_layer(ctx, proto, make) -> Iterator:
     if len(after) == 1 and after[0].op_type == "Add" and any(ctx.constant(t) is not None for t in after[0].inputs):
         last = after[0]  # the layer's bias, added after its product
     what = proto.op_type if len(nodes) == 1 else f"the activation written out ({', '.join(nodes)})"
-    alt = make(proto.name, "placement", f"{what} applied to the input of {layer.op_type} {layer.name}",
-               f"it applied to the layer's output (after {last.name}, to what reads it)", "the PyTorch output",
-               _activated_after(nodes, source, layer.name, last.name))
-    yield dataclasses.replace(alt, shows_in=(*nodes, layer.name))
+    for named in (False, True):  # the layer's output keeps its name (the activation's is new), or the other way
+        alt = make(proto.name, "placement", f"{what} applied to the input of {layer.op_type} {layer.name}",
+                   f"it applied to the layer's output (after {last.name}, "
+                   f"{'writing its tensor' if named else 'to what reads it'})", "the PyTorch output",
+                   _activated_after(nodes, source, layer.name, last.name, named))
+        yield dataclasses.replace(alt, shows_in=(*nodes, layer.name))
 
 
 def _unary_block(ctx, proto) -> tuple[tuple[str, ...], str] | None:
@@ -320,7 +322,9 @@ def edits_proto(ctx, name: str):
     return next(p for p in ctx.onnx.skeleton.graph.node if p.name == name)
 
 
-def _activated_after(nodes: tuple[str, ...], source: str, layer: str, last: str):
+def _activated_after(nodes: tuple[str, ...], source: str, layer: str, last: str, named: bool = False):
+    """``named``: the activation writes the layer's output tensor (a scope naming it the activation's), the
+    layer a new one; else the layer keeps it and the activation writes a new one its readers read."""
     def edit(model, weights):
         block, first, end = set(nodes), edits.node(model, layer), edits.node(model, last)
         y = end.output[0]
@@ -333,6 +337,12 @@ def _activated_after(nodes: tuple[str, ...], source: str, layer: str, last: str)
             if n.name in block:
                 n.input[:] = [y if t == source else t for t in n.input]
         tail.output[0] = after
+        if named:  # the names exchanged: the activation's output is the layer's old tensor
+            raw = f"{last}_raw"
+            edits.rewire(model, y, raw)
+            end.output[0] = raw
+            edits.rewire(model, after, y)
+            tail.output[0] = y
         moved = [n for n in model.graph.node if n.name in block]
         rest = [n for n in model.graph.node if n.name not in block]
         at = next(i for i, n in enumerate(rest) if n.name == last)
