@@ -188,7 +188,7 @@ SCORE_STEPS = frozenset({"Add", "Sub", "Where", "Mul", "Div", "Reshape", "Transp
 def _scores_path(graph, softmax) -> tuple[str, ...]:
     """The nodes along which a scale of the Softmax's scores belongs, any of them equivalent: back from the Softmax
     through masks and layouts to the product computing the scores, and the layout ops just before its operands (a
-    query scaled before its heads are split) — the Softmax included; () when no product is found."""
+    query scaled before its heads are split) — the Softmax included; the Softmax alone when no product is found."""
     path, node = [softmax.name], softmax
     for _ in range(6):
         node = graph.node_of(node.inputs[0]) if node.inputs else None
@@ -308,7 +308,7 @@ def _unary_block(ctx, proto) -> tuple[tuple[str, ...], str] | None:
             if inner and any(ctx.constant(i) is None for i in up.inputs if i):
                 if up.name not in names:
                     names.add(up.name)
-                    frontier.append(edits_proto(ctx, up.name))
+                    frontier.append(_proto(ctx, up.name))
             else:
                 sources.add(t)
     if len(sources) != 1:
@@ -317,7 +317,7 @@ def _unary_block(ctx, proto) -> tuple[tuple[str, ...], str] | None:
     return tuple(sorted(names, key=order.get)), next(iter(sources))
 
 
-def edits_proto(ctx, name: str):
+def _proto(ctx, name: str):
     """The node ``name`` of the file, as a NodeProto."""
     return next(p for p in ctx.onnx.skeleton.graph.node if p.name == name)
 
