@@ -23,11 +23,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import onnx
 
 from ..records import Activation
-from ..records.graph import PRODUCT_OPS, SORTING_OPS, GraphIndex, sorted_upstream
-from ..records.rows import in_order, row_order
+from ..records.graph import INTEGER_TYPES, PRODUCT_OPS, SORTING_OPS, GraphIndex
+from ..records.rows import in_order, row_order, row_width
 from ..records.nest import informative
 from .similarity import float_noise, kind, laid_out, nearness, perms
 
@@ -92,24 +91,23 @@ def reordered_matches(ops: tuple[Activation, ...], values: dict[str, np.ndarray]
     Concat.  Rows put in another order
     later (a Gather rolling them) are no sort's, and stay unmatched."""
     found: dict[str, Match] = {}
-    if not any(n.op_type in SORTING_OPS for n in graph.nodes):
-        return found
+    after = _after_sort(graph)
     for t in tensors:
         v = values.get(t)
-        if t in matched or v is None or kind(v) != "f" or v.size < 2 or not sorted_upstream(graph, t):
+        if t in matched or v is None or kind(v) != "f" or v.size < 2 or t not in after:
             continue
         known = {**matched, **found}
         orders = _handed_on_orders(t, v, graph, known, values)
         chunk = _chunk_of_reordered(t, v, graph, known, values)
         own = chunk or _reads_sort(graph, t)
-        sums = np.sort(np.asarray(v, np.float64).reshape(-1, _row_width(v)).sum(1))
+        sums = np.sort(np.asarray(v, np.float64).reshape(-1, row_width(v)).sum(1))
         for a in ops:
             if kind(a.value) != "f" or a.value.shape != v.shape or not informative(a.value):
                 continue
-            rows = next((o for o in orders if len(o) * _row_width(v) == v.size
+            rows = next((o for o in orders if len(o) * row_width(v) == v.size
                          and close(v, in_order(a.value, o), float_noise(v))), None)
             if rows is None and own and np.allclose(
-                    sums, np.sort(np.asarray(a.value, np.float64).reshape(-1, _row_width(v)).sum(1)),
+                    sums, np.sort(np.asarray(a.value, np.float64).reshape(-1, row_width(v)).sum(1)),
                     rtol=1e-3, atol=1e-5 * (1 + float(np.abs(sums).max(initial=0)))):
                 order = row_order(v, a.value, any_order=chunk)
                 rows = tuple(int(i) for i in order) if order is not None and close(
@@ -120,8 +118,17 @@ def reordered_matches(ops: tuple[Activation, ...], values: dict[str, np.ndarray]
     return found
 
 
-def _row_width(v: np.ndarray) -> int:
-    return v.shape[-1] if v.ndim > 1 else 1
+def _after_sort(graph: GraphIndex) -> set[str]:
+    """Every tensor computed from a sorting op's output (empty in a graph without one): one walk down the graph."""
+    frontier = [o for n in graph.nodes if n.op_type in SORTING_OPS for o in n.outputs if o]
+    seen = set(frontier)
+    while frontier:
+        for i in graph.consumers.get(frontier.pop(), ()):
+            for o in graph.nodes[i].outputs:
+                if o and o not in seen:
+                    seen.add(o)
+                    frontier.append(o)
+    return seen
 
 
 def _handed_on_orders(tensor: str, v: np.ndarray, graph: GraphIndex, matched: dict[str, Match],
@@ -133,7 +140,7 @@ def _handed_on_orders(tensor: str, v: np.ndarray, graph: GraphIndex, matched: di
         return []
     inputs = [(i, matched[i]) for i in node.inputs if i in matched]
     orders = [m.rows for _, m in inputs if m.rows is not None]
-    width, count = _row_width(v), v.size // _row_width(v)
+    width, count = row_width(v), v.size // row_width(v)
     if node.op_type == "Concat" and inputs and len(inputs) == len([i for i in node.inputs if i]):
         joined, offset = [], 0
         for i, m in inputs:
@@ -163,7 +170,7 @@ def _chunk_of_reordered(tensor: str, v: np.ndarray, graph: GraphIndex, matched: 
     if node is None or node.op_type not in ("Split", "Slice") or not node.inputs:
         return False
     m, parent = matched.get(node.inputs[0]), values.get(node.inputs[0])
-    return m is not None and m.rows is not None and parent is not None and _row_width(parent) == _row_width(v)
+    return m is not None and m.rows is not None and parent is not None and row_width(parent) == row_width(v)
 
 
 def _reads_sort(graph: GraphIndex, tensor: str) -> bool:
@@ -267,12 +274,6 @@ def consistent(matched: dict[str, Match], tensors: list[str], ops: tuple[Activat
                     changed = True
                     break
     return good
-
-
-#: ONNX integer element types (sizes, indices, counts)
-INTEGER_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
-                           onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
-                           onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
 
 
 #: ops that hand their input's numbers on (laid out, selected, cast): their output holding them is no sign

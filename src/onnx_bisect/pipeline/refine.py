@@ -37,7 +37,7 @@ from ..diagnose.support import segment as extract
 from ..measure import compare as compare_module
 from ..records import Activation, ErrorOrigin, LayerResult, MatchMethod, ModelInputs, Status, TensorPair
 from ..records.graph import HALF_TYPES, sorted_upstream
-from ..records.rows import rows_reordered
+from ..records.rows import row_width, rows_reordered
 from ..records.weights import Weights
 from ..report.progress import Progress
 from ..source import graph
@@ -123,22 +123,21 @@ def _in_rows(candidates: list[inside.Candidate], matched: dict[str, inside.Match
     says nothing of its order, but a row-by-row op keeps its input's)."""
     if not any(m.rows is not None for m in matched.values()):
         return candidates
-    out = []
+    out, within = [], set(values)  # the segment's tensors
     for c in candidates:
         rows = None
         if c.perm is None and not c.own_shape and c.tensor in values and c.op.value.shape == values[c.tensor].shape:
-            rows = _upstream_rows(c.tensor, matched, index, c.op.value)
+            rows = _upstream_rows(c.tensor, matched, index, c.op.value, within)
         if rows is not None:
             out.append(dataclasses.replace(c, rows=rows))
         out.append(c)
     return out
 
 
-def _upstream_rows(tensor: str, matched: dict[str, inside.Match], index, value: np.ndarray):
-    """The row order of the nearest tensor upstream of ``tensor`` matched with reordered rows, when it has as many
-    rows as ``value``; None otherwise."""
-    count = value.size // (value.shape[-1] if value.ndim > 1 else 1)
-    matched_within = {o for n in index.nodes for o in n.outputs if o in matched} | set(index.producer)
+def _upstream_rows(tensor: str, matched: dict[str, inside.Match], index, value: np.ndarray, within: set[str]):
+    """The row order of the nearest tensor upstream of ``tensor`` (inside the segment: ``within``) matched with
+    reordered rows, when it has as many rows as ``value``; None otherwise."""
+    count = value.size // row_width(value)
     frontier, seen = [tensor], {tensor}
     while frontier:
         node = index.node_of(frontier.pop(0))
@@ -153,7 +152,7 @@ def _upstream_rows(tensor: str, matched: dict[str, inside.Match], index, value: 
                 if m.rows is not None:
                     return m.rows if len(m.rows) == count else None
                 continue  # PyTorch's own order from here up (the rows scattered back)
-            if t in matched_within:
+            if t in within:
                 frontier.append(t)
     return None
 
@@ -409,6 +408,7 @@ def _confirm(seg: _Segment, layer: LayerResult, candidates: list[inside.Candidat
     """The first candidate (graph order, nearest first) whose PyTorch value, fed in place of the ONNX tensor,
     makes the segment's output agree: ``(candidate, value fed)``; None when none does within the budget."""
     reference = layer.pair.reference()
+    sorted_before = sorted_upstream(seg.p.index, layer.pair.tensor)  # the output's rows may come in another order
     for trial, c in enumerate(_finite_first(candidates, values)):
         if trial >= MAX_TRIALS:
             return None
@@ -417,7 +417,7 @@ def _confirm(seg: _Segment, layer: LayerResult, candidates: list[inside.Candidat
             out = seg.values([], {c.tensor: fed})[layer.pair.tensor]
         except Exception:  # noqa: BLE001 - a value ONNX Runtime will not take there is not the counterpart
             continue
-        if compare(out, reference).ok or _reordered_ok(seg, out, reference, compare):
+        if compare(out, reference).ok or sorted_before and _reordered_ok(out, reference, compare):
             return c, fed
     return None
 
@@ -449,11 +449,9 @@ def _finite_first(candidates: list[inside.Candidate], values) -> list[inside.Can
     return out + candidates[i:]
 
 
-def _reordered_ok(seg: "_Segment", out: np.ndarray, reference: np.ndarray, compare) -> bool:
+def _reordered_ok(out: np.ndarray, reference: np.ndarray, compare) -> bool:
     """Whether the segment's output, computed after a sort, holds PyTorch's rows in the order the file's sort
     gives equal keys (see ``records.rows``)."""
-    if not sorted_upstream(seg.p.index, seg.layer.pair.tensor):
-        return False
     moved = rows_reordered(np.asarray(out), np.asarray(reference))
     return moved is not None and compare(moved, reference).ok
 

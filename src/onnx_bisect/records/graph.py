@@ -9,6 +9,10 @@ import onnx
 
 #: ONNX element types of half precision (float16, bfloat16)
 HALF_TYPES = (onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+#: ONNX integer element types (sizes, indices, counts; a value cast through one loses its fractions)
+INTEGER_TYPES = frozenset({onnx.TensorProto.INT8, onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+                           onnx.TensorProto.INT64, onnx.TensorProto.UINT8, onnx.TensorProto.UINT16,
+                           onnx.TensorProto.UINT32, onnx.TensorProto.UINT64})
 
 
 @dataclass(frozen=True)

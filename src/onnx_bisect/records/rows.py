@@ -33,7 +33,7 @@ def row_order(actual: np.ndarray, expected: np.ndarray, any_order: bool = False)
     question — a chunk of two sorted rows exchanged)."""
     if actual.shape != expected.shape or actual.ndim == 0 or actual.shape[-1] == 0:
         return None
-    width = actual.shape[-1] if actual.ndim > 1 else 1  # a vector: its numbers are its rows
+    width = row_width(actual)
     a = np.asarray(actual, np.float64).reshape(-1, width)
     b = np.asarray(expected, np.float64).reshape(-1, width)
     if not 2 <= len(a) <= MAX_ROWS or len(a) * len(a) * a.shape[1] > MAX_ROW_WORK \
@@ -48,6 +48,11 @@ def row_order(actual: np.ndarray, expected: np.ndarray, any_order: bool = False)
     if np.array_equal(order, rows) or not any_order and np.array_equal(order, rows[::-1]):
         return None
     return order
+
+
+def row_width(v: np.ndarray) -> int:
+    """How many numbers one of ``v``'s rows holds: its last axis, or 1 for a vector (its numbers are its rows)."""
+    return v.shape[-1] if v.ndim > 1 else 1
 
 
 def in_order(expected: np.ndarray, order) -> np.ndarray:

@@ -7,6 +7,7 @@ from onnx import TensorProto
 from ..support import edits, layout
 from ..support.kind_alternatives import FLOATS
 from ...records import Cause
+from ...records.graph import INTEGER_TYPES
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 
 
@@ -93,11 +94,6 @@ def _float64(ctx: DiagnosisContext, inputs: dict, params: dict) -> FixedSegment:
     return FixedSegment(model, weights, feeds)
 
 
-#: ONNX integer element types a float value may be cast through
-INTEGERS = frozenset({TensorProto.INT8, TensorProto.INT16, TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8,
-                      TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64})
-
-
 class IntegerRoundTrip(Rule):
     """A float value cast to an integer type and straight back to float inside the segment (an exporter's or a
     converter's integer cast where PyTorch kept the float, a ``.long()`` on a value that was not an index): every
@@ -135,7 +131,7 @@ def _round_trips(ctx: DiagnosisContext) -> list:
     graph, found = ctx.onnx.graph, []
     for down in ctx.segment_protos:
         to = next((a.i for a in down.attribute if a.name == "to"), None)
-        if down.op_type != "Cast" or to not in INTEGERS or graph.elem_types.get(down.input[0]) not in FLOATS:
+        if down.op_type != "Cast" or to not in INTEGER_TYPES or graph.elem_types.get(down.input[0]) not in FLOATS:
             continue
         readers = [graph.nodes[i] for i in graph.consumers.get(down.output[0], ())]
         if readers and all(r.op_type == "Cast" and graph.elem_types.get(r.outputs[0]) in FLOATS for r in readers):

@@ -236,11 +236,8 @@ def _moved_before(node: str, scale: str, softmax: str):
         edits.make_identity(model, node, out)
         nodes = list(model.graph.node)
         at = next(i for i, n in enumerate(nodes) if n.name == softmax)
-        # the scale's Constant node (TorchScript puts one just before its reader) goes with it
-        maker = next((n for n in nodes[at:] if scale in n.output), None)
-        before = [n for n in nodes[:at]] + ([maker] if maker is not None else []) + [moved]
-        model.graph.ClearField("node")
-        model.graph.node.extend(before + [n for n in nodes[at:] if n is not maker])
+        model.graph.ClearField("node")  # (re-sorted: the scale's Constant, made just before its reader, goes first)
+        model.graph.node.extend(edits.toposorted(nodes[:at] + [moved] + nodes[at:], model))
         edits.drop_value_info(model, {scaled})
         return model, weights
     return edit
