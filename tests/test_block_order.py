@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 import torch
 
+import onnx
 import onnx_bisect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
+from fault_sweep import rename  # noqa: E402
 
 
 class _PreNormStack(torch.nn.Module):
@@ -88,3 +90,141 @@ def test_two_residual_blocks_run_in_the_other_order_are_named_as_exchanged(expor
     named = set(fd.layer.segment) | set(fd.fixed_nodes)
     assert {n1.name, n2.name, a1.name, a2.name} <= named, named
     assert "other order" in fd.explanation, fd.explanation
+
+
+class _RMSStack(torch.nn.Module):
+    """Three pre-norm residual MLP blocks around written-out RMSNorms (the stream cast to float32 first, as Llama
+    writes it: TorchScript records the cast of a float32 tensor as a Cast node), then a head."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        torch.manual_seed(283)
+        self.scales = torch.nn.ParameterList(torch.nn.Parameter(1 + 0.1 * torch.randn(d)) for _ in range(3))
+        self.ups = torch.nn.ModuleList(torch.nn.Linear(d, 2 * d) for _ in range(3))
+        self.downs = torch.nn.ModuleList(torch.nn.Linear(2 * d, d) for _ in range(3))
+        self.head = torch.nn.Linear(d, 4)
+
+    def forward(self, x):
+        for scale, up, down in zip(self.scales, self.ups, self.downs):
+            x = x.to(torch.float32)
+            h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * scale
+            x = x + down(torch.nn.functional.silu(up(h)))
+        return self.head(x)
+
+
+class _PostNormStack(torch.nn.Module):
+    """Three post-norm residual blocks (the norm after each Add) and nothing after: the last block's norm writes the
+    graph output."""
+
+    def __init__(self, d=16):
+        super().__init__()
+        torch.manual_seed(284)
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(d) for _ in range(3))
+        self.ups = torch.nn.ModuleList(torch.nn.Linear(d, 2 * d) for _ in range(3))
+        self.downs = torch.nn.ModuleList(torch.nn.Linear(2 * d, d) for _ in range(3))
+
+    def forward(self, x):
+        for norm, up, down in zip(self.norms, self.ups, self.downs):
+            x = norm(x + down(torch.tanh(up(x))))
+        return x
+
+
+def _exchange(proto, skip, first_add, second_add, norms=()):
+    """The blocks ending at the two residual Adds (``skip`` the first's input) run in the other order: a block is
+    what computes its Add's branch from its input, and the norm after its Add (post-norm: ``norms``, one per
+    Add); the two blocks' outputs exchange their names, so that what reads them is left as it is.  The entries and
+    Adds (the nodes whose own output changes) are returned."""
+    made = {o: n for n in proto.graph.node for o in n.output}
+    after = dict(zip((first_add.name, second_add.name), norms))
+
+    def block(add, source):
+        branch = next(t for t in add.input if t != source)
+        names, frontier = {add.name}, [branch]
+        while frontier:
+            t = frontier.pop()
+            if t != source and t in made and made[t].name not in names:
+                names.add(made[t].name)
+                frontier += list(made[t].input)
+        return names | ({after[add.name].name} if add.name in after else set())
+
+    def end(add):
+        return after[add.name].output[0] if add.name in after else add.output[0]
+
+    mid, last = end(first_add), end(second_add)
+    one, two = block(first_add, skip), block(second_add, mid)
+    entries = {n.name for n in proto.graph.node if n.op_type != "Cast" and (  # a cast to the type it has aside
+        n.name in one and skip in n.input or n.name in two and mid in n.input)}
+    for n in proto.graph.node:
+        if n.name in two:
+            n.input[:] = [skip if t == mid else t for t in n.input]
+            n.output[:] = [mid if t == last else t for t in n.output]
+        elif n.name in one:
+            n.input[:] = [mid if t == skip else t for t in n.input]
+            n.output[:] = [last if t == mid else t for t in n.output]
+    nodes = _toposorted(list(proto.graph.node), proto)
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes)
+    return entries | {first_add.name, second_add.name}
+
+
+def _stream_adds(proto, reader_op):
+    """The residual Adds of a stack: Adds reading a stream tensor that a ``reader_op`` node (a norm's) reads too,
+    directly or through a Cast; with that tensor."""
+    casts = {n.output[0]: n.input[0] for n in proto.graph.node if n.op_type == "Cast"}
+    stream = {n.input[0] for n in proto.graph.node if n.op_type == reader_op}
+    stream |= {casts[t] for t in stream if t in casts}
+    found = []
+    for a in proto.graph.node:
+        if a.op_type == "Add" and len(a.input) == 2:
+            skip = next((t for t in a.input if t in stream), None)
+            if skip is not None:
+                found.append((skip, a))
+    return found
+
+
+def _bisect(model, x, proto):
+    with dc.quiet():
+        return onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+
+
+def _pinned(fd, planted):
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    named = set(fd.layer.segment) | set(fd.fixed_nodes)
+    assert planted <= named and len(named) <= 12, (planted, named)
+    assert "other order" in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_blocks_around_written_out_rms_norms_are_named_as_exchanged(exporter):
+    """The norms' statistics read the stream directly (or through TorchScript's Cast to the type it has): the
+    segment may narrow to the norm's last Mul — its input holds the value the other block's norm computes."""
+    model = _RMSStack().eval()
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(285))
+    proto = dc.export(model, (x,), exporter)
+    adds = _stream_adds(proto, "Pow")
+    assert len(adds) == 3, [a.name for _, a in adds]
+    (skip, first), (_, second) = adds[1:]
+    planted = _exchange(proto, skip, first, second)
+    _pinned(_bisect(model, x, proto), planted)
+
+
+def test_post_norm_blocks_ending_at_the_graph_output_are_named_as_exchanged(tmp_path):
+    """The last block's norm writes the graph output; in a file whose every node and tensor was renamed the
+    tensors inside the blocks are paired by their place, so the divergent tensor, once the blocks are put back,
+    stands for another module's value — which PyTorch recorded."""
+    model = _PostNormStack().eval()
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(286))
+    proto = dc.export(model, (x,), "dynamo")
+    norms = [n for n in proto.graph.node if n.op_type == "LayerNormalization"]
+    adds = [(a, n) for n in norms for a in proto.graph.node if a.output[0] == n.input[0]]
+    assert len(adds) == 3 and norms[-1].output[0] == proto.graph.output[0].name
+    skip = norms[0].output[0]
+    planted = _exchange(proto, skip, adds[1][0], adds[2][0], norms=(adds[1][1], adds[2][1]))
+    _pinned(_bisect(model, x, proto), planted)
+    onnx.save(proto, tmp_path / "bad.onnx")
+    rename(tmp_path / "bad.onnx", tmp_path / "renamed.onnx")
+    renamed = onnx.load(tmp_path / "renamed.onnx")
+    order = {n.name: i for i, n in enumerate(proto.graph.node)}
+    names = {n.name: r.name for n, r in zip(proto.graph.node, renamed.graph.node)}
+    assert all(proto.graph.node[order[k]].op_type == renamed.graph.node[order[k]].op_type for k in names)
+    _pinned(_bisect(model, x, renamed), {names[p] for p in planted})

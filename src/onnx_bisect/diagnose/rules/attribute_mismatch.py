@@ -50,7 +50,10 @@ class AttributeMismatch(Rule):
                  "source": a.source} for a in wrong]
         listed = "; ".join(_said(a) for a in wrong)
         summary = f"Node attributes disagree with PyTorch: {listed}."
-        if confirmed_by_search:
+        if confirmed_by_search and any(a.reference is not None for a in wrong):
+            summary += (" With that change the tensors after the blocks hold PyTorch's values, and the divergent "
+                        "tensor, now computed in another place, the value PyTorch computes there.")
+        elif confirmed_by_search:
             summary += " With that value the segment reproduces PyTorch's output" + (
                 f" times {factor:.6g}, a factor the weights of the layer reading it undo (folded by a simplifier)."
                 if factor is not None else " with the BatchNorm after it folded in." if reference is not None
@@ -313,6 +316,8 @@ def _try(ctx: DiagnosisContext, alt: Alternative, folded, with_bn: Callable | No
         values = ctx.run_segment(model, weights, feeds=alt.feeds)
     except Exception:  # noqa: BLE001 - an alternative the runtime rejects is simply not the answer
         return None
+    if alt.reference is not None:  # the alternative moves the tensor's role: judged against what it stands for
+        return ([alt], None, lambda c, r=alt.reference: r) if ctx.agrees(values[ctx.tensor], alt.reference) else None
     if ctx.compare(values[ctx.tensor], ctx.reference).ok:
         return [alt], None, None
     if with_bn is not None and ctx.compare(values[ctx.tensor], with_bn(ctx)).ok:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -43,6 +43,9 @@ class Alternative:
     edit: Edit
     feeds: dict[str, np.ndarray] | None = None  # values the segment reads instead (a fixed node outside it)
     shows_in: tuple[str, ...] = ()  # the nodes the change takes effect in (a shape piece: the Reshape)
+    #: the PyTorch value the divergent tensor holds with the change, where it is not the one paired with it (a
+    #: block run in its own place computes another module's value there); None: the paired one
+    reference: Any = field(default=None, compare=False, repr=False)
 
     def apply(self, model: onnx.ModelProto, weights: Weights) -> tuple[onnx.ModelProto, Weights]:
         """This alternative applied to ``model``/``weights`` (which are modified: pass copies)."""

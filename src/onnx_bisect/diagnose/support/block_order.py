@@ -38,21 +38,24 @@ def exchanged_blocks(ctx, protos, make) -> Iterator:
     graph = ctx.onnx.graph
     tried: set[tuple[str, str]] = set()
     for proto in protos:
-        for source in dict.fromkeys(t for t in proto.input if t and not graph.is_constant(t)):
-            first = _block_from(graph, source, proto.name)
+        for given in _upstream(graph, proto):
+            # the stream the node hands on as it is (a TorchScript norm's cast to the type it has) is the block's input
+            source, passed = _handed_on(graph, given)
+            first = _block_from(graph, source, None if proto.name in passed else proto.name)
             second = _block_from(graph, first.end, None) if first is not None else None
-            if second is None or (first.end, second.end) in tried or set(first.nodes) & set(second.nodes) \
-                    or second.end in graph.graph_outputs:
+            if second is None or (first.end, second.end) in tried or set(first.nodes) & set(second.nodes):
                 continue
             tried.add((first.end, second.end))
             edit = _exchanged(first, second)
-            if not _holds_after(ctx, edit, (first, second)):
+            held = _holds_after(ctx, edit, (first, second))
+            if held is None:
                 continue
+            feeds, reference = held
             shown = tuple(dict.fromkeys((*first.entries, first.add, *second.entries, second.add)))
             yield dataclasses.replace(make(
                 proto.name, "block order", f"the block ending at {first.add} ({len(first.nodes)} nodes) run before "
                 f"the block ending at {second.add} ({len(second.nodes)} nodes)", "the two blocks in the other order",
-                "the PyTorch output", edit), shows_in=shown)
+                "the PyTorch output", edit), shows_in=shown, feeds=feeds or None, reference=reference)
 
 
 def _block_from(graph, source: str, through: str | None) -> Block | None:
@@ -71,10 +74,51 @@ def _block_from(graph, source: str, through: str | None) -> Block | None:
         after = [graph.nodes[i] for i in graph.consumers.get(end, ())]
         if len(after) == 1 and after[0].op_type in NORMS:
             end, tail = after[0].outputs[0], [after[0]]
+        end, passed = _handed_on(graph, end)
+        tail += [graph.node_of(t) for t in passed.values()]
         names = tuple(n.name for n in sorted([*nodes, add, *tail], key=lambda n: n.index))
         entries = tuple(n.name for n in nodes if source in n.inputs)
         return Block(source, end, add.name, names, entries)
     return None
+
+
+#: nodes walked up from a segment node to the block's input (a segment narrowed to a norm's last Mul: the block's
+#: entries, whose values PyTorch computes elsewhere, were paired with those)
+UPSTREAM = 24
+
+
+def _upstream(graph, proto) -> list[str]:
+    """The tensors ``proto`` is computed from (constants aside), its inputs first, then up the graph, nearest
+    first, at most :data:`UPSTREAM` nodes."""
+    found = [t for t in proto.input if t and not graph.is_constant(t)]
+    seen, at = set(found), 0
+    while at < len(found) and at < UPSTREAM:
+        node = graph.node_of(found[at])
+        at += 1
+        for t in node.inputs if node is not None else ():
+            if t and t not in seen and not graph.is_constant(t):
+                seen.add(t)
+                found.append(t)
+    return found
+
+
+#: nodes handing a tensor on as it is, when they cast to the type it has
+PASSING = frozenset({"Identity", "Cast"})
+
+
+def _handed_on(graph, tensor: str) -> tuple[str, dict[str, str]]:
+    """``tensor`` followed through the nodes that alone read it and hand it on as it is (an Identity, a Cast to the
+    type it has: TorchScript records a norm's ``x.to(torch.float32)`` of a float32 stream), and those nodes' names
+    (each to its output)."""
+    passed: dict[str, str] = {}
+    while len(graph.consumers.get(tensor, ())) == 1 and tensor not in graph.graph_outputs:
+        node = graph.nodes[graph.consumers[tensor][0]]
+        if node.op_type not in PASSING or len(node.outputs) != 1 or not node.outputs[0] \
+                or node.op_type == "Cast" and (graph.elem_types.get(tensor) is None
+                                               or node.attribute("to") != graph.elem_types[tensor]):
+            break
+        passed[node.name] = tensor = node.outputs[0]
+    return tensor, passed
 
 
 def _between(graph, source: str, tensor: str) -> list:
@@ -101,17 +145,18 @@ def _between(graph, source: str, tensor: str) -> list:
 
 
 def _exchanged(first: Block, second: Block):
-    """The edit running ``second`` on ``first``'s input and ``first`` on ``second``'s output, what read
-    ``second``'s output reading ``first``'s."""
+    """The edit running ``second`` on ``first``'s input and ``first`` on ``second``'s output: the two outputs
+    exchange their names too, so that every tensor after one block, and after both, keeps its name (what reads
+    them, a graph output among them, is left as it is)."""
     def edit(model: onnx.ModelProto, weights):
         a, b = set(first.nodes), set(second.nodes)
         for n in model.graph.node:
             if n.name in b:
-                n.input[:] = [first.source if t == second.source else t for t in n.input]
+                n.input[:] = [first.source if t == first.end else t for t in n.input]
+                n.output[:] = [first.end if t == second.end else t for t in n.output]
             elif n.name in a:
-                n.input[:] = [second.end if t == first.source else t for t in n.input]
-            else:
-                n.input[:] = [first.end if t == second.end else t for t in n.input]
+                n.input[:] = [first.end if t == first.source else t for t in n.input]
+                n.output[:] = [second.end if t == first.end else t for t in n.output]
         nodes = list(model.graph.node)
         moved = [n for n in nodes if n.name in b]
         at = next(i for i, n in enumerate(nodes) if n.name in a)
@@ -127,33 +172,55 @@ def _exchanged(first: Block, second: Block):
 AFTER_BLOCKS = 64
 
 
-def _holds_after(ctx, edit, blocks: tuple[Block, Block]) -> bool:
+def _holds_after(ctx, edit, blocks: tuple[Block, Block]) -> tuple[dict, object] | None:
     """Whether, with ``edit``, the tensors after the blocks hold PyTorch's values: each block output that is a cut
     tensor, and the first tensor past both that a layer pairs with PyTorch's (or, with none, the block now run
-    first computing a value PyTorch recorded)."""
+    first computing a value PyTorch recorded) — every tensor of the blocks computed, none fed.  The values the
+    edit gives the inputs of the edited segment computed inside the blocks (a segment narrowed to a norm's last
+    Mul, its input paired with the value the other block's norm computes; a block output that now stands where
+    the other stood), to feed the segment, and the PyTorch value the divergent tensor then holds where it is not
+    the one paired with it; None when they do not hold."""
     first, second = blocks
     model, weights = edit(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
     inside = {n for b in blocks for n in b.nodes}
+    made = {o for n in ctx.onnx.graph.nodes if n.name in inside for o in n.outputs if o}
+    _, boundary, _ = ctx.segment_model(model, weights)
+    fed = [t for t in boundary if t in made]
     known = [t for t in (first.end, second.end) if t in ctx.cut.references]
     paired = {layer.pair.tensor: layer for layer in ctx.layers if layer.pair.tensor}
     later = next((o for n in ctx.onnx.graph.downstream(first.end, AFTER_BLOCKS) if n.name not in inside
                   for o in n.outputs if o in paired), None)
-    wanted = list(dict.fromkeys([*known, *([later] if later else []), second.end]))
+    wanted = list(dict.fromkeys([*known, *([later] if later else []), first.end, second.end, *fed]))
     try:
-        values = ctx.run_segment(model, weights, outputs=wanted, through=wanted)
+        values = ctx.run_segment(model, weights, outputs=wanted, through=[*wanted, *made])
     except Exception:  # noqa: BLE001 - an exchange the runtime rejects is no reading
-        return False
-    if any(t not in values or not ctx.agrees(values[t], ctx.cut.references[t]) for t in known):
-        return False
+        return None
+    # a block output's pair may follow its name (paired by place or value) or the node writing it (by scope): each
+    # of PyTorch's values there must be held by one of the two
+    ends = [values[t] for t in (first.end, second.end) if t in values]
+    if any(not any(ctx.agrees(v, ctx.cut.references[t]) for v in ends) for t in known):
+        return None
     if later is not None:
-        return later in values and ctx.agrees(values[later], paired[later].pair.reference())
-    return bool(known) or second.end in values and _recorded(ctx, values[second.end])
+        holds = later in values and ctx.agrees(values[later], paired[later].pair.reference())
+    else:
+        holds = bool(known) or first.end in values and _recorded(ctx, values[first.end]) is not None
+    if not holds:
+        return None
+    mine = values.get(ctx.tensor)
+    if ctx.tensor in made and mine is not None and not ctx.agrees(mine, ctx.reference):
+        # the divergent tensor computed inside a block now run in the other place stands for another of PyTorch's
+        # values (a renamed file's tensors paired by their place): the one recorded there, or no reading
+        reference = _recorded(ctx, mine)
+        if reference is None:
+            return None
+        return {t: values[t] for t in fed if t in values}, reference
+    return {t: values[t] for t in fed if t in values}, None
 
 
-def _recorded(ctx, value) -> bool:
-    """Whether one of PyTorch's recorded module outputs holds ``value``."""
+def _recorded(ctx, value):
+    """The recorded PyTorch module output that holds ``value``, or None."""
     capture = ctx.baseline.capture
     if capture is None:
-        return False
-    return any(a.value.shape == value.shape and a.value.dtype.kind == "f" and ctx.agrees(value, a.value)
-               for a in capture.activations)
+        return None
+    return next((a.value for a in capture.activations
+                 if a.value.shape == value.shape and a.value.dtype.kind == "f" and ctx.agrees(value, a.value)), None)
