@@ -477,3 +477,42 @@ def test_a_down_projection_reading_the_up_projection_is_fed_the_gated_product(ex
     _found(fd, reader.name)
     assert "none of the earlier tensors tried holds" in fd.explanation and "aten.mul" in fd.explanation, \
         fd.explanation
+
+
+class _WrittenNorm(torch.nn.Module):
+    """Position embeddings of ids expanded over the batch (as BERT-style models do: TorchScript writes the expand's
+    shape through a Where, which shape inference cannot follow — with a batch of one, every later shape has a
+    symbolic batch), a
+    LayerNorm written out (mean, centred input, variance, division), then a Linear."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(87)
+        self.up, self.scale = torch.nn.Linear(8, 16), torch.nn.Parameter(1 + 0.1 * torch.randn(16))
+        self.pos, self.down = torch.nn.Embedding(5, 16), torch.nn.Linear(16, 4)
+        self.register_buffer("ids", torch.arange(5).unsqueeze(0), persistent=False)
+
+    def forward(self, x):
+        ids = self.ids[:, :x.shape[1]].expand(x.shape[0], -1)
+        h = torch.relu(self.up(x)) + self.pos(ids)
+        centred = h - h.mean(-1, keepdim=True)
+        normed = centred / torch.sqrt((centred * centred).mean(-1, keepdim=True) + 1e-5)
+        return self.down(normed * self.scale)
+
+
+def test_a_division_reading_the_uncentred_input_is_rewired_where_shapes_have_a_symbolic_batch():
+    """Shape inference leaves the batch dimension symbolic after the position ids' expand, and the centred tensor
+    the Div should read — inside the segment — still counts as one of the Div input's shape."""
+    model, x = _WrittenNorm().eval(), torch.randn(1, 5, 8, generator=torch.Generator().manual_seed(88))
+    proto = dc.export(model, (x,), "torchscript")
+    inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    sub = next(n for n in proto.graph.node if n.op_type == "Sub")
+    shape = next(v for v in inferred.graph.value_info if v.name == sub.output[0]).type.tensor_type.shape
+    assert not shape.dim[0].HasField("dim_value"), shape  # the case this test is about
+    div = next(n for n in proto.graph.node if n.op_type == "Div")
+    assert div.input[0] == sub.output[0]
+    div.input[0] = sub.input[0]  # the numerator forgets the mean
+    fd = _bisect(model, (x,), proto)
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert div.name in fd.fixed_nodes and len(fd.layer.segment) <= 12, (fd.fixed_nodes, fd.layer.segment)
+    assert sub.output[0] in fd.explanation, fd.explanation

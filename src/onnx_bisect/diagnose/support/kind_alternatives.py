@@ -597,7 +597,7 @@ def _earlier_operands(ctx, proto) -> list[str]:
     paired, others = [], []
     for node in reversed(graph.nodes[:at]):
         for t in node.outputs:
-            if t and t != proto.input[0] and graph.shapes.get(t) == shape and graph.elem_types.get(t) in FLOATS:
+            if t and t != proto.input[0] and _fits(graph.shapes.get(t), shape) and graph.elem_types.get(t) in FLOATS:
                 (paired if t in ctx.cut.references else others).append(t)
     return (paired + others)[:MAX_OPERANDS]
 
@@ -913,11 +913,16 @@ def _earlier_of(ctx, at: int, shape: tuple, kind: int, exclude: set[str], limit:
     paired, others, half = [], [], limit // 2
     for node in reversed(graph.nodes[max(0, at - MAX_WALKED):at]):
         for t in node.outputs:
-            if t and t not in exclude and graph.elem_types.get(t) == kind and tuple(graph.shapes.get(t) or ()) == shape:
+            if t and t not in exclude and graph.elem_types.get(t) == kind and _fits(graph.shapes.get(t), shape):
                 (paired if t in ctx.cut.references else others).append(t)
         if len(paired) >= half and len(others) >= half:
             break
     return paired[:max(half, limit - len(others))] + others[:max(half, limit - len(paired))]
+
+
+def _fits(known: tuple | None, shape: tuple) -> bool:
+    """Whether a file's shape (a dimension it leaves symbolic: None) can be ``shape``."""
+    return known is not None and len(known) == len(shape) and all(k is None or k == d for k, d in zip(known, shape))
 
 
 #: nodes a block applied twice may hold, at most (a copy longer than a segment names nothing)
