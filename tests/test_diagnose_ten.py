@@ -516,3 +516,37 @@ def test_a_division_reading_the_uncentred_input_is_rewired_where_shapes_have_a_s
     assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert div.name in fd.fixed_nodes and len(fd.layer.segment) <= 12, (fd.fixed_nodes, fd.layer.segment)
     assert sub.output[0] in fd.explanation, fd.explanation
+
+
+class _ChunkedBlock(torch.nn.Module):
+    """A pre-norm residual block whose feed-forward runs over the sequence in chunks (Reformer's chunked FFN): many
+    tensors of the stream's shape lie between the norm and the residual Add."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(89)
+        self.norm = torch.nn.LayerNorm(16)
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(16, 16) for _ in range(4))
+        self.head = torch.nn.Linear(16, 4)
+
+    def forward(self, x):
+        h = self.norm(x)
+        chunks = []
+        for chunk in h.chunk(6, dim=1):
+            for layer in self.layers:
+                chunk = chunk + torch.tanh(layer(chunk))
+            chunks.append(chunk)
+        return self.head(x + torch.cat(chunks, dim=1))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_residual_taken_from_the_norms_output_is_rewired_to_its_input_a_block_back(exporter):
+    model, x = _ChunkedBlock().eval(), torch.randn(2, 12, 16, generator=torch.Generator().manual_seed(90))
+    proto = dc.export(model, (x,), exporter)
+    norm = next(n for n in proto.graph.node if n.op_type == "LayerNormalization")
+    residual = next(n for n in proto.graph.node if n.op_type == "Add" and norm.input[0] in n.input)
+    residual.input[list(residual.input).index(norm.input[0])] = norm.output[0]
+    fd = _bisect(model, (x,), proto)
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert residual.name in set(fd.fixed_nodes) and len(fd.layer.segment) <= 12, (fd.fixed_nodes, fd.layer.segment)
+    assert norm.input[0] in fd.explanation, fd.explanation

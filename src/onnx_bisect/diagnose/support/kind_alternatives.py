@@ -631,6 +631,12 @@ def rewirings(ctx, proto, make) -> Iterator:
             continue
         limit = MAX_REWIRED_SMALL if len(ctx.layer.segment) <= SMALL_REWIRED else MAX_REWIRED
         others = _earlier_of(ctx, at, tuple(now.shape), kind, set(proto.input), limit)
+        source = graph.node_of(tensor)
+        if source is not None and source.op_type in NORM_NODES and source.inputs[0] not in others \
+                and _fits(graph.shapes.get(source.inputs[0]), tuple(now.shape)):
+            # a norm's output read where its input belongs (the residual taken from the normed stream): the input
+            # may lie a whole block back
+            others = [source.inputs[0], *others]
         values = ctx.computed(others)
         for other in others:
             if other in values and not ctx.compare(values[other], now).ok:
