@@ -449,3 +449,41 @@ def test_an_identity_handing_on_a_sum_computed_in_its_segment_is_named_unconfirm
         fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
     assert fd is not None and add.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
     assert fd.cause == "attribute-mismatch" and not fd.confirmed and "Identity" in fd.explanation, fd.explanation
+
+
+class _NormedStack(torch.nn.Module):
+    """Two pre-norm residual blocks whose LayerNorms (random weight and bias) feed a chunked MLP, and a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(13)
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(8) for _ in range(2))
+        self.ups = torch.nn.ModuleList(torch.nn.Linear(8, 8) for _ in range(4))
+        self.head = torch.nn.Linear(8, 3)
+        with torch.no_grad():
+            for norm in self.norms:
+                norm.weight.uniform_(0.5, 1.5)
+                norm.bias.normal_(0.0, 0.5)
+
+    def forward(self, x):
+        for k, norm in enumerate(self.norms):
+            h = norm(x)
+            x = x + torch.cat([torch.tanh(self.ups[2 * k + i](c)) for i, c in enumerate(h.chunk(2, dim=1))], dim=1)
+        return self.head(x)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_layernorm_a_converter_dropped_is_put_back_with_the_models_norm(exporter):
+    """The LayerNormalization made an Identity of its input: the Identity's value is the stream PyTorch holds one
+    op earlier, so the segment runs on past it; the model's own norm (its weight, bias and epsilon) put in its
+    place reproduces PyTorch."""
+    model = _NormedStack().eval()
+    inputs = (torch.randn(2, 6, 8, generator=torch.Generator().manual_seed(14)),)
+    proto = dc.export(model, inputs, exporter)
+    norm = [n for n in proto.graph.node if n.op_type == "LayerNormalization"][1]
+    _identity(proto, norm)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert norm.name in fd.fixed_nodes and len(set(fd.layer.segment) | set(fd.fixed_nodes)) <= 12, fd.layer.segment
+    assert "norms.1" in fd.explanation, fd.explanation

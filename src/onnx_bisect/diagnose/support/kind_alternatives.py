@@ -556,6 +556,60 @@ def _restored(ctx, proto, make) -> Iterator:
     for other in _earlier_operands(ctx, proto):
         yield make(proto.name, "op", "Identity", f"Add with {other}", "the PyTorch output",
                    _as_add(proto.name, other))
+    yield from _norms_restored(ctx, proto, make)
+
+
+#: norm modules of the model tried in an Identity's place, at most (those nearest the divergent layer first)
+MAX_RESTORED_NORMS = 4
+
+
+def _norms_restored(ctx, proto, make) -> Iterator:
+    """A norm of the model over the last axis (a LayerNorm, an RMSNorm: its weight, bias and epsilon) put in an
+    Identity's place: a converter that dropped a norm it could not map, a port that forgot ``ln_f`` — the norm's
+    modules near the segment first, then those whose width fits nearest the divergent layer."""
+    width = (ctx.shape_of(proto.input[0]) or (None,))[-1] if proto.input else None
+    if not width:
+        return
+    here = ctx.layer.pair.activation.index
+    by_place = {a.module: abs(a.index - here) for a in ctx.baseline.capture.activations if a.module}
+    near = [name for name, _ in ctx.modules_near()]
+    norms = [(name, m) for name, m in ctx.torch_modules() if _last_axis_norm(m, width) is not None]
+    norms.sort(key=lambda nm: (nm[0] not in near, by_place.get(nm[0], 1 << 30)))
+    for name, module in norms[:MAX_RESTORED_NORMS]:
+        op_type, weight, bias, eps = _last_axis_norm(module, width)
+        yield make(proto.name, "op", "Identity", f"{op_type} (epsilon {eps:g}, the weight{'' if bias is None else ' and bias'}"
+                   f" of {name})", "the PyTorch output",
+                   _norm_put_back(proto.name, op_type, weight, bias, eps))
+
+
+def _last_axis_norm(module, width: int):
+    """``(op type, weight, bias, epsilon)`` of a norm module over the last axis of ``width`` channels (a LayerNorm,
+    an RMSNorm by its class name), else None."""
+    weight = getattr(module, "weight", None)
+    if not hasattr(weight, "detach") or weight.dim() != 1 or weight.numel() != width:
+        return None
+    name = type(module).__name__
+    eps = getattr(module, "eps", getattr(module, "variance_epsilon", None))
+    if eps is None or "Norm" not in name or any(k in name for k in ("Batch", "Group", "Instance")):
+        return None
+    bias = getattr(module, "bias", None)
+    rms = "RMS" in name.upper()
+    return ("SimplifiedLayerNormalization" if rms else "LayerNormalization", to_numpy(weight).astype(np.float32),
+            None if rms or not hasattr(bias, "detach") else to_numpy(bias).astype(np.float32), float(eps))
+
+
+def _norm_put_back(node: str, op_type: str, weight: np.ndarray, bias: np.ndarray | None, eps: float):
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type, target.domain = op_type, ""
+        del target.input[1:]
+        target.input.append(edits.add_initializer(model, f"{node}_restored_weight", weight))
+        if bias is not None:
+            target.input.append(edits.add_initializer(model, f"{node}_restored_bias", bias))
+        del target.attribute[:]
+        target.attribute.extend([helper.make_attribute("axis", -1), helper.make_attribute("epsilon", eps)])
+        return model, weights
+    return edit
 
 
 #: one-input ONNX ops (default attributes) an ATen op of the same name computes (``aten.sin`` → Sin)
