@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator
 
-from . import edits
+from .edited_inputs import edited_inputs
 
 #: nodes the gate's own computation F may hold, at most
 MAX_GATE = 24
@@ -39,7 +39,7 @@ def swapped_gates(ctx, protos, make) -> Iterator:
             tried.add((mul.name, gated))
             source, nodes = found
             edit = _moved(mul.name, source, other, nodes)
-            feeds = _feeds(ctx, edit, nodes | {mul.name})
+            feeds = edited_inputs(ctx, edit, nodes | {mul.name})
             if feeds is None:
                 continue
             entries = tuple(n.name for n in graph.nodes if n.name in nodes and source in n.inputs)
@@ -126,19 +126,3 @@ def _moved(mul: str, source: str, other: str, nodes: set[str]):
         return model, weights
     return edit
 
-
-def _feeds(ctx, edit, nodes: set[str]) -> dict | None:
-    """The values the edit gives the segment's inputs computed by ``nodes`` (the gate may lie before the segment),
-    computed with every tensor of those nodes run, none fed; None when the edited graph does not run."""
-    graph = ctx.onnx.graph
-    model, weights = edit(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
-    made = {o for n in graph.nodes if n.name in nodes for o in n.outputs if o}
-    _, boundary, _ = ctx.segment_model(model, weights)
-    fed = [t for t in boundary if t in made]
-    if not fed:
-        return {}
-    try:
-        values = ctx.run_segment(model, weights, outputs=fed, through=sorted(made))
-    except Exception:  # noqa: BLE001 - an edit the runtime rejects is no reading
-        return None
-    return {t: values[t] for t in fed if t in values}
