@@ -408,3 +408,46 @@ def test_a_block_applied_twice_before_a_norm_is_named_as_the_copy_left_out(expor
     assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert set(copy) <= set(fd.layer.segment) and len(fd.layer.segment) <= len(copy) + 2, (copy, fd.layer.segment)
     assert f"{len(copy)} nodes" in fd.explanation and "same weights" in fd.explanation, fd.explanation
+
+
+class _MaskedAttention(_Attention):
+    """The two-head attention with a causal mask added to its scores."""
+
+    def forward(self, x):  # 1, 6, 16
+        q, k, v = self.qkv(x).view(1, 6, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        mask = torch.triu(torch.full((6, 6), -1e9), diagonal=1)
+        w = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5 + mask, dim=-1)
+        return self.out((w @ v).transpose(1, 2).reshape(1, 6, 16))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_mask_applied_to_the_probabilities_is_moved_to_the_scores(exporter):
+    """``softmax(s).masked_fill(mask, 0)`` where the model computes ``softmax(s + mask)``: the mask's Add taken out
+    and a Where of the probabilities and zero put after the Softmax (the masked weights zeroed, the others not
+    renormalised)."""
+    model, x = _MaskedAttention().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(186))
+    proto = dc.export(model, (x,), exporter)
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    add = next(n for n in proto.graph.node if n.output[0] == softmax.input[0])
+    assert add.op_type == "Add"
+    constants = {i.name: numpy_helper.to_array(i) for i in proto.graph.initializer}
+    constants.update({n.output[0]: numpy_helper.to_array(n.attribute[0].t) for n in proto.graph.node
+                      if n.op_type == "Constant" and n.attribute[0].name == "value"})
+    mask_value = next(constants[t] for t in add.input if t in constants)
+    scores = next(t for t in add.input if t not in constants)
+    softmax.input[0] = scores  # the scores unmasked
+    keep = helper.make_tensor("keep", 9, list(mask_value.shape), (mask_value > -1).reshape(-1).tolist())
+    zero = helper.make_tensor("zero", 1, [], [0.0])
+    probs, masked = softmax.output[0], "probabilities_masked"
+    for n in proto.graph.node:
+        n.input[:] = [masked if t == probs else t for t in n.input]
+    at = list(proto.graph.node).index(softmax) + 1
+    proto.graph.node.insert(at, helper.make_node("Where", ["keep_mask", probs, "zero_fill"], [masked],
+                                                 name="mask_after_softmax"))
+    proto.graph.node.insert(at, helper.make_node("Constant", [], ["zero_fill"], value=zero))
+    proto.graph.node.insert(at, helper.make_node("Constant", [], ["keep_mask"], value=keep))
+    fd = _bisect(model, (x,), proto)
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    named = set(fd.layer.segment) | set(fd.fixed_nodes)
+    assert {softmax.name, "mask_after_softmax"} <= named and len(named) <= 12, named
+    assert "before the Softmax" in fd.explanation, fd.explanation

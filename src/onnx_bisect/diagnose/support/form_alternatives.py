@@ -25,6 +25,8 @@ def form_alternatives(ctx, proto, shape_of, make) -> Iterator:
         yield from _zero_state(ctx, proto, make)
     if proto.op_type in ("Mul", "Div"):
         yield from _scale_inside_softmax(ctx, proto, make)
+    if proto.op_type == "Softmax":
+        yield from _mask_before_softmax(ctx, proto, make)
     if proto.op_type in MOVABLE_ACTIVATIONS or proto.op_type in ELEMENTWISE:
         yield from _activation_after_layer(ctx, proto, make)
 
@@ -178,6 +180,51 @@ def _scale_inside_softmax(ctx, proto, make) -> Iterator:
                        f"{said} applied to the scores {product.name} computes, before what is added to them",
                        "the PyTorch output", _scaled_after(proto.name, proto.input[1 - k], product.name))
             yield dataclasses.replace(alt, shows_in=(*path, proto.name))
+
+
+def _mask_before_softmax(ctx, proto, make) -> Iterator:
+    """A mask applied to a Softmax's output (``softmax(s).masked_fill(mask, 0)``: the masked weights zeroed, the
+    others not renormalised) moved to its input, where the model masks the scores (``softmax(s + mask)``): a Where
+    of the probabilities and zero after the Softmax, its condition then applied to the scores with the type's
+    lowest number."""
+    graph = ctx.onnx.graph
+    for c in graph.consumers.get(proto.output[0], ()):
+        where = graph.nodes[c]
+        if where.op_type != "Where" or len(where.inputs) != 3 or proto.output[0] not in where.inputs[1:]:
+            continue
+        kept = where.inputs.index(proto.output[0])  # 1: kept where the condition holds, 2: where it does not
+        zero = ctx.constant(where.inputs[3 - kept])
+        if zero is None or zero.size != 1 or float(np.asarray(zero).reshape(())) != 0.0:
+            continue
+        cond = graph.node_of(where.inputs[0])
+        shown = (proto.name, where.name, *((cond.name,) if cond is not None and cond.op_type in COMPARISONS else ()))
+        alt = make(proto.name, "placement", f"the mask of {where.name} applied to the probabilities (zeroed, not "
+                   "renormalised)", "the mask applied to the scores before the Softmax", "the PyTorch output",
+                   _masked_before(proto.name, where.inputs[0], kept, graph.elem_types.get(proto.input[0])))
+        yield dataclasses.replace(alt, shows_in=shown)
+
+
+#: nodes computing a mask's condition (named with the mask moved)
+COMPARISONS = frozenset({"Greater", "Less", "Equal", "Not", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Cast"})
+
+
+def _masked_before(softmax: str, cond: str, kept: int, elem_type: int | None):
+    """The Softmax reading its scores where ``cond`` keeps them (``kept`` 1: where it holds) and the type's lowest
+    number elsewhere."""
+    def edit(model, weights):
+        target = edits.node(model, softmax)
+        dtype = helper.tensor_dtype_to_np_dtype(elem_type or 1)
+        low = edits.add_initializer(model, f"{softmax}_mask_fill", np.array(np.finfo(dtype).min, dtype=dtype))
+        masked = f"{softmax}_masked_scores"
+        inputs = [cond, target.input[0], low] if kept == 1 else [cond, low, target.input[0]]
+        where = helper.make_node("Where", inputs, [masked], name=f"{softmax}_mask_before")
+        target.input[0] = masked
+        nodes = list(model.graph.node)
+        at = next(i for i, n in enumerate(nodes) if n.name == softmax)
+        model.graph.ClearField("node")
+        model.graph.node.extend(edits.toposorted(nodes[:at] + [where] + nodes[at:], model))
+        return model, weights
+    return edit
 
 
 #: ops computing scores a scale may apply to anywhere along (a product, the layouts of its operands, a mask added)
