@@ -228,3 +228,25 @@ def test_post_norm_blocks_ending_at_the_graph_output_are_named_as_exchanged(tmp_
     names = {n.name: r.name for n, r in zip(proto.graph.node, renamed.graph.node)}
     assert all(proto.graph.node[order[k]].op_type == renamed.graph.node[order[k]].op_type for k in names)
     _pinned(_bisect(model, x, renamed), {names[p] for p in planted})
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_block_run_on_the_previous_blocks_input_is_named_as_parallel(exporter):
+    """``s = x + f(x); s + g(x)`` where the model computes ``s + g(s)`` (a parallel residual read into a sequential
+    model): the second block's entries — a written-out RMSNorm's statistics and scale, which then compute the value
+    the first block's norm computes, so the segment narrows past them — named, made to read ``s``."""
+    model = _RMSStack().eval()
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(287))
+    proto = dc.export(model, (x,), exporter)
+    adds = _stream_adds(proto, "Pow")
+    (skip, first), (after, _) = adds[1], adds[2]
+    entries = {n.name for n in proto.graph.node if after in n.input and n.op_type in ("Pow", "Mul")}
+    assert entries, after
+    for n in proto.graph.node:
+        if n.name in entries:
+            n.input[:] = [skip if t == after else t for t in n.input]
+    fd = _bisect(model, x, proto)
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    named = set(fd.layer.segment) | set(fd.fixed_nodes)
+    assert entries <= named and len(named) <= 12, (entries, named)
+    assert "not in parallel" in fd.explanation, fd.explanation

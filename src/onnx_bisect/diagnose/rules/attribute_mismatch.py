@@ -12,7 +12,7 @@ from ..support import edits, layout
 from ..support.alternatives import (Alternative, alternatives, attribute_change, backed_perms, boundary_shapes,
                                     searched)
 from ..support.heads import head_counts
-from ..support.block_order import exchanged_blocks
+from ..support.block_order import exchanged_blocks, parallel_blocks
 from ..support.gating import swapped_gates
 from ..support.keys_values import exchanged_keys_values
 from ..support.kind_alternatives import (doubled_removals, extra_runs, kind_alternatives, per_block, repeated_blocks,
@@ -302,6 +302,7 @@ def _candidates(ctx: DiagnosisContext):
                             (alt for proto in protos for alt in kind_alternatives(ctx, proto, ctx.shape_of, Alternative)),
                             per_block(ctx, protos, Alternative), extra_runs(ctx, protos, Alternative),
                             repeated_blocks(ctx, protos, Alternative), exchanged_blocks(ctx, protos, Alternative),
+                            parallel_blocks(ctx, protos, Alternative),
                             swapped_gates(ctx, protos, Alternative), exchanged_keys_values(ctx, protos, Alternative),
                             head_counts(ctx, protos, Alternative)),
             (alt for proto in protos for alt in searched(ctx, proto)),

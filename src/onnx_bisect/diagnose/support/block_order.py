@@ -12,6 +12,7 @@ from typing import Iterator
 import onnx
 
 from . import edits
+from .edited_inputs import edited_inputs
 
 #: norms a post-norm block ends with, after its residual Add
 NORMS = frozenset({"LayerNormalization", "SimplifiedLayerNormalization", "RMSNormalization", "BatchNormalization",
@@ -56,6 +57,53 @@ def exchanged_blocks(ctx, protos, make) -> Iterator:
                 proto.name, "block order", f"the block ending at {first.add} ({len(first.nodes)} nodes) run before "
                 f"the block ending at {second.add} ({len(second.nodes)} nodes)", "the two blocks in the other order",
                 "the PyTorch output", edit), shows_in=shown, feeds=feeds or None, reference=reference)
+
+
+def parallel_blocks(ctx, protos, make) -> Iterator:
+    """A residual block run on the input of the block before it where the model runs it on that block's output
+    (``use_parallel_residual`` read wrong, GPT-J style ``x + f(x) + g(x)`` for ``s = x + f(x); s + g(s)``): for a
+    segment node of a branch computed from a block's input ``x`` and added to the block's output ``s``, the branch's
+    entries made to read ``s`` (kept only when the segment then reproduces PyTorch)."""
+    graph = ctx.onnx.graph
+    tried: set[tuple[str, str]] = set()
+    for proto in protos:
+        for given in _upstream(graph, proto):
+            source, _ = _handed_on(graph, given)
+            first = _block_from(graph, source, None)
+            if first is None:
+                continue
+            for add in (graph.nodes[i] for i in graph.consumers.get(first.end, ())):
+                if add.op_type != "Add" or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1] \
+                        or (first.end, add.name) in tried:
+                    continue
+                branch = add.inputs[1] if add.inputs[0] == first.end else add.inputs[0]
+                nodes = [n for n in _between(graph, source, branch) if n.name not in first.nodes]
+                if proto.name not in {n.name for n in nodes} or _between(graph, first.end, branch):
+                    continue
+                tried.add((first.end, add.name))
+                entries = tuple(n.name for n in nodes if source in n.inputs)
+                edit = _reading(set(entries), source, first.end)
+                feeds = edited_inputs(ctx, edit, {n.name for n in nodes} | {add.name})
+                if feeds is None:
+                    continue
+                yield dataclasses.replace(make(
+                    proto.name, "block input", f"the branch added at {add.name} ({len(nodes)} nodes) computed from "
+                    f"'{source}', the input of the block ending at {first.add}", f"it computed from that block's "
+                    f"output '{first.end}' (the blocks in sequence, not in parallel)", "the PyTorch output", edit),
+                    shows_in=entries, feeds=feeds or None)
+
+
+def _reading(nodes: set[str], old: str, new: str):
+    """``nodes`` reading ``new`` where they read ``old``."""
+    def edit(model, weights):
+        for n in model.graph.node:
+            if n.name in nodes:
+                n.input[:] = [new if t == old else t for t in n.input]
+        nodes_sorted = edits.toposorted(list(model.graph.node), model)
+        model.graph.ClearField("node")
+        model.graph.node.extend(nodes_sorted)
+        return model, weights
+    return edit
 
 
 def _block_from(graph, source: str, through: str | None) -> Block | None:
