@@ -451,3 +451,30 @@ def test_a_mask_applied_to_the_probabilities_is_moved_to_the_scores(exporter):
     named = set(fd.layer.segment) | set(fd.fixed_nodes)
     assert {softmax.name, "mask_after_softmax"} <= named and len(named) <= 12, named
     assert "before the Softmax" in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_softmax_written_out_without_its_division_is_named_whole(exporter):
+    """``exp(x − max(x))`` left undivided by its sum (an online-softmax port missing its last step): the written-out
+    softmax's three nodes named, the division by the sum put back."""
+    model, x = _Attention().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(187))
+    proto = dc.export(model, (x,), exporter)
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    scores, probs = softmax.input[0], softmax.output[0]
+    at = list(proto.graph.node).index(softmax)
+    proto.graph.node.remove(softmax)
+    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    if opset >= 18:  # the axes an input
+        proto.graph.initializer.append(numpy_helper.from_array(np.array([3], np.int64), "max_axes"))
+        peak = helper.make_node("ReduceMax", [scores, "max_axes"], ["peak"], name="written_max", keepdims=1)
+    else:
+        peak = helper.make_node("ReduceMax", [scores], ["peak"], name="written_max", axes=[3], keepdims=1)
+    shift = helper.make_node("Sub", [scores, "peak"], ["shifted"], name="written_shift")
+    exp = helper.make_node("Exp", ["shifted"], [probs], name="written_exp")
+    for n in (exp, shift, peak):
+        proto.graph.node.insert(at, n)
+    fd = _bisect(model, (x,), proto)
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    named = set(fd.layer.segment) | set(fd.fixed_nodes)
+    assert {"written_max", "written_shift", "written_exp"} <= named and len(named) <= 12, named
+    assert "divided by their sum" in fd.explanation, fd.explanation

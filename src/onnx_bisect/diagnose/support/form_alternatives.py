@@ -27,6 +27,8 @@ def form_alternatives(ctx, proto, shape_of, make) -> Iterator:
         yield from _scale_inside_softmax(ctx, proto, make)
     if proto.op_type == "Softmax":
         yield from _mask_before_softmax(ctx, proto, make)
+    if proto.op_type == "Exp":
+        yield from _unnormalised(ctx, proto, make)
     if proto.op_type in MOVABLE_ACTIVATIONS or proto.op_type in ELEMENTWISE:
         yield from _activation_after_layer(ctx, proto, make)
 
@@ -202,6 +204,54 @@ def _mask_before_softmax(ctx, proto, make) -> Iterator:
                    "renormalised)", "the mask applied to the scores before the Softmax", "the PyTorch output",
                    _masked_before(proto.name, where.inputs[0], kept, graph.elem_types.get(proto.input[0])))
         yield dataclasses.replace(alt, shows_in=shown)
+
+
+def _unnormalised(ctx, proto, make) -> Iterator:
+    """An exponential of scores shifted by their maximum, ``exp(x − max(x))``, that nothing divides by its sum: a
+    softmax written out (an online / flash softmax port) without its last step — the division by the sum over the
+    maximum's axes put back."""
+    graph = ctx.onnx.graph
+    shift = graph.node_of(proto.input[0]) if proto.input else None
+    if shift is None or shift.op_type != "Sub" or len(shift.inputs) != 2:
+        return
+    peak = graph.node_of(shift.inputs[1])
+    if peak is None or peak.op_type != "ReduceMax" or not peak.inputs or peak.inputs[0] != shift.inputs[0] \
+            or not peak.attribute("keepdims", 1):
+        return
+    axes = peak.attribute("axes") if peak.attribute("axes") is not None else (
+        ctx.constant(peak.inputs[1]) if len(peak.inputs) > 1 and peak.inputs[1] else None)
+    if axes is None:
+        return
+    axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    readers = [graph.nodes[i] for i in graph.consumers.get(proto.output[0], ())]
+    if any(r.op_type in ("ReduceSum", "Div") for r in readers):
+        return  # normalised already (a softmax written out in full)
+    alt = make(proto.name, "op", f"exp(x − max(x)) over axes {axes}, not divided by its sum",
+               f"Softmax over axes {axes} (the exponentials divided by their sum)", "the PyTorch output",
+               _normalised(proto.name, axes))
+    yield dataclasses.replace(alt, shows_in=(peak.name, shift.name))  # the softmax written out, all of it
+
+
+def _normalised(node: str, axes: list[int]):
+    """The Exp's readers reading its output divided by its sum over ``axes``."""
+    def edit(model, weights):
+        target = edits.node(model, node)
+        out = target.output[0]
+        total, shares = f"{node}_sum", f"{node}_normalised"
+        axes_name = edits.add_initializer(model, f"{node}_sum_axes", np.array(axes, dtype=np.int64))
+        for n in model.graph.node:
+            n.input[:] = [shares if t == out else t for t in n.input]
+        for o in model.graph.output:
+            if o.name == out:
+                o.name = shares
+        added = [helper.make_node("ReduceSum", [out, axes_name], [total], name=total, keepdims=1),
+                 helper.make_node("Div", [out, total], [shares], name=shares)]
+        nodes = list(model.graph.node)
+        at = next(i for i, n in enumerate(nodes) if n.name == node) + 1
+        model.graph.ClearField("node")
+        model.graph.node.extend(nodes[:at] + added + nodes[at:])
+        return model, weights
+    return edit
 
 
 #: nodes computing a mask's condition (named with the mask moved)
