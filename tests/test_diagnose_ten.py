@@ -550,3 +550,38 @@ def test_a_residual_taken_from_the_norms_output_is_rewired_to_its_input_a_block_
     assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert residual.name in set(fd.fixed_nodes) and len(fd.layer.segment) <= 12, (fd.fixed_nodes, fd.layer.segment)
     assert norm.input[0] in fd.explanation, fd.explanation
+
+
+class _PreNormGelu(torch.nn.Module):
+    """Two pre-norm residual GELU MLP blocks and a final norm (ONNX Runtime fuses the residual Add with the next
+    norm, and the GELU, into its own ops)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(91)
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(16) for _ in range(3))
+        self.ups = torch.nn.ModuleList(torch.nn.Linear(16, 32) for _ in range(2))
+        self.downs = torch.nn.ModuleList(torch.nn.Linear(32, 16) for _ in range(2))
+
+    def forward(self, x):
+        for norm, up, down in zip(self.norms, self.ups, self.downs):
+            x = x + down(torch.nn.functional.gelu(up(norm(x))))
+        return self.norms[2](x)
+
+
+def test_a_residual_from_the_norms_output_is_rewired_in_a_file_shape_inference_cannot_type():
+    """An ONNX Runtime-optimized file (its fused ops are unknown to ONNX's shape inference, so later tensors have no
+    type or shape): the residual Add reading the norm's output is still rewired to the norm's input."""
+    from rewrites import ort_optimized
+
+    model, x = _PreNormGelu().eval(), torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(92))
+    proto = ort_optimized(dc.export(model, (x,), "torchscript"))
+    assert any(n.domain == "com.microsoft" for n in proto.graph.node), [n.op_type for n in proto.graph.node]
+    norm = next(n for n in proto.graph.node if n.op_type == "LayerNormalization" and any(
+        r.op_type == "Add" and n.input[0] in r.input for r in proto.graph.node))
+    residual = next(r for r in proto.graph.node if r.op_type == "Add" and norm.input[0] in r.input)
+    residual.input[list(residual.input).index(norm.input[0])] = norm.output[0]
+    fd = _bisect(model, (x,), proto)
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert residual.name in set(fd.fixed_nodes) and len(fd.layer.segment) <= 12, (fd.fixed_nodes, fd.layer.segment)
+    assert norm.input[0] in fd.explanation, fd.explanation

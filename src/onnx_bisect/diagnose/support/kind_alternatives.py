@@ -699,24 +699,26 @@ def rewirings(ctx, proto, make) -> Iterator:
         return
     inside = {t for n in ctx.segment_nodes for t in n.outputs}
     for i, tensor in enumerate(proto.input):
-        kind = graph.elem_types.get(tensor)
-        if not tensor or graph.is_constant(tensor) or kind not in FLOATS:
+        if not tensor or graph.is_constant(tensor):
             continue
-        now = ctx.computed([tensor]).get(tensor)
-        held = _held_by(ctx, now) if now is not None and informative(now) else None
+        kind = graph.elem_types.get(tensor)
+        now = ctx.computed([tensor]).get(tensor) if kind in FLOATS or kind is None else None
+        if kind is None and now is not None:  # a file shape inference cannot type (ONNX Runtime's fused ops)
+            kind = helper.np_dtype_to_tensor_dtype(np.asarray(now).dtype) if now.dtype.kind == "f" else None
+        held = _held_by(ctx, now) if kind in FLOATS and now is not None and informative(now) else None
         if held is None:
             continue
         limit = MAX_REWIRED_SMALL if len(ctx.layer.segment) <= SMALL_REWIRED else MAX_REWIRED
         others = _earlier_of(ctx, at, tuple(now.shape), kind, set(proto.input), limit)
         source = graph.node_of(tensor)
         if source is not None and source.op_type in NORM_NODES and source.inputs[0] not in others \
-                and _fits(graph.shapes.get(source.inputs[0]), tuple(now.shape)):
+                and _fits(graph.shapes.get(source.inputs[0]), tuple(now.shape), unknown=True):
             # a norm's output read where its input belongs (the residual taken from the normed stream): the input
             # may lie a whole block back
             others = [source.inputs[0], *others]
         values = ctx.computed(others)
         for other in others:
-            if other in values and not ctx.compare(values[other], now).ok:
+            if other in values and values[other].shape == now.shape and not ctx.compare(values[other], now).ok:
                 alt = make(proto.name, f"input {i}", tensor, other, "the PyTorch output",
                            _input_read(proto.name, i, other))
                 copy = _repeated_block(ctx, proto, tensor, other)
@@ -996,16 +998,20 @@ def _earlier_of(ctx, at: int, shape: tuple, kind: int, exclude: set[str], limit:
     paired, others, half = [], [], limit // 2
     for node in reversed(graph.nodes[max(0, at - MAX_WALKED):at]):
         for t in node.outputs:
-            if t and t not in exclude and graph.elem_types.get(t) == kind and _fits(graph.shapes.get(t), shape):
+            if t and t not in exclude and graph.elem_types.get(t, kind) == kind \
+                    and _fits(graph.shapes.get(t), shape, unknown=t not in graph.elem_types):
                 (paired if t in ctx.cut.references else others).append(t)
         if len(paired) >= half and len(others) >= half:
             break
     return paired[:max(half, limit - len(others))] + others[:max(half, limit - len(paired))]
 
 
-def _fits(known: tuple | None, shape: tuple) -> bool:
-    """Whether a file's shape (a dimension it leaves symbolic: None) can be ``shape``."""
-    return known is not None and len(known) == len(shape) and all(k is None or k == d for k, d in zip(known, shape))
+def _fits(known: tuple | None, shape: tuple, unknown: bool = False) -> bool:
+    """Whether a file's shape (a dimension it leaves symbolic: None) can be ``shape``; a tensor shape inference
+    could not reach (``unknown``: no shape at all) can be any (its computed value decides)."""
+    if known is None:
+        return unknown
+    return len(known) == len(shape) and all(k is None or k == d for k, d in zip(known, shape))
 
 
 #: nodes a block applied twice may hold, at most (a copy longer than a segment names nothing)
