@@ -19,10 +19,10 @@ from test_block_order import _toposorted  # noqa: E402
 class _Attention(torch.nn.Module):
     """Two self-attention blocks (four heads, separate q / k / v projections, a causal mask) with residuals."""
 
-    def __init__(self, d=16, heads=4):
+    def __init__(self, d=16, heads=4, einsum=False):
         super().__init__()
         torch.manual_seed(311)
-        self.heads = heads
+        self.heads, self.einsum = heads, einsum
         self.qkv = torch.nn.ModuleList(torch.nn.ModuleList(torch.nn.Linear(d, d) for _ in range(3)) for _ in range(2))
         self.outs = torch.nn.ModuleList(torch.nn.Linear(d, d) for _ in range(2))
         self.head = torch.nn.Linear(d, 4)
@@ -33,15 +33,20 @@ class _Attention(torch.nn.Module):
         for (q, k, v), out in zip(self.qkv, self.outs):
             def split(t):
                 return t.view(b, s, self.heads, d // self.heads).transpose(1, 2)
-            scores = split(q(x)) @ split(k(x)).transpose(-1, -2) / (d // self.heads) ** 0.5
-            ctx = torch.softmax(scores + mask, dim=-1) @ split(v(x))
+            if self.einsum:  # ProphetNet's products
+                scores = torch.einsum("bhqd,bhkd->bhqk", split(q(x)), split(k(x))) / (d // self.heads) ** 0.5
+                ctx = torch.einsum("bhqk,bhkd->bhqd", torch.softmax(scores + mask, dim=-1), split(v(x)))
+            else:
+                scores = split(q(x)) @ split(k(x)).transpose(-1, -2) / (d // self.heads) ** 0.5
+                ctx = torch.softmax(scores + mask, dim=-1) @ split(v(x))
             x = x + out(ctx.transpose(1, 2).reshape(b, s, d))
         return self.head(x)
 
 
+@pytest.mark.parametrize("einsum", [False, True], ids=["matmul", "einsum"])
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
-def test_keys_and_values_exchanged_are_named_at_the_nodes_reading_them(exporter):
-    model = _Attention().eval()
+def test_keys_and_values_exchanged_are_named_at_the_nodes_reading_them(exporter, einsum):
+    model = _Attention(einsum=einsum).eval()
     x = torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(312))
     proto = dc.export(model, (x,), exporter)
     softmax = [n for n in proto.graph.node if n.op_type == "Softmax"][1]  # the second block's attention
@@ -53,8 +58,8 @@ def test_keys_and_values_exchanged_are_named_at_the_nodes_reading_them(exporter)
             tensor = made[tensor].input[0]
         return tensor
 
-    scores = made[up(softmax.input[0], ("MatMul",))]
-    context = next(n for n in proto.graph.node if n.op_type == "MatMul" and n.input[0] == softmax.output[0])
+    scores = made[up(softmax.input[0], ("MatMul", "Einsum"))]
+    context = next(n for n in proto.graph.node if n.op_type in ("MatMul", "Einsum") and n.input[0] == softmax.output[0])
     projections = ("Add", "Gemm")
     k_out, v_out = up(scores.input[1], projections), up(context.input[1], projections)
     readers = [n for n in proto.graph.node if k_out in n.input or v_out in n.input]

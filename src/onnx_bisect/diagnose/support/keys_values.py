@@ -1,6 +1,6 @@
 """Attention run with its keys and values exchanged (a port calling ``attn(q, v, k)``, a packed qkv split as q, v, k,
 ``k_proj`` / ``v_proj`` mapped the wrong way): the scores are computed from the values and the context from the
-keys.  Read at an attention's scores product (a MatMul of two computed tensors whose output reaches a Softmax over
+keys.  Read at an attention's scores product (a MatMul or Einsum of two computed tensors whose output reaches a Softmax over
 its last axis) and the product reading the probabilities: the key operand's and the value operand's paths walked
 up through layout ops and scalar scales, and the deepest two tensors of one shape on them exchanged — kept only when
 the segment then reproduces PyTorch."""
@@ -15,6 +15,8 @@ from .edited_inputs import edited_inputs
 #: ops a key's or value's path runs through (one tensor in, the same numbers laid out or scaled out)
 PATH_OPS = frozenset({"Reshape", "Transpose", "Unsqueeze", "Squeeze", "Expand", "Identity", "Cast", "Flatten",
                       "Mul", "Div", "Tile"})
+#: ops computing the scores and the context (two operands each)
+PRODUCTS = frozenset({"MatMul", "Einsum"})
 #: ops between the scores and their Softmax, and between the Softmax and the product reading it
 SCORE_OPS = frozenset({"Add", "Mul", "Div", "Where", "Cast", "Identity", "Reshape", "Sub"})
 PROB_OPS = frozenset({"Cast", "Identity", "Where", "Reshape", "Dropout"})
@@ -26,9 +28,9 @@ def exchanged_keys_values(ctx, protos, make) -> Iterator:
     """For each attention whose scores product is in the segment or a few nodes past it, the keys and values
     exchanged (see the module's docstring)."""
     graph = ctx.onnx.graph
-    candidates = [graph.node_of(p.output[0]) for p in protos if p.op_type == "MatMul" and p.output]
+    candidates = [graph.node_of(p.output[0]) for p in protos if p.op_type in PRODUCTS and p.output]
     candidates += [n for p in protos for o in p.output[:1] if o for n in graph.downstream(o, DOWNSTREAM)
-                   if n.op_type == "MatMul"]
+                   if n.op_type in PRODUCTS]
     tried = set()
     for scores in dict.fromkeys(c for c in candidates if c is not None):
         context = _context_product(graph, scores)
@@ -56,22 +58,22 @@ def _context_product(graph, scores):
     None where there is none or the scores' operands are not both computed."""
     if len(scores.inputs) != 2 or any(graph.is_constant(t) for t in scores.inputs):
         return None
-    softmax = _down(graph, scores.outputs[0], SCORE_OPS, "Softmax")
+    softmax = _down(graph, scores.outputs[0], SCORE_OPS, frozenset({"Softmax"}))
     if softmax is None or softmax.attribute("axis", -1) not in (-1, len(graph.shapes.get(softmax.outputs[0]) or ()) - 1):
         return None
-    context = _down(graph, softmax.outputs[0], PROB_OPS, "MatMul")
+    context = _down(graph, softmax.outputs[0], PROB_OPS, PRODUCTS)
     return context if context is not None and context.inputs[0] != context.inputs[1] else None
 
 
-def _down(graph, tensor: str, through: frozenset, op_type: str, limit: int = 6):
-    """The first ``op_type`` node reading ``tensor`` (through ``through`` ops, each step the first input's path)."""
+def _down(graph, tensor: str, through: frozenset, op_types: frozenset, limit: int = 6):
+    """The first node of ``op_types`` reading ``tensor`` as its first input (through ``through`` ops)."""
     frontier = [tensor]
     for _ in range(limit):
         nxt = []
         for t in frontier:
             for c in graph.consumers.get(t, ()):
                 node = graph.nodes[c]
-                if node.op_type == op_type and node.inputs and node.inputs[0] == t:
+                if node.op_type in op_types and node.inputs and node.inputs[0] == t:
                     return node
                 if node.op_type in through:
                     nxt.extend(node.outputs[:1])
