@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator
 
+from . import edits
 from .edited_inputs import edited_inputs
 
 #: nodes the gate's own computation F may hold, at most
@@ -123,6 +124,9 @@ def _moved(mul: str, source: str, other: str, nodes: set[str]):
                 n.input[:] = [other if t == source else t for t in n.input]
             elif n.name == mul:
                 n.input[:] = [source if t == other else t for t in n.input]
+        ordered = edits.toposorted(list(model.graph.node), model)  # the gate may now read a tensor made after it
+        model.graph.ClearField("node")
+        model.graph.node.extend(ordered)
         return model, weights
     return edit
 
