@@ -1829,3 +1829,7 @@ FAULTS.update({k.name: k for k in sweep_faults_sixteen.KINDS})
 import sweep_faults_seventeen  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_seventeen.KINDS})
+# the eighteenth set (scripts/sweep_faults_eighteen.py)
+import sweep_faults_eighteen  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_eighteen.KINDS})
