@@ -3336,6 +3336,445 @@ class CBAMNet(nn.Module):
         return self.fc(self.blocks(self.stem(x)).mean((2, 3)))
 
 
+# --------------------------------------------------------------------------- eighteenth held-out set
+# Added after the seventeenth held-out set and measured before any of their misses was looked at (``fault_sweep.py
+# --archs heldout18``): Gemma 3n's text model (alternating updates: the embedding and three projected copies rescaled to
+# its RMS magnitude form four streams; every layer predicts all four from per-token 4×4 coefficient matrices computed by
+# a tanh router, runs only the active stream, then corrects all four by the layer's innovation (output − active
+# prediction) times routed coefficients; LAuReL low-rank residuals; per-layer token embeddings gated into the inactive
+# streams; a Gaussian top-k MLP (ReLU of the excess over mean + 1.645·std); the last two layers reuse the first two
+# layers' keys and values; local / global layers with their own rotary bases), Zamba2 (Mamba-2 layers interleaved with
+# one shared attention + MLP block, applied at two depths to the hidden states concatenated with the original
+# embeddings, with per-depth LoRA adapters on its q / k / v and gate / up projections), RT-DETR (a hybrid encoder:
+# attention within the top level only, top-down and bottom-up CSP-RepVGG fusion; encoder-side query selection: TopK of
+# the tokens' best class logits gathers the decoder's queries and logit-space anchor boxes; deformable decoder layers
+# refining the boxes through inverse sigmoids), ZoeDepth (DPT on a BEiT backbone, then the metric-bins head: normalised
+# seed bin widths turned into centres by a cumsum, four attractor layers shifting them by the attractors' mean dx / (1 +
+# 1000 dx²) and re-sorting them, a conditional log-binomial distribution over the bins: Stirling log C(15, k) + k log p
+# + (15 − k) log(1 − p) over a predicted temperature, a softmax, the depth its expectation over the bin centres), Llama
+# 4's text model (a rotary chunked-attention layer — 8-token chunks — with weightless L2 q / k norms, then a NoPE global
+# layer whose queries are scaled by 1 + 0.1·log1p(floor((pos + 1) / 4)); a top-1 of 4 mixture whose sigmoid router score
+# scales the expert's input, plus a shared expert; the complex rotary written in reals), and five hand-written models:
+# DenseNet-BC (pre-activation bottleneck layers concatenating their 8 new channels onto all earlier ones, a compressing
+# transition), an Inception-v3 CNN (parallel 1×1 / 5×5 / double 3×3 / pool-projection branches concatenated, a strided
+# reduction with a max-pool branch, 1×3 / 3×1 factorised and split branches), SchNet (continuous-filter convolutions:
+# Gaussian radial bases of the pairwise distances through a filter network, a cosine cutoff, neighbour sums; shifted
+# softplus), a Temporal Fusion Transformer (gated residual networks with ELU and GLU, softmax variable selection over
+# per-variable embeddings, an LSTM with gated skip connections, interpretable multi-head attention sharing one value
+# projection across heads and averaging them) and a neural Turing machine (an LSTM controller with content addressing by
+# cosine similarity, interpolation with the previous weights, a circular shift convolution by rolls, sharpening by a
+# run-time power, erase / add writes to an 8×8 memory, unrolled over 8 steps).
+
+def _gaussian_topk(inputs, z: float):
+    """Gemma 3n's Gaussian top-k: ReLU of the excess over mean + z·std (population std) of the last axis."""
+    cutoff = inputs.mean(-1, keepdim=True) + inputs.std(-1, keepdim=True, unbiased=False) * z
+    return F.relu(inputs - cutoff)
+
+class Gemma3n(nn.Module):
+    """A Gemma3nTextModel of four layers of 32 (4 query heads of 8, 2 key / value heads; q, k and scale-free v
+    RMSNorms, attention scaling 1; sliding window 8 on layers 0 and 2 with rotary base 10⁴, global layers 1 and 3 with
+    base 10⁶): AltUp over 4 streams, LAuReL of rank 8, per-layer inputs of 8 (a 128-row per-layer embedding table plus a
+    projection of the main embedding), layers 2 and 3 reusing the keys and values stored by layers 0 and 1, the Gaussian
+    top-k MLP (sparsity 0.95) on layer 0.  That MLP's cutoff multiplier, the standard normal quantile of 0.95, is
+    computed here once and given as a number (transformers computes it with Normal.icdf at run time: an ErfInv that
+    the dynamo exporter cannot convert); the same value."""
+    def __init__(self):
+        super().__init__()
+        import functools
+
+        from transformers import Gemma3nTextConfig, Gemma3nTextModel
+        cfg = Gemma3nTextConfig(vocab_size=128, vocab_size_per_layer_input=128, hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64, sliding_window=8, hidden_size_per_layer_input=8, laurel_rank=8, altup_num_inputs=4, num_kv_shared_layers=2, layer_types=["sliding_attention", "full_attention"] * 2, activation_sparsity_pattern=[0.95, 0.0, 0.0, 0.0])
+        self.model = Gemma3nTextModel(cfg)
+        for layer in self.model.layers:
+            if layer.mlp.activation_sparsity > 0:
+                z = torch.distributions.Normal(0.0, 1.0).icdf(torch.tensor(layer.mlp.activation_sparsity))
+                layer.mlp._gaussian_topk = functools.partial(_gaussian_topk, z=float(z))
+    def forward(self, ids):
+        return self.model(input_ids=ids).last_hidden_state
+
+class Zamba2(nn.Module):
+    """A Zamba2Model of four layers of 32: Mamba-2 layers (4 heads of 16, state 8, chunks of 8) at every depth; at depths
+    1 and 3 a shared transformer block first — the hidden states concatenated with the original token embeddings (64
+    wide), RMSNorm, rotary attention (4 heads of 16, scaling (16 / 2)^−½) whose q / k / v projections add a per-depth
+    rank-4 LoRA adapter, RMSNorm, a GELU-gated MLP whose gate / up projection adds a per-depth adapter — whose output,
+    through a per-depth Linear, is added to the Mamba layer's input.  The block's weights are tied between the two
+    depths, the adapters are not.  Run with non-negative permute dims (_NonNegativePermute)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import Zamba2Config, Zamba2Model
+        self.model = Zamba2Model(Zamba2Config(vocab_size=128, hidden_size=32, num_hidden_layers=4, max_position_embeddings=64, layers_block_type=["linear_attention", "hybrid", "linear_attention", "hybrid"], mamba_d_state=8, mamba_d_conv=4, mamba_expand=2, n_mamba_heads=4, chunk_size=8, num_attention_heads=4, intermediate_size=64, num_mem_blocks=1, use_shared_attention_adapter=True, adapter_rank=4, use_mem_rope=True))
+    def forward(self, ids):
+        with _NonNegativePermute():
+            return self.model(input_ids=ids).last_hidden_state
+
+class RTDETR(nn.Module):
+    """An RTDetrModel on its ResNet-vd backbone (a three-Conv stem, basic blocks of 16 / 32 / 32 / 32 channels, stages
+    2–4: 8×8, 4×4 and 2×2 maps of a 64×64 image): the hybrid encoder (one attention layer with 2-D sine positions on the
+    2×2 level only, then top-down and bottom-up fusion by nearest upsampling, strided Convs and CSP blocks of RepVGG
+    units), 84 tokens scored by an encoder head; TopK picks the 10 with the best class logit (the best ten differ by at
+    least 8e-3 on the bundled input) and gathers their features as the queries and their anchor-offset box logits as
+    the reference points; two decoder layers of deformable attention (4 heads, 2 points per level) with box refinement
+    through inverse sigmoids.  The decoder output (N, 10, 32).  Convolutions fan-in scaled (from std 0.02 every token of
+    a level had the same features and the TopK picked among ties), the frozen BatchNorms given random statistics; run
+    with linspace as arange (_ArangeLinspace)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import RTDetrConfig, RTDetrModel, RTDetrResNetConfig
+        backbone = RTDetrResNetConfig(embedding_size=16, hidden_sizes=[16, 32, 32, 32], depths=[1, 1, 1, 1], layer_type="basic", out_features=["stage2", "stage3", "stage4"])
+        self.model = RTDetrModel(RTDetrConfig(backbone_config=backbone, encoder_in_channels=[32, 32, 32], encoder_hidden_dim=32, encoder_ffn_dim=64, encoder_attention_heads=4, d_model=32, decoder_in_channels=[32, 32, 32], decoder_ffn_dim=64, decoder_layers=2, decoder_attention_heads=4, decoder_n_points=2, num_queries=10, num_labels=8, num_denoising=0))
+        with torch.no_grad():
+            for module in self.model.modules():
+                if type(module).__name__.endswith("FrozenBatchNorm2d"):
+                    module.weight.uniform_(0.5, 1.5)
+                    module.bias.normal_(0.0, 0.1)
+                    module.running_mean.normal_(0.0, 0.5)
+                    module.running_var.uniform_(0.25, 2.0)
+                elif isinstance(module, nn.Conv2d):
+                    module.weight.normal_(0.0, module.weight[0].numel() ** -0.5)
+    def forward(self, x):  # N, 3, 64, 64
+        with _ArangeLinspace():
+            return self.model(pixel_values=x).last_hidden_state
+
+class ZoeDepth(nn.Module):
+    """A ZoeDepthForDepthEstimation on a BEiT backbone (four layers of 32, 4×4 patches of a 16×16 image, absolute
+    positions, all four layers read out): DPT's reassembly (readout projection, resampling ×4 / ×2 / ×1 / ×½) and
+    fusion, the relative-depth head, and the metric head with "normed" bins: a seed regressor's 16 bin widths
+    normalised, padded with the minimum depth and cumsummed to edges then centres; four attractor layers (4, 4, 2, 1
+    attractors; the previous bins and embeddings upsampled bilinearly with aligned corners) shifting the centres by the
+    mean of dx / (1 + 1000 dx²) and sorting them; the conditional log-binomial softmax over the 16 bins; the metric depth
+    their expectation (N, 64, 64).  Convolutions fan-in scaled (from std 0.02 the depth map was flat)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import BeitConfig, ZoeDepthConfig, ZoeDepthForDepthEstimation
+        backbone = BeitConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=64, image_size=16, patch_size=4, use_absolute_position_embeddings=True, out_indices=[1, 2, 3, 4], reshape_hidden_states=False)
+        self.model = ZoeDepthForDepthEstimation(ZoeDepthConfig(backbone_config=backbone, neck_hidden_sizes=[8, 16, 32, 32], fusion_hidden_size=16, bottleneck_features=16, num_relative_features=8, bin_embedding_dim=16, num_attractors=[4, 4, 2, 1], bin_centers_type="normed", bin_configurations=[{"n_bins": 16, "min_depth": 0.001, "max_depth": 10.0}]))
+        with torch.no_grad():
+            for m in self.model.modules():
+                if isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+                    m.weight.normal_(0.0, m.weight[0].numel() ** -0.5)
+    def forward(self, x):  # N, 3, 16, 16
+        return self.model(pixel_values=x).predicted_depth
+
+def _llama4_rotary_cos_sin(self, x, position_ids):
+    """Llama 4's rotary table as real (…, dim / 2, 2) cos / sin pairs instead of complex numbers."""
+    freqs = position_ids[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
+    return torch.stack((freqs.cos(), freqs.sin()), -1) * self.attention_scaling
+
+def _llama4_apply_rotary(xq, xk, cos_sin):
+    """Llama 4's interleaved rotary (each (even, odd) pair a complex number times e^{iθ}) in real arithmetic."""
+    cos, sin = cos_sin[:, :, None, :, 0], cos_sin[:, :, None, :, 1]
+    def rotate(x):
+        pairs = x.float().reshape(*x.shape[:-1], -1, 2)
+        re, im = pairs[..., 0], pairs[..., 1]
+        return torch.stack((re * cos - im * sin, re * sin + im * cos), -1).flatten(3).type_as(x)
+    return rotate(xq), rotate(xk)
+
+class _RealRotary:
+    """Llama 4's rotary embedding computed in reals while active: transformers builds it with torch.polar and
+    view_as_complex, complex tensors that neither exporter can write to ONNX.  The same values up to rounding."""
+    def __enter__(self):
+        from transformers.models.llama4 import modeling_llama4
+        self.module = module = modeling_llama4
+        self.orig = (module.Llama4TextRotaryEmbedding.forward, module.apply_rotary_emb)
+        module.Llama4TextRotaryEmbedding.forward = _llama4_rotary_cos_sin
+        module.apply_rotary_emb = _llama4_apply_rotary
+    def __exit__(self, *exc):
+        self.module.Llama4TextRotaryEmbedding.forward, self.module.apply_rotary_emb = self.orig
+
+class Llama4Text(nn.Module):
+    """A Llama4TextModel of two layers of 32 (4 query heads of 8, 2 key / value heads): layer 0 rotary (θ = 5·10⁵,
+    interleaved pairs) with weightless L2 (RMS) q / k norms and chunked causal attention in chunks of 8, a dense SwiGLU
+    MLP (64); layer 1 without rotary (NoPE), full causal attention with temperature tuning (queries times
+    1 + 0.1·log1p(floor((pos + 1) / 4))), and a mixture of 4 SwiGLU experts (32): TopK-1 of the router logits scattered
+    into −inf, a sigmoid, each expert's input scaled by its score (all experts run, batched bmm), plus a shared expert.
+    The best and second router logits of every token differ by at least 4e-2 on the bundled input.  Run with the
+    rotary in reals (_RealRotary)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import Llama4TextConfig, Llama4TextModel
+        self.model = Llama4TextModel(Llama4TextConfig(vocab_size=128, hidden_size=32, intermediate_size=32, intermediate_size_mlp=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=64, num_local_experts=4, num_experts_per_tok=1, interleave_moe_layer_step=2, no_rope_layer_interval=2, attention_chunk_size=8, floor_scale=4, attn_scale=0.1, pad_token_id=0))
+    def forward(self, ids):
+        with _RealRotary():
+            return self.model(input_ids=ids).last_hidden_state
+
+
+def _bn_relu_conv(cin, cout, k):
+    return nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, cout, k, 1, k // 2, bias=False))
+
+class DenseLayer(nn.Module):
+    """A DenseNet-BC layer: BN–ReLU–1×1 Conv to 4·growth channels, BN–ReLU–3×3 Conv to ``growth``, concatenated
+    after its input (every earlier layer's output)."""
+    def __init__(self, cin, growth, bottleneck=4):
+        super().__init__()
+        self.reduce = _bn_relu_conv(cin, bottleneck * growth, 1)
+        self.conv = _bn_relu_conv(bottleneck * growth, growth, 3)
+    def forward(self, x):
+        return torch.cat((x, self.conv(self.reduce(x))), 1)
+
+class DenseNet(nn.Module):
+    """A small DenseNet-BC (Huang et al. 2017): a 3×3 Conv stem (16 channels), a dense block of three layers (growth 8:
+    16 → 40 channels), a transition (BN–ReLU–1×1 Conv compressing by half, 2×2 average pooling), a second dense block
+    (20 → 44), a final BN–ReLU, global average pooling and a Linear (N, 10)."""
+    def __init__(self, growth=8, layers=(3, 3), stem=16):
+        super().__init__()
+        self.stem = nn.Conv2d(3, stem, 3, padding=1, bias=False)
+        blocks, c = [], stem
+        for i, n in enumerate(layers):
+            for _ in range(n):
+                blocks.append(DenseLayer(c, growth))
+                c += growth
+            if i < len(layers) - 1:
+                blocks += [_bn_relu_conv(c, c // 2, 1), nn.AvgPool2d(2)]
+                c //= 2
+        self.features = nn.Sequential(*blocks)
+        self.norm, self.fc = nn.BatchNorm2d(c), nn.Linear(c, 10)
+    def forward(self, x):  # N, 3, 16, 16
+        return self.fc(F.relu(self.norm(self.features(self.stem(x)))).mean((2, 3)))
+
+
+def _cbr(cin, cout, k, stride=1, padding=None):
+    """Conv (square or (kh, kw) kernel, "same" padding unless given)–BN (ε 1e-3)–ReLU, as Inception-v3's BasicConv2d."""
+    if padding is None:
+        padding = (k[0] // 2, k[1] // 2) if isinstance(k, tuple) else k // 2
+    return nn.Sequential(nn.Conv2d(cin, cout, k, stride, padding, bias=False), nn.BatchNorm2d(cout, eps=1e-3), nn.ReLU())
+
+class InceptionA(nn.Module):
+    """Inception-v3's block A: 1×1; 1×1 → 5×5; 1×1 → 3×3 → 3×3; 3×3 average pool (padding not counted) → 1×1;
+    concatenated."""
+    def __init__(self, cin, pool_c):
+        super().__init__()
+        self.b1 = _cbr(cin, 8, 1)
+        self.b5 = nn.Sequential(_cbr(cin, 6, 1), _cbr(6, 8, 5))
+        self.b3 = nn.Sequential(_cbr(cin, 8, 1), _cbr(8, 12, 3), _cbr(12, 12, 3))
+        self.bp = _cbr(cin, pool_c, 1)
+    def forward(self, x):
+        pool = F.avg_pool2d(x, 3, 1, 1, count_include_pad=False)
+        return torch.cat((self.b1(x), self.b5(x), self.b3(x), self.bp(pool)), 1)
+
+class ReductionA(nn.Module):
+    """Inception-v3's grid reduction: an unpadded strided 3×3; 1×1 → 3×3 → unpadded strided 3×3; a 3×3 stride-2 max
+    pool; concatenated."""
+    def __init__(self, cin):
+        super().__init__()
+        self.b3 = _cbr(cin, 16, 3, 2, 0)
+        self.b33 = nn.Sequential(_cbr(cin, 8, 1), _cbr(8, 12, 3), _cbr(12, 12, 3, 2, 0))
+    def forward(self, x):
+        return torch.cat((self.b3(x), self.b33(x), F.max_pool2d(x, 3, 2)), 1)
+
+class InceptionC(nn.Module):
+    """Inception-v3's block C with factorised n×n convolutions (n = 3 here): 1×1; 1×1 → 1×n → n×1; 1×1 → n×1 → 1×n →
+    n×1 → 1×n; average pool → 1×1; concatenated."""
+    def __init__(self, cin, mid=8, n=3):
+        super().__init__()
+        self.b1 = _cbr(cin, 12, 1)
+        self.b7 = nn.Sequential(_cbr(cin, mid, 1), _cbr(mid, mid, (1, n)), _cbr(mid, 12, (n, 1)))
+        self.b77 = nn.Sequential(_cbr(cin, mid, 1), _cbr(mid, mid, (n, 1)), _cbr(mid, mid, (1, n)),
+                                 _cbr(mid, mid, (n, 1)), _cbr(mid, 12, (1, n)))
+        self.bp = _cbr(cin, 12, 1)
+    def forward(self, x):
+        pool = F.avg_pool2d(x, 3, 1, 1, count_include_pad=False)
+        return torch.cat((self.b1(x), self.b7(x), self.b77(x), self.bp(pool)), 1)
+
+class InceptionE(nn.Module):
+    """Inception-v3's block E with split branches: 1×1; 1×1 then 1×3 and 3×1 side by side; 1×1 → 3×3 then 1×3 and 3×1
+    side by side; average pool → 1×1; concatenated."""
+    def __init__(self, cin):
+        super().__init__()
+        self.b1 = _cbr(cin, 8, 1)
+        self.b3, self.b3a, self.b3b = _cbr(cin, 12, 1), _cbr(12, 8, (1, 3)), _cbr(12, 8, (3, 1))
+        self.bd = nn.Sequential(_cbr(cin, 12, 1), _cbr(12, 12, 3))
+        self.bda, self.bdb = _cbr(12, 8, (1, 3)), _cbr(12, 8, (3, 1))
+        self.bp = _cbr(cin, 8, 1)
+    def forward(self, x):
+        b3, bd = self.b3(x), self.bd(x)
+        pool = F.avg_pool2d(x, 3, 1, 1, count_include_pad=False)
+        return torch.cat((self.b1(x), self.b3a(b3), self.b3b(b3), self.bda(bd), self.bdb(bd), self.bp(pool)), 1)
+
+class InceptionNet(nn.Module):
+    """A small Inception-v3 (Szegedy et al. 2016): two Conv–BN–ReLU stem layers (16 channels at 16×16), block A (32
+    channels), a grid reduction (60 channels at 7×7), block C, block E (48 channels), global average pooling and a
+    Linear (N, 10)."""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Sequential(_cbr(3, 16, 3), _cbr(16, 16, 3))
+        self.a, self.red, self.c, self.e = InceptionA(16, 4), ReductionA(32), InceptionC(60), InceptionE(48)
+        self.fc = nn.Linear(48, 10)
+    def forward(self, x):  # N, 3, 16, 16
+        return self.fc(self.e(self.c(self.red(self.a(self.stem(x))))).mean((2, 3)))
+
+
+def shifted_softplus(x):
+    """SchNet's activation: softplus(x) − log 2 (zero at zero)."""
+    return F.softplus(x) - math.log(2.0)
+
+class CFConv(nn.Module):
+    """A SchNet interaction: a filter network (Linear – shifted softplus – Linear) of the radial bases, times the cosine
+    cutoff (zero for an atom and itself), multiplies the atom-wise projected features of every neighbour j, summed over
+    j; then Linear – shifted softplus – Linear."""
+    def __init__(self, c=32, n_rbf=16, filters=32):
+        super().__init__()
+        self.in2f = nn.Linear(c, filters, bias=False)
+        self.filter1, self.filter2 = nn.Linear(n_rbf, filters), nn.Linear(filters, filters)
+        self.f2out, self.dense = nn.Linear(filters, c), nn.Linear(c, c)
+    def forward(self, x, rbf, cutoff):  # N, A, C; N, A, A, K; N, A, A
+        w = self.filter2(shifted_softplus(self.filter1(rbf))) * cutoff[..., None]
+        y = (self.in2f(x)[:, None, :, :] * w).sum(2)
+        return self.dense(shifted_softplus(self.f2out(y)))
+
+class SchNet(nn.Module):
+    """SchNet (Schütt et al. 2017) on 12-atom molecules: atom-type embeddings (32); the pairwise distances (the square
+    root of the clamped squared differences) expanded in 16 Gaussians exp(−γ (d − μ_k)²), μ_k from 0 to the 4.0 cutoff;
+    the cosine cutoff ½ (cos(π d / 4) + 1) · (d < 4), the diagonal zeroed; three residual interactions (CFConv); an
+    atom-wise head (32 → 16, shifted softplus, → 1): the atoms' energy contributions (N, 12), whose sum is the
+    molecule's energy.  Every pairwise distance on the bundled input lies at least 4e-3 from the cutoff (where the
+    cutoff function is zero anyway)."""
+    def __init__(self, c=32, n_rbf=16, cutoff=4.0, interactions=3, types=10):
+        super().__init__()
+        self.cutoff = cutoff
+        self.embed = nn.Embedding(types, c)
+        self.register_buffer("centers", torch.linspace(0.0, cutoff, n_rbf))
+        self.gamma = 0.5 / float(cutoff / (n_rbf - 1)) ** 2
+        self.interactions = nn.ModuleList(CFConv(c, n_rbf) for _ in range(interactions))
+        self.out1, self.out2 = nn.Linear(c, c // 2), nn.Linear(c // 2, 1)
+    def forward(self, z, pos):  # N, A atom types and N, A, 3 positions
+        d = ((pos[:, :, None] - pos[:, None]) ** 2).sum(-1).clamp_min(1e-12).sqrt()
+        rbf = torch.exp(-self.gamma * (d[..., None] - self.centers) ** 2)
+        cut = 0.5 * (torch.cos(d * math.pi / self.cutoff) + 1.0) * (d < self.cutoff).float()
+        cut = cut * (1.0 - torch.eye(pos.shape[1], device=pos.device))
+        x = self.embed(z)
+        for block in self.interactions:
+            x = x + block(x, rbf, cut)
+        return self.out2(shifted_softplus(self.out1(x))).squeeze(-1)
+
+
+class GatedLinear(nn.Module):
+    """A gated linear unit: sigmoid(W₄x + b₄) ⊙ (W₅x + b₅)."""
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.gate, self.value = nn.Linear(cin, cout), nn.Linear(cin, cout)
+    def forward(self, x):
+        return torch.sigmoid(self.gate(x)) * self.value(x)
+
+class GatedResidualNetwork(nn.Module):
+    """The TFT's gated residual network: LayerNorm(skip(a) + GLU(W₁ ELU(W₂ a + b₂) + b₁)), skip a Linear when the
+    width changes."""
+    def __init__(self, cin, hidden, cout=None):
+        super().__init__()
+        cout = cout or cin
+        self.skip = nn.Linear(cin, cout) if cin != cout else None
+        self.fc2, self.fc1 = nn.Linear(cin, hidden), nn.Linear(hidden, hidden)
+        self.glu, self.norm = GatedLinear(hidden, cout), nn.LayerNorm(cout)
+    def forward(self, a):
+        eta = self.fc1(F.elu(self.fc2(a)))
+        return self.norm((a if self.skip is None else self.skip(a)) + self.glu(eta))
+
+class VariableSelection(nn.Module):
+    """The TFT's variable selection network: each scalar variable embedded (x·w_v + b_v), a GRN of all embeddings
+    flattened gives softmax weights over the variables, each embedding through its own GRN, the weighted sum."""
+    def __init__(self, n_vars, d):
+        super().__init__()
+        self.embed_w, self.embed_b = nn.Parameter(torch.randn(n_vars, d)), nn.Parameter(torch.randn(n_vars, d) * 0.1)
+        self.flat = GatedResidualNetwork(n_vars * d, d, n_vars)
+        self.per_var = nn.ModuleList(GatedResidualNetwork(d, d) for _ in range(n_vars))
+    def forward(self, x):  # N, T, V
+        emb = x[..., None] * self.embed_w + self.embed_b  # N, T, V, d
+        weights = self.flat(emb.flatten(2)).softmax(-1)
+        processed = torch.stack([grn(emb[:, :, i]) for i, grn in enumerate(self.per_var)], 2)
+        return (weights[..., None] * processed).sum(2)
+
+class InterpretableAttention(nn.Module):
+    """The TFT's interpretable multi-head attention: per-head queries and keys, one value projection shared by all
+    heads, causal softmax attention, the heads' outputs averaged, then a Linear."""
+    def __init__(self, d, heads):
+        super().__init__()
+        self.heads, self.dk = heads, d // heads
+        self.q, self.k = nn.Linear(d, d), nn.Linear(d, d)
+        self.v, self.out = nn.Linear(d, self.dk), nn.Linear(self.dk, d)
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.q(x).reshape(b, t, self.heads, self.dk).transpose(1, 2)
+        k = self.k(x).reshape(b, t, self.heads, self.dk).transpose(1, 2)
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.dk)
+        causal = torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1)
+        attn = scores.masked_fill(causal, float("-inf")).softmax(-1)
+        return self.out((attn @ self.v(x)[:, None]).mean(1))
+
+class TFT(nn.Module):
+    """A Temporal Fusion Transformer (Lim et al. 2021) on 3 observed variables, no static covariates: variable
+    selection (d = 16), an LSTM with a gated skip connection (GLU, add, LayerNorm), a GRN, interpretable attention (4
+    heads) with a gated skip, a position-wise GRN, a gated skip from the LSTM output, three quantile outputs per step
+    (N, 32, 3)."""
+    def __init__(self, n_vars=3, d=16, heads=4, quantiles=3):
+        super().__init__()
+        self.select = VariableSelection(n_vars, d)
+        self.lstm = nn.LSTM(d, d, batch_first=True)
+        self.gate_lstm, self.norm_lstm = GatedLinear(d, d), nn.LayerNorm(d)
+        self.enrich = GatedResidualNetwork(d, d)
+        self.attn = InterpretableAttention(d, heads)
+        self.gate_attn, self.norm_attn = GatedLinear(d, d), nn.LayerNorm(d)
+        self.ff = GatedResidualNetwork(d, d)
+        self.gate_out, self.norm_out = GatedLinear(d, d), nn.LayerNorm(d)
+        self.head = nn.Linear(d, quantiles)
+    def forward(self, x):  # N, T, V
+        xi = self.select(x)
+        lstm_out = self.norm_lstm(xi + self.gate_lstm(self.lstm(xi)[0]))
+        enriched = self.enrich(lstm_out)
+        attended = self.norm_attn(enriched + self.gate_attn(self.attn(enriched)))
+        return self.head(self.norm_out(lstm_out + self.gate_out(self.ff(attended))))
+
+
+class NTMHead(nn.Module):
+    """A neural Turing machine head's addressing (Graves et al. 2014): from the controller state a key, a strength β
+    (softplus), a gate g (sigmoid), a shift distribution over −1 / 0 / +1 (softmax) and a sharpening γ (1 + softplus);
+    content weights softmax(β · cos(key, memory rows)), interpolated g·w + (1 − g)·w_prev, circularly convolved with
+    the shift (rolls), raised to the power γ and renormalised."""
+    def __init__(self, hidden, m):
+        super().__init__()
+        self.m = m
+        self.params = nn.Linear(hidden, m + 1 + 1 + 3 + 1)
+    def address(self, h, memory, w_prev):
+        k, beta, g, s, gamma = self.params(h).split((self.m, 1, 1, 3, 1), -1)
+        beta, g, s, gamma = F.softplus(beta), torch.sigmoid(g), s.softmax(-1), 1.0 + F.softplus(gamma)
+        sim = (memory @ k[:, :, None]).squeeze(-1) / (memory.norm(dim=-1) * k.norm(dim=-1, keepdim=True) + 1e-8)
+        w = g * (beta * sim).softmax(-1) + (1.0 - g) * w_prev
+        w = s[:, :1] * torch.roll(w, -1, 1) + s[:, 1:2] * w + s[:, 2:] * torch.roll(w, 1, 1)
+        w = w ** gamma
+        return w / (w.sum(-1, keepdim=True) + 1e-16)
+
+class NTM(nn.Module):
+    """A neural Turing machine unrolled over 8 steps of 20 features: the inputs projected once (Linear, 20 → 16); an
+    LSTMCell controller (32) fed the projected input and the last read vector; a write head (erase sigmoid(e), add
+    tanh(a): M ← M ⊙ (1 − w eᵀ) + w aᵀ) then a read head (r = wᵀ M) on an 8×8 memory starting from a learned matrix,
+    uniform initial weights; the steps' controller states and read vectors stacked and put through one Linear
+    (N, 8, 10).  (The per-step weights are shared by 8 nodes each; the input and output projections are not.)"""
+    def __init__(self, cin=20, emb=16, hidden=32, n=8, m=8, cout=10):
+        super().__init__()
+        self.n, self.m, self.hidden = n, m, hidden
+        self.encode = nn.Linear(cin, emb)
+        self.controller = nn.LSTMCell(emb + m, hidden)
+        self.read, self.write = NTMHead(hidden, m), NTMHead(hidden, m)
+        self.erase_add = nn.Linear(hidden, 2 * m)
+        self.memory0 = nn.Parameter(torch.randn(n, m) * 0.5)
+        self.out = nn.Linear(hidden + m, cout)
+    def forward(self, x):  # N, T, C
+        b, xe = x.shape[0], self.encode(x)
+        memory = self.memory0.expand(b, -1, -1)
+        h = c = x.new_zeros(b, self.hidden)
+        r = x.new_zeros(b, self.m)
+        w_read = w_write = x.new_zeros(b, self.n) + 1.0 / self.n
+        states = []
+        for t in range(x.shape[1]):
+            h, c = self.controller(torch.cat((xe[:, t], r), -1), (h, c))
+            w_write = self.write.address(h, memory, w_write)
+            erase, add = self.erase_add(h).chunk(2, -1)
+            memory = (memory * (1.0 - w_write[:, :, None] * torch.sigmoid(erase)[:, None])
+                      + w_write[:, :, None] * torch.tanh(add)[:, None])
+            w_read = self.read.address(h, memory, w_read)
+            r = (w_read[:, :, None] * memory).sum(1)
+            states.append(torch.cat((h, r), -1))
+        return self.out(torch.stack(states, 1))
+
+
 #: arch -> (builder of the module, input maker(generator), source note)
 ARCHS = {
     "bert": (corpus_models._bert, "text16", "corpus_models"),
@@ -3537,6 +3976,17 @@ ARCHS = {
     "octconv": (OctaveNet, "image16x2", "octave convolution: high / low frequency maps exchanged by pooling and upsampling"),
     "pointnetpp": (PointNetPP, "points2x3x20", "farthest point sampling (unrolled ArgMax), ball query by TopK, grouped max"),
     "cbam": (CBAMNet, "image16x2", "channel attention by avg + max pooled shared MLP, spatial attention over channel pools"),
+    # eighteenth held-out set (see above): ``--archs heldout18``
+    "gemma3n": (Gemma3n, "text16", "AltUp stream predict / correct, LAuReL, per-layer embeddings, Gaussian top-k, KV sharing"),
+    "zamba2": (Zamba2, "text16", "Mamba-2 layers and one shared attention block at two depths with per-depth LoRA adapters"),
+    "rtdetr": (RTDETR, "image64", "hybrid encoder, TopK query selection of encoder tokens, gathered anchors, deformable decoder"),
+    "zoedepth": (ZoeDepth, "image16", "metric bins: cumsum bin centres, attractor shifts, sort, log-binomial softmax"),
+    "llama4": (Llama4Text, "text16", "chunked attention, NoPE layer with log-position query temperature, input-scaled MoE"),
+    "densenet": (DenseNet, "image16x2", "dense concatenation: every layer's output concatenated onto all earlier ones"),
+    "inception": (InceptionNet, "image16x2", "parallel branches concatenated, 1×n / n×1 factorised and split Convs"),
+    "schnet": (SchNet, "molecule2x12", "continuous-filter convolution: Gaussian RBF of distances, cosine cutoff, neighbour sums"),
+    "tft": (TFT, "series2x32x3", "gated residual networks, softmax variable selection, shared-value interpretable attention"),
+    "ntm": (NTM, "seq8x20", "external memory: cosine content addressing, circular shift by rolls, sharpening power"),
 }
 #: the architectures the tool was tuned on, and the held-out ones
 CORE = ("bert", "gpt2", "llama", "distilbert", "vit", "swin", "t5enc", "whisper", "convnext", "cnn", "rnn", "unet")
@@ -3558,16 +4008,17 @@ HELDOUT14 = ("layoutlmv3", "fnet", "bamba", "conddetr", "minimax", "siglip", "pe
 HELDOUT15 = ("deformdetr", "pix2struct", "qwen2vl", "reformer", "prophetnet", "glow", "gmlp", "cfc", "spiking", "dgcnn")
 HELDOUT16 = ("jetmoe", "groupvit", "luke", "univnet", "timesfm", "qat", "dlrm", "nbeats", "pointernet", "bnn")
 HELDOUT17 = ("yoso", "longt5", "phimoe", "qwen3next", "sam", "hrnet", "resnest", "octconv", "pointnetpp", "cbam")
+HELDOUT18 = ("gemma3n", "zamba2", "rtdetr", "zoedepth", "llama4", "densenet", "inception", "schnet", "tft", "ntm")
 HELDOUT2 = tuple(a for a in ARCHS if a not in CORE + HELDOUT + HELDOUT3 + HELDOUT4 + HELDOUT5 + HELDOUT6 + HELDOUT7
                  + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12 + HELDOUT13 + HELDOUT14 + HELDOUT15
-                 + HELDOUT16 + HELDOUT17)
+                 + HELDOUT16 + HELDOUT17 + HELDOUT18)
 #: transformers models run with eager attention: the dynamo exporter fails on Swin's and T5's SDPA
 #: (scripts/corpus_models.py) and on BEiT's with a relative position bias, the TorchScript exporter on
 #: LLaMA's grouped-query SDPA (and GPT-BigCode's multi-query one, Qwen2-MoE's, Qwen3's, Phi-3's, DiffLlama's,
-#: Doge's, Bamba's, MiniMax's, Qwen2-VL's, PhiMoE's and Qwen3-Next's grouped-query ones)
+#: Doge's, Bamba's, MiniMax's, Qwen2-VL's, PhiMoE's, Qwen3-Next's, Gemma 3n's and Llama 4's grouped-query ones)
 EAGER = {"swin", "t5enc", "llama", "beit", "bigcode", "gemma", "swinv2", "dinov2", "qwen2moe", "nemotron", "lfm2",
          "stablelm", "granite", "qwen3", "phi3", "diffllama", "doge", "bamba", "minimax", "qwen2vl", "phimoe",
-         "qwen3next"}
+         "qwen3next", "gemma3n", "llama4"}
 
 INPUTS = {
     "text16": lambda g: (torch.randint(0, 128, (1, 16), generator=g),),
@@ -3608,6 +4059,7 @@ INPUTS = {
     "melnoise8": lambda g: (torch.randn(1, 8, 10, generator=g), torch.randn(1, 8, 16, generator=g)),
     "dlrm2": lambda g: _dlrm_inputs(g),
     "points2x10": lambda g: (torch.rand(2, 10, 2, generator=g),),
+    "molecule2x12": lambda g: (torch.randint(1, 10, (2, 12), generator=g), torch.randn(2, 12, 3, generator=g) * 1.5),
 }
 
 
