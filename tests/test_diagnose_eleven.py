@@ -108,6 +108,42 @@ def test_a_weight_holding_its_parameters_numbers_rearranged_is_laid_out_back(arr
     assert said in fd.explanation and "up.weight" in fd.explanation, fd.explanation
 
 
+class _ConvBn(torch.nn.Module):
+    """A Conv with a BatchNorm after it (both exporters fold it into the Conv), a ReLU, a pooled head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(101)
+        self.conv, self.bn = torch.nn.Conv2d(6, 8, (1, 3), padding=(0, 1), bias=False), torch.nn.BatchNorm2d(8)
+        self.head = torch.nn.Linear(8, 3)
+        with torch.no_grad():
+            self.bn.weight.uniform_(0.5, 1.5)
+            self.bn.bias.normal_(0.0, 0.3)
+            self.bn.running_mean.normal_(0.0, 0.3)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.bn(self.conv(x))).mean((2, 3)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_folded_kernel_of_another_layout_reshaped_is_laid_out_back(exporter):
+    """The folded kernel (the BatchNorm's scale in it) written from an HWIO layout by a reshape where a transpose
+    belongs: its numbers are the fold's, up to the exporter's rounding, in no layout a transpose explains."""
+    model = _ConvBn().eval()
+    inputs = (torch.randn(2, 6, 4, 5, generator=torch.Generator().manual_seed(102)),)
+    proto = dc.export(model, inputs, exporter)
+    conv = next(n for n in proto.graph.node if n.op_type == "Conv")
+    init = next(i for i in proto.graph.initializer if i.name == conv.input[1])
+    kernel = onnx.numpy_helper.to_array(init)  # (8, 6, 1, 3), the fold
+    planted = np.ascontiguousarray(kernel.transpose(2, 3, 1, 0)).reshape(kernel.shape)  # HWIO read as OIHW
+    init.CopyFrom(onnx.numpy_helper.from_array(planted, init.name))
+    fd = _bisect(model, inputs, proto)
+    _found(fd, conv.name, cause="weight-mismatch")
+    assert "reshape where a transpose belongs" in fd.explanation and "BatchNorm folded" in fd.explanation, \
+        fd.explanation
+
+
 def test_a_weight_quantized_with_a_clipping_scale_is_a_quantization_fault():
     """The up projection's weight stored as int8 with a per-tensor scale a quarter of max |w| / 127 (a symmetric
     quantizer: ±127): a third of it saturates.  Quantizing PyTorch's weight with that scale gives exactly these

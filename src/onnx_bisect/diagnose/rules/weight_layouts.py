@@ -136,7 +136,7 @@ def rearranged(ctx: DiagnosisContext) -> Finding | None:
                 tried += 1
                 fixed, permuted = _with_bias_unpermuted(ctx, proto, value, laid)
                 if ctx.reproduces(_replaced(ctx, fixed)):
-                    reshaped = any(np.array_equal(value, t.reshape(value.shape)) for t in (tensor, tensor.T))
+                    reshaped = any(np.allclose(value, t.reshape(value.shape), rtol=1e-5) for t in (tensor, tensor.T))
                     return _rearranged_finding(ctx, name, value, param, fixed, permuted, reshaped)
     return None
 
@@ -163,6 +163,16 @@ def _same_numbers(ctx: DiagnosisContext, value: np.ndarray):
         ordered = np.sort(value.ravel()) if ordered is None else ordered
         if np.array_equal(np.sort(stored.ravel()), ordered):
             yield param, stored
+    # a Conv's weight with the BatchNorm after it folded in (HWIO reshaped as OIHW after the fold): the fold's
+    # numbers as an exporter computes them, equal up to rounding
+    ordered = np.sort(value.ravel()) if ordered is None else ordered
+    for conv_name, conv, bn_name, bn in layout.conv_bn_pairs(ctx):
+        weight, _ = layout.fold_arrays(conv, bn)
+        if weight.size != value.size:
+            continue
+        stored = weight.astype(value.dtype)
+        if np.allclose(np.sort(stored.ravel()), ordered, rtol=1e-5, atol=1e-7 * (np.abs(ordered).max() + 1e-30)):
+            yield f"fold({conv_name}.weight, {bn_name})", stored
 
 
 def _layouts_for(tensor: np.ndarray, shape: tuple) -> list[np.ndarray]:
@@ -213,7 +223,9 @@ def _rearranged_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, par
                                              if biases else "") if permuted else
            "arranged otherwise (not a transpose of it: a reshape where a transpose belongs)" if reshaped else
            "its elements in another order (no transpose, reshape or channel permutation of it)")
-    summary = (f"The weight '{name}' {tuple(value.shape)} holds exactly the numbers of PyTorch's {param}, but {how}: "
+    exactly = ", up to rounding, the numbers of PyTorch's layer with its BatchNorm folded in," if param.startswith(
+        "fold(") else " exactly the numbers of PyTorch's"
+    summary = (f"The weight '{name}' {tuple(value.shape)} holds{exactly} {param}, but {how}: "
                f"laid out as {param} is for this node, the segment reproduces PyTorch's output.")
     fix = ("Write the weight from the checkpoint in the node's layout (ONNX MatMul takes x @ B, so a Linear's weight "
            "goes in transposed; a Conv kernel is [out, in/groups, kh, kw]): a converter reshaped a kernel of another "
