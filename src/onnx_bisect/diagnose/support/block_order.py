@@ -99,9 +99,7 @@ def _reading(nodes: set[str], old: str, new: str):
         for n in model.graph.node:
             if n.name in nodes:
                 n.input[:] = [new if t == old else t for t in n.input]
-        nodes_sorted = edits.toposorted(list(model.graph.node), model)
-        model.graph.ClearField("node")
-        model.graph.node.extend(nodes_sorted)
+        edits.set_nodes(model, model.graph.node)
         return model, weights
     return edit
 
@@ -209,8 +207,7 @@ def _exchanged(first: Block, second: Block):
         moved = [n for n in nodes if n.name in b]
         at = next(i for i, n in enumerate(nodes) if n.name in a)
         rest = [n for n in nodes if n.name not in b]
-        model.graph.ClearField("node")
-        model.graph.node.extend(edits.toposorted(rest[:at] + moved + rest[at:], model))
+        edits.set_nodes(model, rest[:at] + moved + rest[at:])
         edits.drop_value_info(model, {first.end, second.end})
         return model, weights
     return edit

@@ -133,6 +133,15 @@ def toposorted(nodes: Sequence[onnx.NodeProto], model: onnx.ModelProto) -> list[
     return order
 
 
+def set_nodes(model: onnx.ModelProto, nodes: Sequence[onnx.NodeProto]) -> onnx.ModelProto:
+    """``model`` holding ``nodes`` (in place), re-sorted by :func:`toposorted`: an edit that rewires, moves or
+    inserts nodes may leave one before what it now reads."""
+    ordered = toposorted(list(nodes), model)
+    model.graph.ClearField("node")
+    model.graph.node.extend(ordered)
+    return model
+
+
 def drop_value_info(model: onnx.ModelProto, names: set[str] | None = None) -> None:
     """Forget recorded types of ``names`` (all when None), e.g. after a dtype change (in place)."""
     keep = [] if names is None else [v for v in model.graph.value_info if v.name not in names]

@@ -271,8 +271,7 @@ def _masked_before(softmax: str, cond: str, kept: int, elem_type: int | None):
         target.input[0] = masked
         nodes = list(model.graph.node)
         at = next(i for i, n in enumerate(nodes) if n.name == softmax)
-        model.graph.ClearField("node")
-        model.graph.node.extend(edits.toposorted(nodes[:at] + [where] + nodes[at:], model))
+        edits.set_nodes(model, nodes[:at] + [where] + nodes[at:])
         return model, weights
     return edit
 

@@ -124,9 +124,7 @@ def _moved(mul: str, source: str, other: str, nodes: set[str]):
                 n.input[:] = [other if t == source else t for t in n.input]
             elif n.name == mul:
                 n.input[:] = [source if t == other else t for t in n.input]
-        ordered = edits.toposorted(list(model.graph.node), model)  # the gate may now read a tensor made after it
-        model.graph.ClearField("node")
-        model.graph.node.extend(ordered)
+        edits.set_nodes(model, model.graph.node)  # the gate may now read a tensor made after it
         return model, weights
     return edit
 

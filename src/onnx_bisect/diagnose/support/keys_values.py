@@ -134,9 +134,7 @@ def _exchanged(key: str, key_reader: str, value: str, value_reader: str):
                 n.input[:] = [value if t == key else t for t in n.input]
             elif n.name == value_reader:
                 n.input[:] = [key if t == value else t for t in n.input]
-        nodes = edits.toposorted(list(model.graph.node), model)
-        model.graph.ClearField("node")
-        model.graph.node.extend(nodes)
+        edits.set_nodes(model, model.graph.node)
         return model, weights
     return edit
 
