@@ -14,7 +14,7 @@ import onnx_bisect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
-from test_block_order import _toposorted  # noqa: E402
+from test_block_order import _resort  # noqa: E402
 
 
 def _bisect(model, x, proto):
@@ -89,9 +89,7 @@ def _swap_gate(proto, mul, gated, other, source):
         if n.name in nodes:
             n.input[:] = [other if t == source else t for t in n.input]
     mul.input[:] = [source if t == other else t for t in mul.input]
-    nodes = _toposorted(list(proto.graph.node), proto)
-    proto.graph.ClearField("node")
-    proto.graph.node.extend(nodes)
+    _resort(proto)
     return entries | {mul.name}
 
 

@@ -13,7 +13,7 @@ import onnx_bisect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
-from test_block_order import _toposorted  # noqa: E402
+from test_block_order import _resort  # noqa: E402
 
 
 class _Attention(torch.nn.Module):
@@ -66,9 +66,7 @@ def test_keys_and_values_exchanged_are_named_at_the_nodes_reading_them(exporter,
     assert len(readers) == 2, [n.name for n in readers]
     for n in readers:
         n.input[:] = [v_out if t == k_out else k_out if t == v_out else t for t in n.input]
-    nodes = _toposorted(list(proto.graph.node), proto)
-    proto.graph.ClearField("node")
-    proto.graph.node.extend(nodes)
+    _resort(proto)
     with dc.quiet():
         fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
     assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation

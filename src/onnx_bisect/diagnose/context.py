@@ -335,6 +335,21 @@ class DiagnosisContext:
         value = self._segment_values.get(tensor)
         return None if value is None else tuple(value.shape)
 
+    def value_shapes(self, *tensors: str) -> list[tuple[int, ...] | None]:
+        """The tensors' shapes (:meth:`shape_of`), else as the file computes them (one run for them all): tensors
+        outside the segment whose shape inference could not follow (a Slice of computed bounds, a fused op's
+        output)."""
+        shapes = [self.shape_of(t) for t in tensors]
+        missing = [t for t, s in zip(tensors, shapes) if s is None]
+        values = self.computed(missing) if missing else {}
+        return [s if s is not None else (tuple(np.asarray(values[t]).shape) if t in values else None)
+                for t, s in zip(tensors, shapes)]
+
+    def is_scalar(self, tensor: str) -> bool:
+        """Whether ``tensor`` is a constant holding one number."""
+        value = self.constant(tensor)
+        return value is not None and value.size == 1
+
     def computed(self, tensors: list[str]) -> dict[str, np.ndarray]:
         """``tensors`` as fed at the cut (PyTorch's values) or as the segment computes them from exact inputs (one
         cached run for the segment's own tensors, one more for any others; what the segment's nodes compute is

@@ -80,11 +80,8 @@ def _gate(ctx, gated: str, other: str):
         return None
     if graph.elem_types.get(source) != graph.elem_types.get(other):
         return None
-    shapes = [ctx.shape_of(t) for t in (source, other)]
-    if None in shapes:  # computed from a shape shape inference cannot follow: as the file computes them
-        values = ctx.computed([source, other])
-        shapes = [tuple(values[t].shape) if t in values else None for t in (source, other)]
-    return (source, nodes) if shapes[0] is not None and shapes[0] == shapes[1] else None
+    shape, other_shape = ctx.value_shapes(source, other)
+    return (source, nodes) if shape is not None and shape == other_shape else None
 
 
 def _siblings(graph, a: str, b: str) -> bool:

@@ -91,7 +91,7 @@ def _path(ctx, tensor: str, reader: str) -> list[tuple[str, str]]:
         if node is None or node.op_type not in PATH_OPS or not node.inputs:
             break
         if node.op_type in ("Mul", "Div"):
-            data = [t for t in node.inputs if t and not _scalar(ctx, t)]
+            data = [t for t in node.inputs if t and not ctx.is_scalar(t)]
             if len(data) != 1 or node.op_type == "Div" and data[0] != node.inputs[0]:
                 break
             tensor = data[0]
@@ -103,17 +103,9 @@ def _path(ctx, tensor: str, reader: str) -> list[tuple[str, str]]:
     return path
 
 
-def _scalar(ctx, tensor: str) -> bool:
-    value = ctx.constant(tensor)
-    return value is not None and value.size == 1
-
-
 def _same_shape(ctx, a: str, b: str) -> bool:
-    shapes = [ctx.shape_of(t) for t in (a, b)]
-    if None in shapes:
-        values = ctx.computed([a, b])
-        shapes = [tuple(values[t].shape) if t in values else None for t in (a, b)]
-    return shapes[0] is not None and shapes[0] == shapes[1] \
+    shape, other = ctx.value_shapes(a, b)
+    return shape is not None and shape == other \
         and ctx.onnx.graph.elem_types.get(a) == ctx.onnx.graph.elem_types.get(b)
 
 

@@ -145,7 +145,7 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         # ``1 − z``: a gate read in the other convention (a GRU's update gate as (1 − z)·h + z·n, a mask read as
         # the other class's) — the complement the model does not take
         yield make(proto.name, "op", "Sub (1 − x: the complement)", "Identity (x itself)", "the PyTorch output",
-                   rewired_identity(proto.name, proto.input[1]))
+                   _identity_of(proto.name, proto.input[1]))
     elif op in REMOVABLE and proto.domain in ("", "ai.onnx") and not _doubled_by_reader(ctx, proto):
         alt = _removal(proto, make)
         chain = _inverting_chain(ctx.onnx.graph, proto.input[0]) if op == "Reciprocal" and proto.input else ()
@@ -158,21 +158,8 @@ def _one(ctx, tensor: str) -> bool:
     return value is not None and value.size == 1 and float(np.asarray(value).reshape(())) == 1.0
 
 
-def rewired_identity(node: str, tensor: str):
-    """The node made an Identity of ``tensor``."""
-    def edit(model, weights):
-        target = edits.node(model, node)
-        target.op_type, target.domain = "Identity", ""
-        target.input[:] = [tensor]
-        del target.output[1:]
-        del target.attribute[:]
-        return model, weights
-    return edit
-
-
 def _scalar(ctx, tensor: str) -> bool:
-    value = ctx.constant(tensor)
-    return value is not None and value.size == 1
+    return ctx.is_scalar(tensor)
 
 
 # --------------------------------------------------------------------------- reductions, pools
