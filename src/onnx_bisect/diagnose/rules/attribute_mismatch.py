@@ -15,8 +15,8 @@ from ..support.heads import head_counts
 from ..support.block_order import exchanged_blocks, parallel_blocks
 from ..support.gating import swapped_gates
 from ..support.keys_values import exchanged_keys_values
-from ..support.kind_alternatives import (doubled_removals, extra_runs, kind_alternatives, per_block, repeated_blocks,
-                                         rewirings)
+from ..support.kind_alternatives import doubled_removals, extra_runs, kind_alternatives, per_block
+from ..support.rewirings import repeated_blocks, rewirings
 from ..support.op_alternatives import boundary_swaps
 from ...records import Cause, ModuleKind, module_kind
 from ...records.nest import informative

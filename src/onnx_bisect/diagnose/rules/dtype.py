@@ -5,7 +5,7 @@ import numpy as np
 from onnx import TensorProto
 
 from ..support import edits, layout
-from ..support.kind_alternatives import FLOATS
+from ..support.rewirings import FLOATS
 from ...records import Cause
 from ...records.graph import INTEGER_TYPES
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule

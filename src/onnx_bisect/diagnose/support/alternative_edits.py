@@ -87,3 +87,11 @@ def rewired(node: str, inputs: list[str]):
         target.input.extend(inputs)
         return model, weights
     return edit
+
+
+def identity_of(node: str, tensor: str):
+    """The node made an Identity of ``tensor`` (the op it computes left out)."""
+    def edit(model, weights):
+        edits.make_identity(model, node, tensor)
+        return model, weights
+    return edit
