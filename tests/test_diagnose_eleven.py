@@ -108,6 +108,39 @@ def test_a_weight_holding_its_parameters_numbers_rearranged_is_laid_out_back(arr
     assert said in fd.explanation and "up.weight" in fd.explanation, fd.explanation
 
 
+class _TiedLinears(torch.nn.Module):
+    """Two Linear modules sharing one weight (Zamba2's shared block at two depths, each with its own adapter):
+    ``late`` is registered first, so the shared weight is named ``late.weight``, and ``early`` runs first."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(101)
+        self.late, self.early = torch.nn.Linear(12, 12, bias=False), torch.nn.Linear(12, 12, bias=False)
+        self.early.weight = self.late.weight
+        self.adapter = torch.nn.Linear(12, 12)
+
+    def forward(self, x):  # (2, 4, 12)
+        return self.late(torch.tanh(self.early(x) + self.adapter(x)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_permuted_weight_tied_between_modules_is_found_under_the_name_of_its_first_owner(exporter):
+    """The weight both Linears read, its output channels permuted in the file: the first divergence is ``early``,
+    whose weight PyTorch names ``late.weight`` — it is ``early``'s own all the same (tied), and laid out back."""
+    model = _TiedLinears().eval()
+    inputs = (torch.randn(2, 4, 12, generator=torch.Generator().manual_seed(102)),)
+    proto = dc.export(model, inputs, exporter)
+    init = _weight_initializer(proto, model.late.weight)
+    perm = np.random.default_rng(103).permutation(12)
+    init.CopyFrom(onnx.numpy_helper.from_array(np.ascontiguousarray(model.late.weight.detach().numpy().T[:, perm]),
+                                               init.name))
+    reader = next(n.name for n in proto.graph.node if init.name in n.input and n.op_type == "MatMul")
+    fd = _bisect(model, inputs, proto)
+    _found(fd, reader, cause="weight-mismatch")
+    assert fd.layer.pair.activation.module == "early", fd.layer.pair.activation.module
+    assert "output channels permuted" in fd.explanation and "late.weight" in fd.explanation, fd.explanation
+
+
 class _ConvBn(torch.nn.Module):
     """A Conv with a BatchNorm after it (both exporters fold it into the Conv), a ReLU, a pooled head."""
 

@@ -204,6 +204,24 @@ class DiagnosisContext:
         name = self.layer.pair.activation.module if qualname is None else qualname
         return self._modules.get(name)
 
+    def owns(self, qualname: str, tensor_name: str) -> bool:
+        """Whether the parameter or buffer (or a fold of one) named ``tensor_name`` belongs to module ``qualname``:
+        by its name, or by identity — a weight tied between modules (Zamba2's shared block at two depths, a decoder
+        tied to its embedding) is named after its first owner only (``named_parameters`` lists it once)."""
+        return tensor_name.startswith(qualname + ".") or tensor_name in self._own_tensor_names(qualname)
+
+    def _own_tensor_names(self, qualname: str) -> frozenset[str]:
+        module = self._modules.get(qualname)
+        if module is None:
+            return frozenset()
+        first = self._tensor_names_by_id
+        return frozenset(first[id(t)] for t in (*module.parameters(), *module.buffers()) if id(t) in first)
+
+    @cached_property
+    def _tensor_names_by_id(self) -> dict[int, str]:
+        module = self.baseline.loaded.module
+        return {} if module is None else {id(t): n for n, t in [*module.named_parameters(), *module.named_buffers()]}
+
     @cached_property
     def parameter_names(self) -> frozenset[str]:
         """The PyTorch model's parameter and buffer names (the reference file's initializers' with --reference):

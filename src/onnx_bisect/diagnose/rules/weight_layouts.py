@@ -151,7 +151,7 @@ def _same_numbers(ctx: DiagnosisContext, value: np.ndarray):
     multiset may differ by rounding: compared loosely) before the full sort."""
     module = ctx.layer.pair.activation.module
     arrays = {n: t for n, t in model_arrays(ctx).items() if t.size == value.size and t.ndim >= 2
-              and (not module or n.startswith(module + "."))}
+              and (not module or ctx.owns(module, n))}
     if sum(t.size for t in arrays.values()) > MAX_REARRANGED_ELEMENTS:
         return
     total, ordered = float(np.sum(value, dtype=np.float64)), None

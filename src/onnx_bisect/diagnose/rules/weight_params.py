@@ -201,7 +201,7 @@ def own_tensors(ctx: DiagnosisContext, candidates, size: int) -> dict[str, np.nd
     if not module:
         return {}
     parent = module.rpartition(".")[0]
-    own = {k: v for k, v in candidates.items() if v.size == size and (k.startswith(module + ".") or k.startswith(
+    own = {k: v for k, v in candidates.items() if v.size == size and (ctx.owns(module, k) or k.startswith(
         "fold(") and f"{module}." in k)}
     for key, value in concatenated_parameters(ctx, size).items():
         parents = {part.strip().rsplit(".", 2)[0] for part in key[len("concat("):-1].split(",")}
