@@ -12,6 +12,7 @@ import onnx
 import pytest
 import torch
 from onnx import helper, numpy_helper
+from torch.nn import functional as F
 
 import onnx_bisect
 
@@ -133,6 +134,43 @@ def test_a_dropped_bias_is_a_weight_mismatch_restored_by_adding_it(exported):
     fd, name = _planted(exported, "Conv", change)
     _found(fd, name, "weight-mismatch", at_most=2)
     assert "without a bias" in fd.explanation and "conv.bias" in fd.explanation
+
+
+class _AddressingHead(torch.nn.Module):
+    """A neural Turing machine's head: each step a GRU cell's state projected by one Linear and split into a key,
+    a sharpness, a gate, a shift and an exponent, read separately (the split, not the Linear, is what PyTorch's
+    value pairs with)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(111)
+        self.cell, self.params = torch.nn.GRUCell(6, 16), torch.nn.Linear(16, 8 + 1 + 1 + 3 + 1)
+        self.memory = torch.nn.Parameter(torch.randn(5, 8))
+
+    def forward(self, x):  # 2, 4, 6
+        h, out = x.new_zeros(2, 16), []
+        for t in range(x.shape[1]):
+            h = self.cell(x[:, t], h)
+            k, beta, g, s, gamma = self.params(h).split((8, 1, 1, 3, 1), -1)
+            w = torch.softmax(F.softplus(beta) * torch.cosine_similarity(k[:, None], self.memory[None], dim=-1), -1)
+            w = torch.sigmoid(g) * w + (1 - torch.sigmoid(g)) * torch.softmax(s, -1).sum(-1, keepdim=True) / 3
+            out.append(w ** (1 + F.softplus(gamma)))
+        return torch.stack(out, 1)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_bias_dropped_from_a_layer_whose_output_is_split_is_the_layers_weight_mismatch(exporter):
+    """The head's Gemm without its bias: the divergence pairs with the split after it (an op of the model, which
+    has no bias), and PyTorch's Linear output fed to the split reproduces too — the bias of the Linear whose
+    weight the Gemm reads, added back, is named first (the file's own numbers before a value fed from outside)."""
+    model, x = _AddressingHead().eval(), torch.randn(2, 4, 6, generator=torch.Generator().manual_seed(112))
+    proto = dc.export(model, (x,), exporter)
+    gemm = next(n for n in proto.graph.node if n.op_type == "Gemm" and n.input[2:] == ["params.bias"])
+    del gemm.input[2]
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    _found(fd, gemm.name, "weight-mismatch", at_most=2)
+    assert "without a bias" in fd.explanation and "params.bias" in fd.explanation, fd.explanation
 
 
 def _reversed(axis):

@@ -585,3 +585,52 @@ def test_a_residual_from_the_norms_output_is_rewired_in_a_file_shape_inference_c
     assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert residual.name in set(fd.fixed_nodes) and len(fd.layer.segment) <= 12, (fd.fixed_nodes, fd.layer.segment)
     assert norm.input[0] in fd.explanation, fd.explanation
+
+
+class _Reassemble(torch.nn.Module):
+    """DPT's reassembly: one tensor split into four equal chunks along its first axis, each through its own
+    projection, the results concatenated."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(197)
+        self.mix = torch.nn.Linear(8, 8)
+        self.projects = torch.nn.ModuleList(torch.nn.Linear(8, 6) for _ in range(4))
+
+    def forward(self, x):  # 4, 5, 8
+        pieces = torch.split(self.mix(x), 1, 0)
+        return torch.cat([torch.tanh(p(c)) for p, c in zip(self.projects, pieces)], -1)
+
+
+def _split_planted(exporter, exchange: bool):
+    """The Split's outputs 0 and 2 exchanged (``exchange``: every reader of each reads the other piece), else only
+    the first piece's reader rewired to the third piece; ``(model, x, proto, split name, first reader name)``."""
+    model, x = _Reassemble().eval(), torch.randn(4, 5, 8, generator=torch.Generator().manual_seed(199))
+    proto = dc.export(model, (x,), exporter)
+    split = next(n for n in proto.graph.node if n.op_type == "Split")
+    first = next(n for n in proto.graph.node if split.output[0] in n.input)
+    if exchange:
+        split.output[0], split.output[2] = split.output[2], split.output[0]
+    else:
+        first.input[list(first.input).index(split.output[0])] = split.output[2]
+    return model, x, proto, split.name, first.name
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_splits_outputs_exchanged_are_named_at_the_split_not_at_a_reader(exporter):
+    """The first and third chunks exchanged: the first chunk's reader reads the third, and the third's reader the
+    first — both go wrong, so the Split's output order is named (with the first reader, where it shows)."""
+    model, x, proto, split, reader = _split_planted(exporter, exchange=True)
+    fd = _bisect(model, (x,), proto)
+    _found(fd, split)
+    assert reader in fd.layer.segment and "output order" in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_one_reader_of_a_split_rewired_is_named_at_the_reader(exporter):
+    """Only the first chunk's reader reads the third chunk (the third's reader is right): a rewiring of that
+    reader, not the Split's order."""
+    model, x, proto, split, reader = _split_planted(exporter, exchange=False)
+    fd = _bisect(model, (x,), proto)
+    _found(fd, reader)
+    assert split not in fd.fixed_nodes and "output order" not in fd.explanation, fd.explanation

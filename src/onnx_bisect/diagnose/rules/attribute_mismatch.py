@@ -29,6 +29,12 @@ PAD_MODES = {"ReflectionPad1d": "reflect", "ReflectionPad2d": "reflect", "Reflec
              "ConstantPad2d": "constant", "ConstantPad3d": "constant", "CircularPad2d": "wrap"}
 
 
+#: a node found reading a wrong tensor only with PyTorch's value fed in its place (no tensor of the file holds it):
+#: below a confirmed reading of the file's own weights (a bias dropped from a layer whose output is split makes a
+#: few numbers that another of PyTorch's values, fed, also reproduces)
+FED_CONFIDENCE = 0.8
+
+
 class AttributeMismatch(Rule):
     """Check node attributes against the module's configuration, then try the plausible alternatives."""
 
@@ -66,6 +72,8 @@ class AttributeMismatch(Rule):
         fix = ("Set the attribute(s) to the values above, or re-export: the tool or hand edit that produced this "
                "graph changed the node's configuration.")
         confidence = 0.9 if confirmed_by_search else 0.85
+        if any(a.what.startswith("input ") and a.feeds for a in wrong):
+            confidence = FED_CONFIDENCE  # a value from outside the file: a reading of the file's own numbers first
         if all(a.what in ("transA", "transB") for a in wrong):
             confidence = _trans_confidence(ctx, wrong)
         return Finding(self.cause, confidence, summary, fix, {"attributes": rows},

@@ -249,15 +249,17 @@ def _bias_missing_inside(ctx: DiagnosisContext) -> Finding | None:
     """The module's bias missing from a product inside the segment, with ops after it (``sin(ω·(xW + b))``, an
     activation the module applies itself): with the bias added to that product (an Add after it, or the node's
     bias input) the segment reproduces PyTorch."""
-    bias = _module_bias(ctx)
-    if bias is None or not np.any(bias):
+    own = _module_bias(ctx)
+    if own is not None and not np.any(own):
         return None
     graph = ctx.onnx.graph
     for proto in ctx.segment_protos:
         node = graph.node_of(proto.output[0]) if proto.output else None
         if node is None or node.op_type not in ("Conv", "ConvTranspose", "Gemm", "MatMul") or (
-                node.op_type != "MatMul" and len(node.inputs) > 2 and node.inputs[2]) \
-                or _adding_node(ctx, node.outputs[0], bias.size) is not None:
+                node.op_type != "MatMul" and len(node.inputs) > 2 and node.inputs[2]):
+            continue
+        param, bias = (_bias_name(ctx) or "the module's bias", own) if own is not None else _weights_bias(ctx, node)
+        if bias is None or not np.any(bias) or _adding_node(ctx, node.outputs[0], bias.size) is not None:
             continue
         broadcast = _bias_broadcast(ctx, node, bias.size)
         if broadcast is None:
@@ -271,10 +273,27 @@ def _bias_missing_inside(ctx: DiagnosisContext) -> Finding | None:
             moved = _moved_later(ctx, node, bias)
             if moved is not None:
                 return moved
-            finding = _bias_missing_finding(ctx, node, bias, _bias_name(ctx) or "the module's bias", broadcast)
-            return dataclasses.replace(finding, counterfactual=lambda c, n=node, b=broadcast: _with_bias_after(
-                c, n, b, bias))
+            finding = _bias_missing_finding(ctx, node, bias, param, broadcast)
+            return dataclasses.replace(finding, counterfactual=lambda c, n=node, b=broadcast, v=bias: _with_bias_after(
+                c, n, b, v))
     return None
+
+
+def _weights_bias(ctx: DiagnosisContext, node) -> tuple[str, np.ndarray | None]:
+    """``(name, value)`` of the bias of the Linear or Conv whose weight a product node of the segment reads, found
+    by the weight's numbers (as the module holds it, or transposed for a MatMul): a divergence paired with an op
+    after the layer (a head's projection split into its parts) has no bias of its own to read."""
+    weight = ctx.initializer(node.inputs[1]) if len(node.inputs) > 1 else None
+    if weight is None or weight.dtype.kind != "f" or weight.ndim < 2:
+        return "", None
+    for laid in (weight, weight.T) if weight.ndim == 2 else (weight,):
+        name = parameter_holding(ctx, laid, rtol=1e-6, atol=0.0)
+        owner, _, leaf = (name or "").rpartition(".")
+        module = ctx.torch_module(owner) if leaf == "weight" else None
+        bias = getattr(module, "bias", None) if module is not None else None
+        if hasattr(bias, "detach") and bias.dim() == 1:
+            return f"{owner}.bias", to_numpy(bias)
+    return "", None
 
 
 def _with_bias_after(ctx: DiagnosisContext, product, shape: list[int], bias: np.ndarray) -> FixedSegment:

@@ -20,6 +20,7 @@ import onnx
 from ...records.graph import CARRIER_OPS
 from ..context import attribute
 from .alternative_edits import node_value, outputs_swapped, rewired, slices_swapped, with_attributes, with_inputs
+from .rewirings import reads_right
 from .rows import nearest_rows
 from .value_alternatives import DEFAULTS, activation, gemm_scalars, mask_values, norm_axis
 
@@ -475,7 +476,9 @@ def _split_sizes(ctx, proto, shape_of, make) -> Iterator:
     pairs = [(i, j) for i in range(len(shapes)) for j in range(i + 1, len(shapes))
              if shapes[i] and shapes[i] == shapes[j]]
     for i, j in pairs[:MAX_SWAPPED_INPUTS]:
-        yield make(proto.name, "output order", [i, j], [j, i], "the PyTorch output", outputs_swapped(proto.name, i, j))
+        if not any(reads_right(ctx, proto.output[k]) for k in (i, j)):  # one reader rewired leaves others right
+            yield make(proto.name, "output order", [i, j], [j, i], "the PyTorch output",
+                       outputs_swapped(proto.name, i, j))
     as_input = len(proto.input) > 1 and proto.input[1]
     sizes = ctx.constant(proto.input[1]) if as_input else attribute(proto, "split")
     if sizes is None or len(np.asarray(sizes).reshape(-1)) < 2:

@@ -17,7 +17,7 @@ from ...records import ModuleKind
 from ...records.graph import CARRIER_OPS, LAYOUT_OPS
 from ...records.nest import informative, to_numpy
 from . import edits
-from .alternative_edits import identity_of
+from .alternative_edits import identity_of, outputs_swapped
 
 
 #: earlier tensors of an input's shape tried in its place, per input of a node
@@ -60,6 +60,7 @@ def rewirings(ctx, proto, make) -> Iterator:
         values = ctx.computed(others)
         for other in others:
             if other in values and values[other].shape == now.shape and not ctx.compare(values[other], now).ok:
+                yield from _outputs_exchanged(ctx, proto, tensor, other, held, values[other], make)
                 alt = make(proto.name, f"input {i}", tensor, other, "the PyTorch output",
                            _input_read(proto.name, i, other))
                 copy = _repeated_block(ctx, proto, tensor, other)
@@ -71,6 +72,39 @@ def rewirings(ctx, proto, make) -> Iterator:
             continue  # an op left as an Identity in the segment: the Identity's readings name it there
         if (proto.output[0] == ctx.tensor or tensor not in inside) and kind != onnx.TensorProto.BFLOAT16:
             yield from _fed_inputs(ctx, proto, i, tensor, now, held, make)
+
+
+def reads_right(ctx, tensor: str) -> bool | None:
+    """Whether the other layers computed from ``tensor`` are right on their own (every layer but the divergent one
+    whose segment holds one of its readers agrees with exact inputs): True, False when one of them diverges, None
+    when no other layer holds its readers.  Two outputs of one node exchanged make both outputs' readers go wrong;
+    one reader rewired leaves the other output's readers right."""
+    graph = ctx.onnx.graph
+    readers = {graph.nodes[c].name for c in graph.consumers.get(tensor, ())}
+    judged = [r.local.ok for r in ctx.layers
+              if r is not ctx.layer and r.local is not None and readers & set(r.segment)]
+    return None if not judged else all(judged)
+
+
+def _outputs_exchanged(ctx, proto, tensor: str, other: str, held: int, value: np.ndarray, make) -> Iterator:
+    """Two outputs of one node (a Split's chunks, an Unbind's pieces) exchanged, where the node reads one and the
+    other is the right one: named at the producer when the two hold PyTorch's pieces as far apart as the outputs
+    are, and the other output's readers go wrong on their own too (:func:`reads_right`) — the pieces exchanged,
+    not one reader rewired (which would leave the others right)."""
+    graph = ctx.onnx.graph
+    producer = graph.node_of(tensor)
+    if producer is None or held < 0 or len(producer.outputs) < 2 or other not in producer.outputs:
+        return
+    theirs = _held_by(ctx, value)
+    i, j = producer.outputs.index(tensor), producer.outputs.index(other)
+    kinds = {a.index: a.module_type for a in ctx.ops}
+    if theirs is None or theirs < 0 or kinds.get(theirs) != kinds.get(held) or abs(held - theirs) != abs(j - i):
+        return
+    if reads_right(ctx, other) is not False:
+        return
+    alt = make(producer.name, "output order", [i, j], [j, i], "the PyTorch output",
+               outputs_swapped(producer.name, i, j))
+    yield dataclasses.replace(alt, feeds={tensor: value}, shows_in=(proto.name,)) if alt is not None else alt
 
 
 def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) -> Iterator:
