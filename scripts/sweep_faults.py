@@ -1833,3 +1833,7 @@ FAULTS.update({k.name: k for k in sweep_faults_seventeen.KINDS})
 import sweep_faults_eighteen  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_eighteen.KINDS})
+# the nineteenth set (scripts/sweep_faults_nineteen.py)
+import sweep_faults_nineteen  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_nineteen.KINDS})
