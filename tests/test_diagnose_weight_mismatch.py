@@ -223,3 +223,35 @@ def test_noise_on_a_folded_weight_found_at_an_op_compares_with_the_modules_fold(
     assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert "fold(mlp2.0.weight, mlp2.1)" in fd.explanation, fd.explanation
     assert len(fd.layer.segment) <= 2 and fd.layer.segment_ops[-1] == "Conv", fd.layer.segment
+
+
+class _PlainConvs(torch.nn.Module):
+    """Two plain Conv2d layers (called as modules: they read their weights as they are) with a ReLU between."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(211)
+        self.conv1, self.conv2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv2(torch.relu(self.conv1(x)))
+
+
+def test_a_standardised_kernel_for_a_plain_conv_is_a_weight_mismatch_and_a_warning():
+    """The second Conv's kernel standardised per output channel in the file (a StdConv2d's export, or a converter
+    standardising it) where PyTorch's plain Conv2d reads its weight as it is: not the model's own numbers (a
+    weight-standardised layer's folded constant would be) — named at the Conv and warned about."""
+    model, x = _PlainConvs().eval(), torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(212))
+    proto = dc.export(model, (x,), "dynamo")
+    weight = model.conv2.weight.detach().numpy().astype(np.float64)
+    flat = weight.reshape(4, -1)
+    standardised = ((flat - flat.mean(1, keepdims=True)) / np.sqrt(flat.var(1, keepdims=True) + 1e-6))
+    init = next(i for i in proto.graph.initializer if tuple(i.dims) == weight.shape)
+    init.CopyFrom(numpy_helper.from_array(standardised.reshape(weight.shape).astype(np.float32), init.name))
+    conv = next(n.name for n in proto.graph.node if init.name in n.input)
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True and fd.layer.segment == (conv,), fd.explanation
+    assert "conv2.weight standardised per output channel" in fd.explanation, fd.explanation
+    assert [w for w in report.warnings if "conv2.weight" in w and "stale" in w], report.warnings

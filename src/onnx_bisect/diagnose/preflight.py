@@ -251,6 +251,7 @@ def compare_weights(loaded: LoadedModel, skeleton: onnx.ModelProto, weights: Wei
                     if t.is_floating_point()}
     torch_arrays.update({n: a.astype(np.float32) for n, a in model_rnn_weights(loaded.module).items()})
     folded = _fold_pairs(loaded, capture)
+    called = frozenset() if capture is None else frozenset(a.module for a in capture.activations)
     inits = _float_initializers(skeleton, weights)
     diffs, unmatched = [], {}
     used: set[str] = set()
@@ -265,7 +266,8 @@ def compare_weights(loaded: LoadedModel, skeleton: onnx.ModelProto, weights: Wei
         fold = folded.get(name)
         if fold is not None and _equal(value, fold):
             continue  # the exporter kept the conv's name for the folded weight
-        if fold is None and layout.reparameterised(value, ref, torch_arrays):
+        if fold is None and layout.reparameterised(value, ref, torch_arrays, layout.read_as_is(loaded.module, name,
+                                                                                                called)):
             continue  # a layer scale folded into the named weight (a simplifier), a standardised weight
         diff = _difference(name, name if fold is None else f"{name} (+ folded BatchNorm)", value,
                            ref if fold is None else fold)
@@ -274,7 +276,7 @@ def compare_weights(loaded: LoadedModel, skeleton: onnx.ModelProto, weights: Wei
         diffs.append(diff)
     if unmatched:
         diffs += _match_by_value(unmatched, {n: a for n, a in torch_arrays.items() if n not in used}, folded,
-                                 torch_arrays)
+                                 torch_arrays, loaded.module, called)
     return diffs
 
 
@@ -367,9 +369,12 @@ def _difference(name: str, parameter: str, value: np.ndarray, ref: np.ndarray) -
 
 
 def _match_by_value(unmatched: dict[str, np.ndarray], free: dict[str, np.ndarray],
-                    folded: dict[str, np.ndarray], every: dict[str, np.ndarray]) -> list[WeightDifference]:
+                    folded: dict[str, np.ndarray], every: dict[str, np.ndarray], model=None,
+                    called: frozenset[str] = frozenset()) -> list[WeightDifference]:
     """Pair initializers exporters renamed (e.g. transposed Linear weights) by value; report close-but-unequal ones
-    (not a parameter times a layer scale of the model's ``every`` array, which a simplifier folded into it)."""
+    (not a parameter times a layer scale of the model's ``every`` array, which a simplifier folded into it, nor a
+    standardised copy of a weight ``model``'s layer standardises: :func:`layout.read_as_is`, of the ``called``
+    modules)."""
     pool = dict(free)
     pool.update({f"{n} (+ folded BatchNorm)": a for n, a in folded.items()})
     by_size: dict[int, list[str]] = {}
@@ -394,7 +399,8 @@ def _match_by_value(unmatched: dict[str, np.ndarray], free: dict[str, np.ndarray
         if not candidates:
             continue
         best = max(candidates, key=lambda c: _correlation(value, pool[c]))
-        if _correlation(value, pool[best]) > 0.9 and not layout.reparameterised(value, pool[best], every):
+        if _correlation(value, pool[best]) > 0.9 and not layout.reparameterised(
+                value, pool[best], every, layout.read_as_is(model, best, called)):
             diff = _difference(name, best, value, pool[best])
             raw = best.replace(" (+ folded BatchNorm)", "")
             if raw in folded and raw in pool and _per_channel_rescale(value, pool[raw]):

@@ -87,12 +87,24 @@ def _explained(ctx: DiagnosisContext, differing, listed: str) -> tuple[str, str]
         reordered = _reordered(ctx, differing)
         if reordered:
             how = reordered
-        how = _repeated(ctx, differing) or _pruned(ctx, differing) or how
+        how = _repeated(ctx, differing) or _pruned(ctx, differing) or _standardised(ctx, differing) or how
         summary = (f"The ONNX weights differ from the PyTorch parameters they were exported from: {listed}. "
                    + how + _other_owners(ctx, [p for _, p, _, _ in differing]))
         fix = ("Re-export from the checkpoint PyTorch runs (or load the checkpoint the ONNX file was made from); "
                "check the export script loads the weights before torch.onnx.export.")
     return summary, fix
+
+
+def _standardised(ctx: DiagnosisContext, differing) -> str:
+    """A sentence naming the weights that hold their parameter standardised per output channel where PyTorch's
+    layer reads it as it is (a plain Conv2d, not a weight-standardised one), '' when none does."""
+    named = [f"'{n}' is {p} standardised per output channel ((W − mean) / std)" for n, p, r, t in differing
+             if t is not None and ctx.initializer(n) is not None and layout.standardised(
+                 np.asarray(ctx.initializer(n)), r.layout.apply(np.asarray(t), np.shape(ctx.initializer(n))))]
+    if not named:
+        return ""
+    return ("; ".join(named) + ", while PyTorch's layer computes with the weight as it is: a weight-standardised "
+            "convolution (StdConv2d, BiT's) exported for a plain one, or a converter standardising the kernel.")
 
 
 def _repeated(ctx: DiagnosisContext, differing) -> str:
@@ -156,7 +168,7 @@ def _differing(ctx: DiagnosisContext, candidates) -> list:
     folded_biases = {s.bias for s in layout.weight_sites(ctx) if s.bias and _exact_fold(ctx, s.weight, candidates)}
     refolded = {t for s in layout.weight_sites(ctx) if _is_refold(ctx, ctx.initializer(s.weight), s.weight)
                 for t in (s.weight, s.bias) if t and t not in folded_biases}
-    differing, arrays = [], None  # the model's parameters as arrays: read once, when first needed
+    differing, arrays, called = [], None, None  # the model's parameters as arrays, the modules called: read once
     for name in segment_initializers(ctx):
         value = ctx.initializer(name) if name not in refolded else None
         if value is None or not np.issubdtype(value.dtype, np.floating) or value.size < 2:
@@ -175,7 +187,9 @@ def _differing(ctx: DiagnosisContext, candidates) -> list:
             continue
         arrays = model_arrays(ctx) if arrays is None else arrays
         ref = best[1].layout.apply(best[2], value.shape)
-        if not layout.reparameterised(value, ref, arrays):
+        called = {a.module for a in ctx.baseline.capture.activations} if called is None else called
+        if not layout.reparameterised(value, ref, arrays, layout.read_as_is(ctx.baseline.loaded.module, best[0],
+                                                                            called)):
             differing.append((name, *best))
     return differing + _fold_biases(ctx, differing, candidates)
 

@@ -418,11 +418,34 @@ def standardised(value: np.ndarray, ref: np.ndarray) -> bool:
     return bool(np.all((scale > 0.9) & (scale <= 1.0 + 1e-3)) and residual <= max(FOLDED_SCALE_REL, 4 * step))
 
 
-def reparameterised(value: np.ndarray, ref: np.ndarray, arrays: dict[str, np.ndarray]) -> bool:
+def reparameterised(value: np.ndarray, ref: np.ndarray, arrays: dict[str, np.ndarray], as_is: bool = False) -> bool:
     """Whether ``value``, unequal to the parameter ``ref`` it pairs with, is still the model's own numbers: the
     parameter times a layer scale of the model (:func:`scaling_parameter`) or standardised per output channel
-    (:func:`standardised`) or plus one (a norm that multiplies by ``1 + weight``: Gemma's RMSNorm, Nemotron's
-    LayerNorm1P, the sum folded at export) — a transformed copy a simplifier or exporter folded, not another
-    checkpoint's."""
-    return (scaling_parameter(value, ref, arrays) is not None or standardised(value, ref)
+    (:func:`standardised`; not for a parameter its layer reads ``as_is``: :func:`read_as_is`) or plus one (a norm
+    that multiplies by ``1 + weight``: Gemma's RMSNorm, Nemotron's LayerNorm1P, the sum folded at export) — a
+    transformed copy a simplifier or exporter folded, not another checkpoint's."""
+    return (scaling_parameter(value, ref, arrays) is not None or not as_is and standardised(value, ref)
             or value.shape == ref.shape and bool(np.allclose(value, ref + 1.0, rtol=1e-5, atol=1e-6)))
+
+
+#: PyTorch's layers whose forward reads their weight as it is (``torch.nn.Conv2d`` itself, not a subclass such as
+#: timm's StdConv2d, which standardises it, nor a parametrized copy)
+AS_IS_LAYERS = frozenset({"Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d",
+                          "Linear"})
+
+
+def read_as_is(model, parameter: str, called) -> bool:
+    """Whether the parameter named ``parameter`` is the weight of one of PyTorch's own layers
+    (:data:`AS_IS_LAYERS`) that the forward called (its module among ``called``, the captured modules' names) —
+    which computes with it unchanged, so a standardised copy in the file is not the model's numbers.  A layer
+    whose weight the forward reads itself (BiT's standardisation written around a plain Conv2d, ``F.conv2d``
+    of the standardised weight) is never called, and is not read as is."""
+    owner, _, leaf = parameter.rpartition(".")
+    if model is None or leaf != "weight" or owner not in called:
+        return False
+    try:
+        module = model.get_submodule(owner)
+    except (AttributeError, TypeError):
+        return False
+    kind = type(module)
+    return kind.__module__.startswith("torch.nn.modules.") and kind.__name__ in AS_IS_LAYERS
