@@ -253,3 +253,69 @@ def test_a_block_run_on_the_previous_blocks_input_is_named_as_parallel(exporter)
     named = set(fd.layer.segment) | set(fd.fixed_nodes)
     assert entries <= named and len(named) <= 12, (entries, named)
     assert "not in parallel" in fd.explanation, fd.explanation
+
+
+class _GatedStack(torch.nn.Module):
+    """Three residual blocks whose branch is a gated MLP (two entries: ``up`` and ``gate`` read the block's input),
+    pre-norm (``x + f(LN(x))``) or post-norm (``LN(x + f(x))``), then a head."""
+
+    def __init__(self, post: bool, d=16):
+        super().__init__()
+        torch.manual_seed(291)
+        self.post = post
+        self.norms = torch.nn.ModuleList(torch.nn.LayerNorm(d) for _ in range(3))
+        self.ups, self.gates = (torch.nn.ModuleList(torch.nn.Linear(d, 2 * d) for _ in range(3)) for _ in range(2))
+        self.downs = torch.nn.ModuleList(torch.nn.Linear(2 * d, d) for _ in range(3))
+        self.head = torch.nn.Linear(d, 4)
+
+    def forward(self, x):
+        for norm, up, gate, down in zip(self.norms, self.ups, self.gates, self.downs):
+            branch = (lambda h, up=up, gate=gate, down=down: down(torch.tanh(up(h)) * torch.sigmoid(gate(h))))
+            x = norm(x + branch(x)) if self.post else x + branch(norm(x))
+        return self.head(x)
+
+
+def _moved_norm(proto, post: bool, block: int = 1) -> set[str]:
+    """The ``block``-th norm moved to the other side of its block (in place): in a pre-norm file after the residual
+    Add (the entries reading the block's input), in a post-norm file onto the block's input (the entries reading
+    it, the Add's sum handed on); the planted nodes (the norm and the entries)."""
+    norm = [n for n in proto.graph.node if n.op_type == "LayerNormalization"][block]
+    readers = lambda t: [n for n in proto.graph.node if t in n.input]  # noqa: E731
+    if not post:  # x + f(LN(x)) -> LN(x + f(x))
+        source, normed = norm.input[0], norm.output[0]
+        entries = readers(normed)
+        add = next(n for n in readers(source) if n.op_type == "Add")
+        for n in entries:
+            n.input[:] = [source if t == normed else t for t in n.input]
+        end = add.output[0]
+        add.output[0] = end + "_unnormed"
+        norm.input[0], norm.output[0] = add.output[0], end
+    else:  # LN(x + f(x)) -> x + f(LN(x))
+        add = next(n for n in proto.graph.node if norm.input[0] in n.output)
+        source = next(t for t in add.input if len(readers(t)) > 1)
+        entries = [n for n in readers(source) if n is not add]
+        end = norm.output[0]
+        for n in entries:
+            n.input[:] = [end + "_normed" if t == source else t for t in n.input]
+        norm.input[0], norm.output[0] = source, end + "_normed"
+        add.output[0] = end
+    _resort(proto)
+    return {norm.name, *(n.name for n in entries)}
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize("post", [False, True], ids=["pre-norm-model", "post-norm-model"])
+def test_a_norm_on_the_other_side_of_its_block_is_named_with_every_entry(exporter, post):
+    """A pre-norm model's block written post-norm (its first divergence is the branch's entry, before the norm it
+    misses), and a post-norm model's written pre-norm (its first divergence after the norm): the norm named with
+    the block's entries, moved to the other side — not one entry rewired, nor the norm made an Identity."""
+    model = _GatedStack(post).eval()
+    x = torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(292))
+    proto = dc.export(model, (x,), exporter)
+    planted = _moved_norm(proto, post)
+    fd = _bisect(model, x, proto)
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    named = set(fd.layer.segment) | set(fd.fixed_nodes)
+    assert planted <= named and len(named) <= 12, (planted, named)
+    assert ".placement" in fd.explanation and ("(pre-norm)" if not post else "(post-norm)") in fd.explanation.split(
+        "implies")[1], fd.explanation

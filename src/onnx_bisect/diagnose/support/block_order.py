@@ -93,6 +93,112 @@ def parallel_blocks(ctx, protos, make) -> Iterator:
                     shows_in=entries, feeds=feeds or None)
 
 
+def norm_placements(ctx, protos, make) -> Iterator:
+    """A residual block's norm on the other side of it (a port writing a post-norm model as pre-norm, or back —
+    BERT's ``LN(x + f(x))`` as ``x + f(LN(x))``): for a norm node the segment is computed from, either the norm of
+    a block's input whose branch reads it (pre-norm) moved after the block's residual Add, the branch reading the
+    input itself; or the norm after a block's Add (post-norm) moved onto the block's input, read by the branch's
+    entries, the Add's sum handed on.  Kept only when the tensors after the block then hold PyTorch's values."""
+    graph = ctx.onnx.graph
+    tried: set[str] = set()
+    for proto in protos:
+        for norm in _norms_near(graph, proto):
+            if norm.name in tried or not norm.inputs:
+                continue
+            tried.add(norm.name)
+            for block, edit, said, made in (_pre_to_post(graph, norm), _post_to_pre(graph, norm)):
+                if block is None:
+                    continue
+                held = _holds_after(ctx, edit, (block, block), also=made)
+                if held is None:
+                    continue
+                feeds, reference = held
+                yield dataclasses.replace(make(
+                    norm.name, "placement", said[0], said[1], "the PyTorch output", edit),
+                    shows_in=(*block.entries, block.add), feeds=feeds or None, reference=reference)
+
+
+def _norms_near(graph, proto) -> list:
+    """The norm nodes ``proto`` is computed from (or is), and those ending the residual blocks it is in (a
+    post-norm block's norm lies after the segment when the segment is one of its entries)."""
+    found = []
+    for tensor in (*(o for o in proto.output if o), *_upstream(graph, proto)):
+        norm = graph.node_of(tensor)
+        if norm is not None and norm.op_type in NORMS:
+            found.append(norm)
+        block = _block_from(graph, tensor, proto.name) if tensor in proto.input else None
+        end = graph.node_of(block.end) if block is not None else None
+        if end is not None and end.op_type in NORMS:
+            found.append(end)
+    return found
+
+
+def _pre_to_post(graph, norm):
+    """``(block, edit, (have, want), made)`` for a norm whose output only a residual block's branch reads, the
+    block's Add reading the norm's input: the norm moved after the Add (post-norm) — the branch's entries reading
+    the input, the norm the Add's sum, what read the sum the norm's output (tensor names kept: the divergent one
+    may be the norm's) — ``made`` the sum; ``(None, None, None, ())`` otherwise."""
+    source, normed = norm.inputs[0], norm.outputs[0]
+    for add in (graph.nodes[i] for i in graph.consumers.get(source, ())):
+        if add.op_type != "Add" or len(add.inputs) != 2 or add.inputs[0] == add.inputs[1] or not add.outputs[0]:
+            continue
+        branch = add.inputs[1] if add.inputs[0] == source else add.inputs[0]
+        nodes = _between(graph, normed, branch)
+        inside = {n.name for n in nodes}
+        readers = {graph.nodes[i].name for i in graph.consumers.get(normed, ())}
+        summed = add.outputs[0]
+        if not nodes or len(nodes) > MAX_BLOCK or not readers <= inside or normed in graph.graph_outputs \
+                or summed in graph.graph_outputs:
+            continue
+        entries = tuple(n.name for n in nodes if normed in n.inputs)
+        after = {graph.nodes[i].name for i in graph.consumers.get(summed, ())}
+        block = Block(source, normed, add.name,
+                      tuple(n.name for n in sorted([norm, *nodes, add], key=lambda n: n.index)), entries)
+        edit = _moved(norm.name, {**{e: (normed, source) for e in entries}, **{a: (summed, normed) for a in after}},
+                      summed)
+        return block, edit, (f"{norm.op_type} applied to the block's input '{source}', its branch reading the "
+                             f"normed value (pre-norm)", f"applied after the residual Add {add.name}, the branch "
+                             "reading the input itself (post-norm)"), (summed,)
+    return None, None, None, ()
+
+
+def _post_to_pre(graph, norm):
+    """``(block, edit, (have, want), made)`` for a norm reading a residual block's Add alone: the norm moved onto
+    the block's input, read by the branch's entries, what read the norm reading the Add's sum (pre-norm; tensor
+    names kept), ``made`` the sum; ``(None, None, None, ())`` otherwise."""
+    summed, normed = norm.inputs[0], norm.outputs[0]
+    add = graph.node_of(summed)
+    if add is None or add.op_type != "Add" or len(add.inputs) != 2 or normed in graph.graph_outputs \
+            or graph.consumers.get(summed, ()) != (graph.producer.get(normed),):
+        return None, None, None, ()
+    for source in add.inputs:
+        block = _block_from(graph, source, None)
+        if block is None or block.add != add.name or norm.name not in block.nodes or not block.entries:
+            continue
+        after = {graph.nodes[i].name for i in graph.consumers.get(normed, ())}
+        edit = _moved(norm.name, {**{e: (source, normed) for e in block.entries}, **{a: (normed, summed)
+                                                                                    for a in after}}, source)
+        return block, edit, (f"{norm.op_type} applied after the residual Add {add.name} (post-norm)",
+                             f"applied to the block's input '{source}', read by the branch's entries, the sum "
+                             "handed on (pre-norm)"), (summed,)
+    return None, None, None, ()
+
+
+def _moved(norm: str, rewired: dict[str, tuple[str, str]], reads: str):
+    """The edit moving ``norm`` to read ``reads``, each node of ``rewired`` reading its ``(old, new)`` tensor
+    instead, the nodes re-sorted."""
+    def edit(model, weights):
+        for n in model.graph.node:
+            if n.name in rewired:
+                old, new = rewired[n.name]
+                n.input[:] = [new if t == old else t for t in n.input]
+            elif n.name == norm:
+                n.input[0] = reads
+        edits.set_nodes(model, list(model.graph.node))
+        return model, weights
+    return edit
+
+
 def _reading(nodes: set[str], old: str, new: str):
     """``nodes`` reading ``new`` where they read ``old``."""
     def edit(model, weights):
@@ -217,14 +323,15 @@ def _exchanged(first: Block, second: Block):
 AFTER_BLOCKS = 64
 
 
-def _holds_after(ctx, edit, blocks: tuple[Block, Block]) -> tuple[dict, object] | None:
+def _holds_after(ctx, edit, blocks: tuple[Block, Block], also: tuple[str, ...] = ()) -> tuple[dict, object] | None:
     """Whether, with ``edit``, the tensors after the blocks hold PyTorch's values: each block output that is a cut
     tensor, and the first tensor past both that a layer pairs with PyTorch's (or, with none, the block now run
     first computing a value PyTorch recorded) — every tensor of the blocks computed, none fed.  The values the
     edit gives the inputs of the edited segment computed inside the blocks (a segment narrowed to a norm's last
     Mul, its input paired with the value the other block's norm computes; a block output that now stands where
     the other stood), to feed the segment, and the PyTorch value the divergent tensor then holds where it is not
-    the one paired with it; None when they do not hold."""
+    the one paired with it; None when they do not hold.  ``also``: tensors the edit makes that may hold a block
+    output's PyTorch value too (a norm moved out of a block: its output, where the block's output was the norm's)."""
     first, second = blocks
     model, weights = edit(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
     inside = {n for b in blocks for n in b.nodes}
@@ -235,14 +342,14 @@ def _holds_after(ctx, edit, blocks: tuple[Block, Block]) -> tuple[dict, object] 
     paired = {layer.pair.tensor: layer for layer in ctx.layers if layer.pair.tensor}
     later = next((o for n in ctx.onnx.graph.downstream(first.end, AFTER_BLOCKS) if n.name not in inside
                   for o in n.outputs if o in paired), None)
-    wanted = list(dict.fromkeys([*known, *([later] if later else []), first.end, second.end, *fed]))
+    wanted = list(dict.fromkeys([*known, *([later] if later else []), first.end, second.end, *also, *fed]))
     try:
         values = ctx.run_segment(model, weights, outputs=wanted, through=[*wanted, *made])
     except Exception:  # noqa: BLE001 - an exchange the runtime rejects is no reading
         return None
     # a block output's pair may follow its name (paired by place or value) or the node writing it (by scope): each
     # of PyTorch's values there must be held by one of the two
-    ends = [values[t] for t in (first.end, second.end) if t in values]
+    ends = [values[t] for t in (first.end, second.end, *also) if t in values]
     if any(not any(ctx.agrees(v, ctx.cut.references[t]) for v in ends) for t in known):
         return None
     if later is not None:
