@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 import torch
 from onnx import helper, numpy_helper
 
@@ -226,32 +227,43 @@ def test_noise_on_a_folded_weight_found_at_an_op_compares_with_the_modules_fold(
 
 
 class _PlainConvs(torch.nn.Module):
-    """Two plain Conv2d layers (called as modules: they read their weights as they are) with a ReLU between."""
+    """Two plain Conv2d layers (called as modules: they read their weights as they are) with a ReLU between, the
+    second followed by a BatchNorm (folded into it at export) or not."""
 
-    def __init__(self):
+    def __init__(self, bn: bool):
         super().__init__()
         torch.manual_seed(211)
         self.conv1, self.conv2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 4, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(4) if bn else torch.nn.Identity()
+        if bn:
+            with torch.no_grad():
+                self.bn.running_mean.normal_(0.0, 0.3)
+                self.bn.running_var.uniform_(0.5, 2.0)
 
     def forward(self, x):
-        return self.conv2(torch.relu(self.conv1(x)))
+        return self.bn(self.conv2(torch.relu(self.conv1(x))))
 
 
-def test_a_standardised_kernel_for_a_plain_conv_is_a_weight_mismatch_and_a_warning():
-    """The second Conv's kernel standardised per output channel in the file (a StdConv2d's export, or a converter
-    standardising it) where PyTorch's plain Conv2d reads its weight as it is: not the model's own numbers (a
-    weight-standardised layer's folded constant would be) — named at the Conv and warned about."""
-    model, x = _PlainConvs().eval(), torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(212))
+@pytest.mark.parametrize("bn", [False], ids=["plain"])
+def test_a_standardised_kernel_for_a_plain_conv_is_a_weight_mismatch_and_a_warning(bn):
+    """The second Conv's kernel (with the BatchNorm after it folded in, or not) standardised per output channel in
+    the file (a StdConv2d's export, or a converter standardising it) where PyTorch's plain Conv2d reads its weight
+    as it is: not the model's own numbers (a weight-standardised layer's folded constant would be) — named at the
+    Conv and warned about.  (Not yet with a BatchNorm folded in: standardising undoes the fold's per-channel
+    scale, so the kernel relates to the Conv's own weight as well as to the fold, and the weight restored may be
+    the unfolded one — the reading is then named but not confirmed.)"""
+    model, x = _PlainConvs(bn).eval(), torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(212))
     proto = dc.export(model, (x,), "dynamo")
-    weight = model.conv2.weight.detach().numpy().astype(np.float64)
-    flat = weight.reshape(4, -1)
+    shape = tuple(model.conv2.weight.shape)
+    init = next(i for i in proto.graph.initializer if tuple(i.dims) == shape)  # the kernel (with the fold)
+    flat = numpy_helper.to_array(init).astype(np.float64).reshape(shape[0], -1)
     standardised = ((flat - flat.mean(1, keepdims=True)) / np.sqrt(flat.var(1, keepdims=True) + 1e-6))
-    init = next(i for i in proto.graph.initializer if tuple(i.dims) == weight.shape)
+    weight = standardised.reshape(shape)
     init.CopyFrom(numpy_helper.from_array(standardised.reshape(weight.shape).astype(np.float32), init.name))
     conv = next(n.name for n in proto.graph.node if init.name in n.input)
     with dc.quiet():
         report = onnx_bisect.bisect(model, (x,), onnx=proto)
     fd = report.first_divergence
     assert fd.cause == "weight-mismatch" and fd.confirmed is True and fd.layer.segment == (conv,), fd.explanation
-    assert "conv2.weight standardised per output channel" in fd.explanation, fd.explanation
+    assert "conv2.weight" in fd.explanation and "standardised per output channel" in fd.explanation, fd.explanation
     assert [w for w in report.warnings if "conv2.weight" in w and "stale" in w], report.warnings

@@ -439,7 +439,10 @@ def read_as_is(model, parameter: str, called) -> bool:
     (:data:`AS_IS_LAYERS`) that the forward called (its module among ``called``, the captured modules' names) —
     which computes with it unchanged, so a standardised copy in the file is not the model's numbers.  A layer
     whose weight the forward reads itself (BiT's standardisation written around a plain Conv2d, ``F.conv2d``
-    of the standardised weight) is never called, and is not read as is."""
+    of the standardised weight) is never called, and is not read as is.  A fold (``fold(conv.weight, bn)``) is
+    judged by its Conv's weight."""
+    if parameter.startswith("fold(") and "," in parameter:  # a Conv's weight with a BatchNorm folded in
+        parameter = parameter[len("fold("):].split(",", 1)[0].strip()
     owner, _, leaf = parameter.rpartition(".")
     if model is None or leaf != "weight" or owner not in called:
         return False
