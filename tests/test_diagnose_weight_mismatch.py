@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 import torch
 from onnx import helper, numpy_helper
 
@@ -13,6 +14,7 @@ import onnx_bisect
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import diagnosis_cases as dc  # noqa: E402
+from test_diagnose_eleven import _weight_initializer  # noqa: E402
 import plant  # noqa: E402
 from diagnosis_suite import bisect_case  # noqa: E402
 
@@ -264,3 +266,54 @@ def test_a_standardised_kernel_for_a_plain_conv_is_a_weight_mismatch_and_a_warni
     assert fd.cause == "weight-mismatch" and fd.confirmed is True and fd.layer.segment == (conv,), fd.explanation
     assert "conv2.weight" in fd.explanation and "standardised per output channel" in fd.explanation, fd.explanation
     assert [w for w in report.warnings if "conv2.weight" in w and "stale" in w], report.warnings
+
+
+class _Projections(torch.nn.Module):
+    """Self-attention with separate q, k and v projections (2 heads of 8), k without a bias (Whisper's)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(221)
+        self.q, self.k, self.v = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16, bias=False), torch.nn.Linear(16, 16)
+        self.out = torch.nn.Linear(16, 16)
+
+    def forward(self, x):  # 1, 6, 16
+        q, k, v = (p(x).view(1, 6, 2, 8).transpose(1, 2) for p in (self.q, self.k, self.v))
+        w = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, dim=-1)
+        return self.out((w @ v).transpose(1, 2).reshape(1, 6, 16))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_projections_loaded_from_a_fused_weight_in_another_head_layout_are_named_together(exporter):
+    """q, k and v filled from a fused [q; k; v] (blocks (3, H, d)) read as interleaved (H, 3, d): each file weight
+    holds rows of the three (q's first head, k's second …), and the biases alike (k's zeros among them). The
+    first divergence is the query projection; the fix puts every layer's own rows back, so all three products
+    (and the biases added) are named."""
+    model, x = _Projections().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(222))
+    proto = dc.export(model, (x,), exporter)
+    layers = (model.q, model.k, model.v)
+    rows = np.concatenate([p.weight.detach().numpy() for p in layers]).reshape(3, 2, 8, 16)
+    mixed = rows.reshape(2, 3, 8, 16).swapaxes(0, 1)  # the same buffer read head-major
+    biases = np.concatenate([p.bias.detach().numpy() if p.bias is not None else np.zeros(16, np.float32)
+                             for p in layers]).reshape(2, 3, 8).swapaxes(0, 1)
+    readers = []
+    for layer, weight, bias in zip(layers, mixed.reshape(3, 16, 16), biases.reshape(3, 16)):
+        init = _weight_initializer(proto, layer.weight)
+        init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(weight.T), init.name))
+        product = next(n for n in proto.graph.node if init.name in n.input and n.op_type == "MatMul")
+        readers.append(product.name)
+        add = next((n for n in proto.graph.node if n.op_type == "Add" and product.output[0] in n.input), None)
+        if layer.bias is None:  # a bias the file now adds (the loader wrote k's share of the fused bias)
+            out, name = product.output[0], f"{product.name}_bias"
+            proto.graph.initializer.append(numpy_helper.from_array(bias.astype(np.float32), name))
+            product.output[0] = out + "_product"
+            proto.graph.node.insert(list(proto.graph.node).index(product) + 1, helper.make_node(
+                "Add", [product.output[0], name], [out], name=f"{product.name}_add"))
+        else:
+            const = next(t for t in add.input if t != product.output[0])
+            target = next(i for i in proto.graph.initializer if i.name == const)
+            target.CopyFrom(numpy_helper.from_array(bias.astype(np.float32), const))
+    fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert set(readers) <= set(fd.layer.segment) and len(fd.layer.segment) <= 12, fd.layer.segment
+    assert "mixed among them" in fd.explanation and "q, k, v" in fd.explanation, fd.explanation

@@ -208,7 +208,8 @@ def pinned_by_fix(first: Divergence, index) -> Divergence:
         pinned = len(fixed) < len(segment) and fixed <= set(segment) or bool(past) and all(
             first.layer.pair.tensor in n.inputs for n in past) or bool(past) and len(fixed) <= KEPT_WHOLE \
             and bool(fixed & set(segment)) and {n.name for n in past} <= {
-                n.name for n in index.downstream(first.layer.pair.tensor, PAST_AT_MOST)}
+                n.name for n in index.downstream(first.layer.pair.tensor, PAST_AT_MOST)} or bool(past) and _beside(
+                past, segment, index)
     else:
         # the nodes an edit changes (or they lie outside the segment: a Reshape before it), with the layout ops
         # next to them — two adjacent layout ops can each undo the other's fault, and the fix found may be the
@@ -221,6 +222,18 @@ def pinned_by_fix(first: Divergence, index) -> Divergence:
     layer = dataclasses.replace(first.layer, segment=tuple(n.name for n in nodes),
                                 segment_ops=tuple(n.op_type for n in nodes))
     return dataclasses.replace(first, layer=layer, within=first.within or first.layer)
+
+
+def _beside(past, segment, index) -> bool:
+    """Whether the nodes ``past`` (in graph order) read what the segment's nodes read, or what such a node
+    computes (its bias Add): the products of one input beside the segment's own (q, k and v projections whose
+    weights one fix restores)."""
+    reached = {t for n in index.nodes if n.name in segment for t in n.inputs if t and not index.is_constant(t)}
+    for n in past:
+        if not reached & {t for t in n.inputs if t and not index.is_constant(t)}:
+            return False
+        reached.update(o for o in n.outputs if o)
+    return True
 
 
 #: how far past a segment (nodes) a weight its fix restores may be read for the fix to pin the segment

@@ -9,6 +9,7 @@ import numpy as np
 from ..support import edits, layout
 from ..support.alternative_edits import with_inputs
 from ...records import Cause
+from ...records.nest import to_numpy
 from ...records.graph import PRODUCT_OPS
 from ..context import DiagnosisContext, Finding, FixedSegment
 from . import attribute_mismatch
@@ -421,3 +422,149 @@ def _exchanged_finding(ctx: DiagnosisContext, name: str, value: np.ndarray, othe
                    changes=weight_readers(ctx, [name]),
                    counterfactual=lambda c: FixedSegment(*edits.replace_array(
                        edits.copy_model(c.onnx.skeleton), c.onnx.weights, name, restored)))
+
+
+#: the file's weights of a projection's shape searched for its siblings' rows, at most
+MAX_SIBLING_WEIGHTS = 64
+
+
+def sibling_rows(ctx: DiagnosisContext, differing) -> Finding | None:
+    """Projections of one input holding each other's output rows: a differing Linear weight each of whose rows is
+    a row of the Linear layers beside it (one parent, one input width, one shape), from more than one of them — q,
+    k and v loaded from a fused [q; k; v] in another head layout ((3, H, d) read as (H, 3, d)), a converter
+    splitting a packed projection wrongly.  The file's other weights made of those rows (and the biases of their
+    layers, made of the siblings' bias entries) are found by the same test; each is put back as the layer its
+    product is paired with holds it, and the segment must then reproduce PyTorch: every projection is named."""
+    for name, param, relation, _ in differing:
+        owner = param.rpartition(".")[0] if param.endswith(".weight") else ""
+        siblings = _siblings(ctx, owner)
+        value = ctx.initializer(name)
+        if len(siblings) < 2 or value is None or value.ndim != 2:
+            continue
+        stacked = np.concatenate([w for _, w, _ in siblings])
+        whose = [n for n, w, _ in siblings for _ in range(w.shape[0])]
+        mine = _row_sources(relation.layout.apply(value, value.shape[::-1]) if relation.layout.value == "transposed"
+                            else value, stacked)
+        if mine is None or len({whose[i] for i in mine}) < 2:
+            continue
+        fixes = _sibling_fixes(ctx, siblings, stacked, relation, value.shape, _product_inputs(ctx, name))
+        if name not in fixes:
+            continue
+        model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
+        for tensor, restored in fixes.items():
+            model, weights = edits.replace_array(model, weights, tensor, restored)
+        try:
+            if not ctx.compare(ctx.run_segment(model, weights)[ctx.tensor], ctx.reference).ok:
+                continue
+        except Exception:  # noqa: BLE001 - a fix the runtime rejects is no reading
+            continue
+        return _sibling_finding(ctx, fixes, [n for n, _, _ in siblings], model, weights)
+    return None
+
+
+def _siblings(ctx: DiagnosisContext, owner: str) -> list[tuple[str, np.ndarray, np.ndarray | None]]:
+    """``(name, weight, bias)`` of the Linear-like layers beside ``owner`` (one parent) with its weight's shape, in
+    the order they are registered; empty when ``owner`` is no such layer."""
+    module = ctx.torch_module(owner) if owner else None
+    weight = getattr(module, "weight", None)
+    if not hasattr(weight, "detach") or weight.dim() != 2:
+        return []
+    parent = owner.rpartition(".")[0]
+    found = []
+    for name, other in ctx.torch_modules():
+        w = getattr(other, "weight", None)
+        if name.rpartition(".")[0] == parent and hasattr(w, "detach") and tuple(w.shape) == tuple(weight.shape) \
+                and name not in {f[0] for f in found} and type(other) is type(module):
+            b = getattr(other, "bias", None)
+            found.append((name, to_numpy(w), to_numpy(b) if hasattr(b, "detach") else None))
+    return found
+
+
+def _row_sources(rows: np.ndarray, stacked: np.ndarray) -> list[int] | None:
+    """For each row of ``rows`` the index of an equal row of ``stacked`` (up to float rounding), None when one has
+    none."""
+    if rows.ndim != 2 or rows.shape[1] != stacked.shape[1]:
+        return None
+    scale = np.abs(stacked).max() + 1e-30
+    found = []
+    for row in rows.astype(np.float64):
+        gaps = np.abs(stacked - row).max(axis=1)
+        best = int(np.argmin(gaps))
+        if gaps[best] > 1e-6 * scale:
+            return None
+        found.append(best)
+    return found
+
+
+def _product_inputs(ctx: DiagnosisContext, weight: str) -> set[str]:
+    """The computed tensors the products reading ``weight`` read (a projection's input)."""
+    graph = ctx.onnx.graph
+    return {t for n in graph.nodes if n.name in set(weight_readers(ctx, [weight])) for t in n.inputs
+            if t and not graph.is_constant(t)}
+
+
+def _sibling_fixes(ctx: DiagnosisContext, siblings, stacked: np.ndarray, relation, shape,
+                   inputs: set[str]) -> dict[str, np.ndarray]:
+    """The file's weights of ``shape`` made of the siblings' rows, read by products of one of ``inputs`` (and their
+    layers' biases made of the siblings' bias entries, a layer without one adding zeros), each unlike the value the
+    layer its product is paired with holds, given that value: ``{initializer: value}``."""
+    names = {n for n, _, _ in siblings}
+    by_name = {n: (w, b if b is not None else np.zeros(w.shape[0], w.dtype)) for n, w, b in siblings}
+    transposed = relation.layout.value == "transposed"
+    stacked_bias = np.concatenate([b for _, b in by_name.values()])
+    fixes: dict[str, np.ndarray] = {}
+    tried = 0
+    for tensor in sorted(ctx.onnx.graph.initializers):
+        value = ctx.initializer(tensor) if tried < MAX_SIBLING_WEIGHTS else None
+        if value is None or tuple(value.shape) != tuple(shape) or value.dtype.kind != "f":
+            continue
+        tried += 1
+        if not _product_inputs(ctx, tensor) & inputs or _row_sources(value.T if transposed else value,
+                                                                      stacked) is None:
+            continue
+        readers = set(weight_readers(ctx, [tensor]))
+        layer = next((r for r in ctx.layers if readers & set(r.segment) and r.pair.activation.module in names), None)
+        if layer is None:
+            continue
+        weight, bias = by_name[layer.pair.activation.module]
+        own = (weight.T if transposed else weight).astype(value.dtype)
+        if not np.array_equal(own, value):
+            fixes[tensor] = own
+        for node in readers:  # the bias the product's layer adds: a Gemm's C, or the Add after the product
+            for candidate in _bias_of(ctx, node, bias.size):
+                held = ctx.initializer(candidate)
+                if held is not None and not np.allclose(held, bias) and all(
+                        np.isclose(stacked_bias, v, rtol=1e-6, atol=1e-7).any() for v in held.ravel()):
+                    fixes[candidate] = bias.astype(held.dtype)
+    return fixes
+
+
+def _bias_of(ctx: DiagnosisContext, node: str, size: int) -> list[str]:
+    """The constant of ``size`` elements a product node adds: its own bias input, or the Add reading it."""
+    graph = ctx.onnx.graph
+    info = next((n for n in graph.nodes if n.name == node), None)
+    if info is None or not info.outputs:
+        return []
+    found = [t for t in info.inputs[2:3] if t in graph.initializers]
+    for c in graph.consumers.get(info.outputs[0], ()):
+        add = graph.nodes[c]
+        if add.op_type == "Add":
+            found += [t for t in add.inputs if t in graph.initializers and ctx.initializer(t) is not None
+                      and ctx.initializer(t).size == size]
+    return found
+
+
+def _sibling_finding(ctx: DiagnosisContext, fixes: dict[str, np.ndarray], siblings: list[str], model,
+                     weights) -> Finding:
+    listed = ", ".join(f"'{t}'" for t in fixes)
+    summary = (f"The weights {listed} hold the rows of the layers {', '.join(siblings)} mixed among them — each "
+               "output channel is one of those layers' own, in another layer's place: projections of one input "
+               "loaded from a fused weight in another head layout (a [q; k; v] of blocks (3, H, d) read as "
+               "(H, 3, d)), or a packed projection split wrongly. With each layer's own weight (and bias) back "
+               "the segment reproduces PyTorch's output.")
+    fix = ("Split the fused weight as the model packs it (check the head layout the converter or loader assumes: "
+           "(3, heads, head_dim) against (heads, 3, head_dim)), or re-export from the PyTorch model.")
+    return Finding(Cause.WEIGHT_MISMATCH, 0.9, summary, fix,
+                   {"parameters": [{"initializer": t, "layout": "rows of " + " / ".join(siblings)} for t in fixes]},
+                   changes=weight_readers(ctx, list(fixes)),
+                   counterfactual=lambda c, m=model, w=weights: FixedSegment(m, w))

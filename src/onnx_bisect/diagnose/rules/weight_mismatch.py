@@ -10,7 +10,7 @@ from ...records import Cause, Layout
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 from . import quantization
 from .weight_biases import bias_after, bias_missing, bias_moved
-from .weight_layouts import exchanged, norm_scales, rearranged, relaid, scale_offset
+from .weight_layouts import exchanged, norm_scales, rearranged, relaid, scale_offset, sibling_rows
 from .weight_params import (concatenated_parameters, constant_activations, model_arrays, nearest_parameter, output_axis,
                             own_tensors, parameter_holding, parameters_sized, segment_initializers,
                             weight_readers, stacked_slices)
@@ -39,7 +39,7 @@ class WeightMismatch(Rule):
             return (bias_after(ctx) or bias_missing(ctx, candidates) or bias_moved(ctx) or exchanged(ctx, candidates)
                     or relaid(ctx) or _parameter_early(ctx)
                     or scale_offset(ctx) or stale_table(ctx) or rearranged(ctx))
-        moved = _parameter_moved(ctx, differing)
+        moved = _parameter_moved(ctx, differing) or sibling_rows(ctx, differing)
         if moved is not None:
             return moved
         if not all(r.related for _, _, r, _ in differing):
