@@ -336,7 +336,8 @@ class _PreNorm(torch.nn.Module):
 def test_a_norm_moved_after_the_residual_is_named_with_the_branch_that_lost_it(exporter, shape):
     """Pre-norm written as post-norm (``norm(x + fc(x))`` for ``x + fc(norm(x))``): the branch's product reads the
     stream where PyTorch's value is the norm's output, and the norm — its node known by the module's scale, held
-    exactly — is applied after the residual instead. The finding names the product and the moved norm."""
+    exactly — is applied after the residual instead. The finding names the product and the moved norm, put back
+    onto the block's input."""
     model, x = _PreNorm().eval(), torch.randn(*shape, generator=torch.Generator().manual_seed(241))
     proto = dc.export(model, (x,), exporter)
     nodes = list(proto.graph.node)
@@ -354,7 +355,8 @@ def test_a_norm_moved_after_the_residual_is_named_with_the_branch_that_lost_it(e
     fd = _bisect(model, (x,), proto)
     assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert {entry.name, norm.name} <= set(fd.layer.segment) and len(fd.layer.segment) <= 4, fd.layer.segment
-    assert "the norm moved" in fd.explanation, fd.explanation
+    assert f"{norm.name}.placement" in fd.explanation and "(pre-norm)" in fd.explanation.split("implies")[1], \
+        fd.explanation  # the norm moved back onto the block's input (block_order.norm_placements)
 
 
 class _PostNormMlp(torch.nn.Module):
@@ -478,3 +480,30 @@ def test_a_softmax_written_out_without_its_division_is_named_whole(exporter):
     named = set(fd.layer.segment) | set(fd.fixed_nodes)
     assert {"written_max", "written_shift", "written_exp"} <= named and len(named) <= 12, named
     assert "divided by their sum" in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_attention_probabilities_scaled_by_a_sink_share_name_the_factor_with_its_nodes(exporter):
+    """The probabilities multiplied by σ(logsumexp(scores)) per query (an attention sink the model does not have,
+    a port of a model with sinks): the Mul made an Identity of the probabilities, the ReduceLogSumExp and Sigmoid
+    computing the factor for it named with it — not the Sigmoid read as another activation."""
+    model, x = _Attention().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(229))
+    proto = dc.export(model, (x,), exporter)
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    probs, scores = softmax.output[0], softmax.input[0]
+    softmax.output[0] = probs + "_unshared"
+    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    if opset >= 18:  # the axes an input
+        proto.graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), "sink_axes"))
+        lse = helper.make_node("ReduceLogSumExp", [scores, "sink_axes"], ["sink_lse"], name="sink_lse", keepdims=1)
+    else:
+        lse = helper.make_node("ReduceLogSumExp", [scores], ["sink_lse"], name="sink_lse", keepdims=1, axes=[-1])
+    planted = [lse, helper.make_node("Sigmoid", ["sink_lse"], ["sink_share"], name="sink_share"),
+               helper.make_node("Mul", [softmax.output[0], "sink_share"], [probs], name="sink_mul")]
+    nodes = list(proto.graph.node)
+    at = nodes.index(softmax) + 1
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes[:at] + planted + nodes[at:])
+    fd = _bisect(model, (x,), proto)
+    _found(fd, "sink_mul")
+    assert {"sink_lse", "sink_share"} <= set(fd.layer.segment) and "not applied" in fd.explanation, fd.explanation

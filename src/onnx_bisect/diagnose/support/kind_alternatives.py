@@ -334,6 +334,50 @@ def extra_runs(ctx, protos, make) -> Iterator:
         yield dataclasses.replace(alt, shows_in=tuple(n.name for n in chain)) if alt is not None else alt
 
 
+#: nodes computing a factor, at most, walked up from the Mul that applies it
+MAX_FACTOR_NODES = 4
+
+
+def extra_factors(ctx, protos, make) -> Iterator:
+    """A factor PyTorch does not apply, computed for the purpose: a Mul (or Div) of the segment scaling a computed
+    tensor by a factor computed from the segment's own tensors and broadcast over one of its axes (a per-row
+    ``σ(logsumexp(s))`` sink share on attention probabilities, a gate no module has), made an Identity of the
+    tensor it scales; the nodes computing the factor for it alone are named with it."""
+    graph = ctx.onnx.graph
+    for proto in protos:
+        if proto.op_type not in ("Mul", "Div") or len(proto.input) != 2 or proto.domain not in ("", "ai.onnx"):
+            continue
+        for k in ((0, 1) if proto.op_type == "Mul" else (0,)):
+            scaled, factor = proto.input[k], proto.input[1 - k]
+            if graph.is_constant(factor) or graph.is_constant(scaled):
+                continue
+            big, small = ctx.shape_of(scaled), ctx.shape_of(factor)
+            if not big or not small or len(small) != len(big) or small == big or any(
+                    f not in (1, b) for f, b in zip(small, big)):
+                continue  # a factor broadcast over an axis of the tensor, not an operand of its shape
+            chain = _factor_nodes(graph, factor)
+            if not chain:
+                continue
+            alt = make(proto.name, "op", f"{proto.op_type} by '{factor}' (a factor of shape {list(small)} computed by "
+                       f"{', '.join(n.op_type for n in chain)})", "Identity (not applied: PyTorch reads the tensor "
+                       "as it is)", "the PyTorch output", identity_of(proto.name, scaled))
+            yield dataclasses.replace(alt, shows_in=tuple(n.name for n in chain)) if alt is not None else alt
+
+
+def _factor_nodes(graph, tensor: str) -> list:
+    """The nodes computing ``tensor`` for its reader alone (each output read once), up to a node reading a tensor
+    others read too: [] when the first already is (a factor the model uses elsewhere is the model's)."""
+    chain, node = [], graph.node_of(tensor)
+    while node is not None and len(chain) < MAX_FACTOR_NODES and len(node.outputs) == 1 \
+            and len(graph.consumers.get(node.outputs[0], ())) == 1:
+        chain.append(node)
+        computed = [t for t in node.inputs if t and not graph.is_constant(t)]
+        if len(computed) != 1 or len(graph.consumers.get(computed[0], ())) > 1:
+            break
+        node = graph.node_of(computed[0])
+    return chain[::-1]
+
+
 def per_block(ctx, protos, make) -> Iterator:
     """An op applied to the blocks of a Split and concatenated back along the split axis, where PyTorch applies
     it once to the whole tensor (a chunked softmax or norm that drops the rescaling between blocks): the Concat
