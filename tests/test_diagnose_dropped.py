@@ -525,3 +525,37 @@ def test_a_layernorm_a_converter_dropped_is_put_back_with_the_models_norm(export
     assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert norm.name in fd.fixed_nodes and len(set(fd.layer.segment) | set(fd.fixed_nodes)) <= 12, fd.layer.segment
     assert "norms.1" in fd.explanation, fd.explanation
+
+
+class _Projection(torch.nn.Module):
+    """An inverted-residual block's tail: an activated 1×1 Conv, then the linear projection Conv (no activation)
+    and the residual."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(231)
+        self.expand, self.project = torch.nn.Conv2d(4, 16, 1), torch.nn.Conv2d(16, 4, 1)
+
+    def forward(self, x):
+        return x + self.project(F.silu(self.expand(x)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_silu_written_out_after_a_linear_projection_is_an_op_pytorch_does_not_apply(exporter):
+    """The projection Conv given the block's activation, written out as x·σ(x) (a converter activating every
+    Conv): the Mul made an Identity of its input, the Sigmoid named with it."""
+    model, x = _Projection().eval(), torch.randn(1, 4, 5, 5, generator=torch.Generator().manual_seed(232))
+    proto = dc.export(model, (x,), exporter)
+    conv = [n for n in proto.graph.node if n.op_type == "Conv"][-1]
+    out = conv.output[0]
+    conv.output[0] = out + "_linear"
+    nodes = list(proto.graph.node)
+    nodes[nodes.index(conv) + 1:nodes.index(conv) + 1] = [
+        helper.make_node("Sigmoid", [conv.output[0]], ["planted_gate"], name="planted_gate"),
+        helper.make_node("Mul", [conv.output[0], "planted_gate"], [out], name="planted_silu")]
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    _found(fd, "planted_silu")
+    assert "planted_gate" in fd.layer.segment and "SiLU" in fd.explanation, fd.explanation

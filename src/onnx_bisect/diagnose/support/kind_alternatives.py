@@ -146,10 +146,27 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         # the other class's) — the complement the model does not take
         yield make(proto.name, "op", "Sub (1 − x: the complement)", "Identity (x itself)", "the PyTorch output",
                    identity_of(proto.name, proto.input[1]))
+    elif op == "Mul" and len(proto.input) == 2 and proto.domain in ("", "ai.onnx") and _gate_of_itself(ctx, proto):
+        # x·σ(x) (a SiLU written out, as TorchScript and converters write it) PyTorch does not apply
+        x, gate = _gate_of_itself(ctx, proto)
+        alt = make(proto.name, "op", f"Mul of '{x}' by its own {gate.op_type} (a SiLU / swish)", "Identity (not "
+                   "applied: PyTorch reads the tensor as it is)", "the PyTorch output", identity_of(proto.name, x))
+        yield dataclasses.replace(alt, shows_in=(gate.name,)) if alt is not None else alt
     elif op in REMOVABLE and proto.domain in ("", "ai.onnx") and not _doubled_by_reader(ctx, proto):
         alt = _removal(proto, make)
         chain = _inverting_chain(ctx.onnx.graph, proto.input[0]) if op == "Reciprocal" and proto.input else ()
         yield dataclasses.replace(alt, shows_in=chain) if chain and alt is not None else alt
+
+
+def _gate_of_itself(ctx, proto):
+    """``(x, gate node)`` for a Mul of x by Sigmoid(x) / HardSigmoid(x) that only this Mul reads, else None."""
+    graph = ctx.onnx.graph
+    for k in (0, 1):
+        gate = graph.node_of(proto.input[1 - k])
+        if gate is not None and gate.op_type in ("Sigmoid", "HardSigmoid") \
+                and tuple(gate.inputs[:1]) == (proto.input[k],) and len(graph.consumers.get(gate.outputs[0], ())) == 1:
+            return proto.input[k], gate
+    return None
 
 
 def _one(ctx, tensor: str) -> bool:
