@@ -8,7 +8,7 @@ import numpy as np
 
 from ..support import edits, layout
 from ..support.alternative_edits import with_inputs
-from ...records import Cause
+from ...records import Cause, Layout
 from ...records.nest import to_numpy
 from ...records.graph import PRODUCT_OPS
 from ..context import DiagnosisContext, Finding, FixedSegment
@@ -443,8 +443,7 @@ def sibling_rows(ctx: DiagnosisContext, differing) -> Finding | None:
             continue
         stacked = np.concatenate([w for _, w, _ in siblings])
         whose = [n for n, w, _ in siblings for _ in range(w.shape[0])]
-        mine = _row_sources(relation.layout.apply(value, value.shape[::-1]) if relation.layout.value == "transposed"
-                            else value, stacked)
+        mine = _row_sources(value.T if relation.layout is Layout.TRANSPOSED else value, stacked)
         if mine is None or len({whose[i] for i in mine}) < 2:
             continue
         fixes = _sibling_fixes(ctx, siblings, stacked, relation, value.shape, _product_inputs(ctx, name))
@@ -510,7 +509,7 @@ def _sibling_fixes(ctx: DiagnosisContext, siblings, stacked: np.ndarray, relatio
     layer its product is paired with holds, given that value: ``{initializer: value}``."""
     names = {n for n, _, _ in siblings}
     by_name = {n: (w, b if b is not None else np.zeros(w.shape[0], w.dtype)) for n, w, b in siblings}
-    transposed = relation.layout.value == "transposed"
+    transposed = relation.layout is Layout.TRANSPOSED
     stacked_bias = np.concatenate([b for _, b in by_name.values()])
     fixes: dict[str, np.ndarray] = {}
     tried = 0

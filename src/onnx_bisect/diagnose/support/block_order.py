@@ -3,7 +3,9 @@ an MLP before the attention it follows): the second block reads the stream the f
 first runs on the second's result.  Read where a segment node is an entry of a residual block — it reads the block's
 input, the skip of the block's Add — and the block's output is the input of the next block: both blocks put back in
 the other order, kept only when the tensors after each block then hold PyTorch's values (one node rewired to the
-other block's output reproduces the first tensor too, but not what follows)."""
+other block's output reproduces the first tensor too, but not what follows).  Also read on residual blocks: a block
+run on the previous block's input (:func:`parallel_blocks`), and a block's norm on the other side of its residual
+Add (:func:`norm_placements`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -151,11 +153,11 @@ def _pre_to_post(graph, norm):
                 or summed in graph.graph_outputs:
             continue
         entries = tuple(n.name for n in nodes if normed in n.inputs)
-        after = {graph.nodes[i].name for i in graph.consumers.get(summed, ())}
         block = Block(source, normed, add.name,
                       tuple(n.name for n in sorted([norm, *nodes, add], key=lambda n: n.index)), entries)
-        edit = _moved(norm.name, {**{e: (normed, source) for e in entries}, **{a: (summed, normed) for a in after}},
-                      summed)
+        rewired = {e: (normed, source) for e in entries}
+        rewired.update({graph.nodes[i].name: (summed, normed) for i in graph.consumers.get(summed, ())})
+        edit = _moved(norm.name, rewired, summed)
         return block, edit, (f"{norm.op_type} applied to the block's input '{source}', its branch reading the "
                              f"normed value (pre-norm)", f"applied after the residual Add {add.name}, the branch "
                              "reading the input itself (post-norm)"), (summed,)
@@ -175,9 +177,9 @@ def _post_to_pre(graph, norm):
         block = _block_from(graph, source, None)
         if block is None or block.add != add.name or norm.name not in block.nodes or not block.entries:
             continue
-        after = {graph.nodes[i].name for i in graph.consumers.get(normed, ())}
-        edit = _moved(norm.name, {**{e: (source, normed) for e in block.entries}, **{a: (normed, summed)
-                                                                                    for a in after}}, source)
+        rewired = {e: (source, normed) for e in block.entries}
+        rewired.update({graph.nodes[i].name: (normed, summed) for i in graph.consumers.get(normed, ())})
+        edit = _moved(norm.name, rewired, source)
         return block, edit, (f"{norm.op_type} applied after the residual Add {add.name} (post-norm)",
                              f"applied to the block's input '{source}', read by the branch's entries, the sum "
                              "handed on (pre-norm)"), (summed,)
