@@ -269,35 +269,41 @@ def test_a_standardised_kernel_for_a_plain_conv_is_a_weight_mismatch_and_a_warni
 
 
 class _Projections(torch.nn.Module):
-    """Self-attention with separate q, k and v projections (2 heads of 8), k without a bias (Whisper's)."""
+    """Self-attention with separate q, k and v projections (``heads`` heads of 8), k without a bias (Whisper's)."""
 
-    def __init__(self):
+    def __init__(self, heads: int):
         super().__init__()
         torch.manual_seed(221)
-        self.q, self.k, self.v = torch.nn.Linear(16, 16), torch.nn.Linear(16, 16, bias=False), torch.nn.Linear(16, 16)
-        self.out = torch.nn.Linear(16, 16)
+        self.heads, d = heads, 8 * heads
+        self.q, self.k, self.v = torch.nn.Linear(d, d), torch.nn.Linear(d, d, bias=False), torch.nn.Linear(d, d)
+        self.out = torch.nn.Linear(d, d)
 
-    def forward(self, x):  # 1, 6, 16
-        q, k, v = (p(x).view(1, 6, 2, 8).transpose(1, 2) for p in (self.q, self.k, self.v))
+    def forward(self, x):  # 1, 6, 8 · heads
+        h, d = self.heads, 8 * self.heads
+        q, k, v = (p(x).view(1, 6, h, 8).transpose(1, 2) for p in (self.q, self.k, self.v))
         w = torch.softmax(q @ k.transpose(-1, -2) / 8 ** 0.5, dim=-1)
-        return self.out((w @ v).transpose(1, 2).reshape(1, 6, 16))
+        return self.out((w @ v).transpose(1, 2).reshape(1, 6, d))
 
 
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
-def test_projections_loaded_from_a_fused_weight_in_another_head_layout_are_named_together(exporter):
+@pytest.mark.parametrize("heads", [2, 3])
+def test_projections_loaded_from_a_fused_weight_in_another_head_layout_are_named_together(exporter, heads):
     """q, k and v filled from a fused [q; k; v] (blocks (3, H, d)) read as interleaved (H, 3, d): each file weight
-    holds rows of the three (q's first head, k's second …), and the biases alike (k's zeros among them). The
-    first divergence is the query projection; the fix puts every layer's own rows back, so all three products
-    (and the biases added) are named."""
-    model, x = _Projections().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(222))
+    holds rows of the three (with two heads half its rows are its own layer's; with three a third, so it pairs
+    with no parameter by value), and the biases alike (k's zeros among them). The first divergence is the query
+    projection; the fix puts every layer's own rows back, so all three products (and the biases added) are
+    named."""
+    model = _Projections(heads).eval()
+    d = 8 * heads
+    x = torch.randn(1, 6, d, generator=torch.Generator().manual_seed(222))
     proto = dc.export(model, (x,), exporter)
     layers = (model.q, model.k, model.v)
-    rows = np.concatenate([p.weight.detach().numpy() for p in layers]).reshape(3, 2, 8, 16)
-    mixed = rows.reshape(2, 3, 8, 16).swapaxes(0, 1)  # the same buffer read head-major
-    biases = np.concatenate([p.bias.detach().numpy() if p.bias is not None else np.zeros(16, np.float32)
-                             for p in layers]).reshape(2, 3, 8).swapaxes(0, 1)
+    rows = np.concatenate([p.weight.detach().numpy() for p in layers])
+    mixed = rows.reshape(heads, 3, 8, d).swapaxes(0, 1)  # the blocked buffer read head-major
+    biases = np.concatenate([p.bias.detach().numpy() if p.bias is not None else np.zeros(d, np.float32)
+                             for p in layers]).reshape(heads, 3, 8).swapaxes(0, 1)
     readers = []
-    for layer, weight, bias in zip(layers, mixed.reshape(3, 16, 16), biases.reshape(3, 16)):
+    for layer, weight, bias in zip(layers, mixed.reshape(3, d, d), biases.reshape(3, d)):
         init = _weight_initializer(proto, layer.weight)
         init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(weight.T), init.name))
         product = next(n for n in proto.graph.node if init.name in n.input and n.op_type == "MatMul")

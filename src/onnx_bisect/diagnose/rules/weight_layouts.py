@@ -11,7 +11,7 @@ from ..support.alternative_edits import with_inputs
 from ...records import Cause, Layout
 from ...records.nest import to_numpy
 from ...records.graph import PRODUCT_OPS
-from ..context import DiagnosisContext, Finding, FixedSegment
+from ..context import DiagnosisContext, Finding, FixedSegment, attribute
 from . import attribute_mismatch
 from .weight_params import (MAX_SWAPS, bias_input, concatenated_parameters, model_arrays, nearest_parameter,
                             output_axis, own_tensors, parameters_sized, readers_own, segment_initializers,
@@ -435,7 +435,8 @@ def sibling_rows(ctx: DiagnosisContext, differing) -> Finding | None:
     splitting a packed projection wrongly.  The file's other weights made of those rows (and the biases of their
     layers, made of the siblings' bias entries) are found by the same test; each is put back as the layer its
     product is paired with holds it, and the segment must then reproduce PyTorch: every projection is named."""
-    for name, param, relation, _ in differing:
+    weights = [(n, p, r.layout) for n, p, r, _ in differing] + _product_weights(ctx)
+    for name, param, laid in weights:
         owner = param.rpartition(".")[0] if param.endswith(".weight") else ""
         siblings = _siblings(ctx, owner)
         value = ctx.initializer(name)
@@ -443,10 +444,10 @@ def sibling_rows(ctx: DiagnosisContext, differing) -> Finding | None:
             continue
         stacked = np.concatenate([w for _, w, _ in siblings])
         whose = [n for n, w, _ in siblings for _ in range(w.shape[0])]
-        mine = _row_sources(value.T if relation.layout is Layout.TRANSPOSED else value, stacked)
+        mine = _row_sources(value.T if laid is Layout.TRANSPOSED else value, stacked)
         if mine is None or len({whose[i] for i in mine}) < 2:
             continue
-        fixes = _sibling_fixes(ctx, siblings, stacked, relation, value.shape, _product_inputs(ctx, name))
+        fixes = _sibling_fixes(ctx, siblings, stacked, laid, value.shape, _product_inputs(ctx, name))
         if name not in fixes:
             continue
         model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
@@ -502,14 +503,32 @@ def _product_inputs(ctx: DiagnosisContext, weight: str) -> set[str]:
             if t and not graph.is_constant(t)}
 
 
-def _sibling_fixes(ctx: DiagnosisContext, siblings, stacked: np.ndarray, relation, shape,
+def _product_weights(ctx: DiagnosisContext) -> list[tuple[str, str, Layout]]:
+    """``(initializer, parameter, layout)`` of the segment's product weights, paired with the divergent module's
+    weight by shape alone (a weight mixing three layers' rows pairs with none of them by value)."""
+    module = ctx.layer.pair.activation.module
+    weight = getattr(ctx.torch_module(), "weight", None) if module else None
+    if not hasattr(weight, "detach") or weight.dim() != 2:
+        return []
+    found = []
+    for proto in ctx.segment_protos:
+        value = ctx.initializer(proto.input[1]) if proto.op_type in PRODUCT_OPS and len(proto.input) > 1 else None
+        if value is None or value.ndim != 2:
+            continue
+        transposed = proto.op_type == "MatMul" or proto.op_type == "Gemm" and not attribute(proto, "transB", 0)
+        if tuple(value.shape) == tuple(weight.shape)[::-1 if transposed else 1]:
+            found.append((proto.input[1], f"{module}.weight", Layout.TRANSPOSED if transposed else Layout.SAME))
+    return found
+
+
+def _sibling_fixes(ctx: DiagnosisContext, siblings, stacked: np.ndarray, laid: Layout, shape,
                    inputs: set[str]) -> dict[str, np.ndarray]:
     """The file's weights of ``shape`` made of the siblings' rows, read by products of one of ``inputs`` (and their
     layers' biases made of the siblings' bias entries, a layer without one adding zeros), each unlike the value the
     layer its product is paired with holds, given that value: ``{initializer: value}``."""
     names = {n for n, _, _ in siblings}
     by_name = {n: (w, b if b is not None else np.zeros(w.shape[0], w.dtype)) for n, w, b in siblings}
-    transposed = relation.layout is Layout.TRANSPOSED
+    transposed = laid is Layout.TRANSPOSED
     stacked_bias = np.concatenate([b for _, b in by_name.values()])
     fixes: dict[str, np.ndarray] = {}
     tried = 0
