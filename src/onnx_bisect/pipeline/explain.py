@@ -225,12 +225,23 @@ def pinned_by_fix(first: Divergence, index) -> Divergence:
 
 
 def _beside(past, segment, index) -> bool:
-    """Whether the nodes ``past`` (in graph order) read what the segment's nodes read, or what such a node
-    computes (its bias Add): the products of one input beside the segment's own (q, k and v projections whose
-    weights one fix restores)."""
-    reached = {t for n in index.nodes if n.name in segment for t in n.inputs if t and not index.is_constant(t)}
+    """Whether the nodes ``past`` (in graph order) read what the segment's nodes read (through the Casts before
+    them), or what such a node computes (its bias Add): the products of one input beside the segment's own (q, k
+    and v projections whose weights one fix restores)."""
+    def roots(node) -> set[str]:  # its computed inputs, followed up through Casts (one per reader in float16)
+        found = set()
+        for t in node.inputs:
+            source = index.node_of(t) if t and not index.is_constant(t) else None
+            while source is not None and source.op_type in ("Cast", "Identity") and source.inputs:
+                t, source = source.inputs[0], index.node_of(source.inputs[0])
+            if t and not index.is_constant(t):
+                found.add(t)
+        return found
+
+    reached = {t for n in index.nodes if n.name in segment for t in (*n.inputs, *roots(n))
+               if t and not index.is_constant(t)}
     for n in past:
-        if not reached & {t for t in n.inputs if t and not index.is_constant(t)}:
+        if not reached & (roots(n) | {t for t in n.inputs if t}):
             return False
         reached.update(o for o in n.outputs if o)
     return True

@@ -481,11 +481,12 @@ def _siblings(ctx: DiagnosisContext, owner: str) -> list[tuple[str, np.ndarray, 
 
 
 def _row_sources(rows: np.ndarray, stacked: np.ndarray) -> list[int] | None:
-    """For each row of ``rows`` the index of an equal row of ``stacked`` (up to float rounding), None when one has
-    none."""
+    """For each row of ``rows`` the index of an equal row of ``stacked`` (up to the rounding of ``rows``' type: a
+    float16 file's), None when one has none."""
     if rows.ndim != 2 or rows.shape[1] != stacked.shape[1]:
         return None
-    scale = np.abs(stacked).max() + 1e-30
+    step = float(np.finfo(rows.dtype).eps) if rows.dtype.kind == "f" else 0.0
+    scale = (np.abs(stacked).max() + 1e-30) * max(1.0, step / 1e-6)
     found = []
     for row in rows.astype(np.float64):
         gaps = np.abs(stacked - row).max(axis=1)
@@ -497,10 +498,17 @@ def _row_sources(rows: np.ndarray, stacked: np.ndarray) -> list[int] | None:
 
 
 def _product_inputs(ctx: DiagnosisContext, weight: str) -> set[str]:
-    """The computed tensors the products reading ``weight`` read (a projection's input)."""
+    """The computed tensors the products reading ``weight`` read (a projection's input), followed up through the
+    Casts and Identities before them (a float16 converter casts the input once per reader)."""
     graph = ctx.onnx.graph
-    return {t for n in graph.nodes if n.name in set(weight_readers(ctx, [weight])) for t in n.inputs
-            if t and not graph.is_constant(t)}
+    found = set()
+    for t in (t for n in graph.nodes if n.name in set(weight_readers(ctx, [weight])) for t in n.inputs
+              if t and not graph.is_constant(t)):
+        node = graph.node_of(t)
+        while node is not None and node.op_type in ("Cast", "Identity") and node.inputs:
+            t, node = node.inputs[0], graph.node_of(node.inputs[0])
+        found.add(t)
+    return found
 
 
 def _product_weights(ctx: DiagnosisContext) -> list[tuple[str, str, Layout]]:
@@ -524,13 +532,15 @@ def _product_weights(ctx: DiagnosisContext) -> list[tuple[str, str, Layout]]:
 def _sibling_fixes(ctx: DiagnosisContext, siblings, stacked: np.ndarray, laid: Layout, shape,
                    inputs: set[str]) -> dict[str, np.ndarray]:
     """The file's weights of ``shape`` made of the siblings' rows, read by products of one of ``inputs`` (and their
-    layers' biases made of the siblings' bias entries, a layer without one adding zeros), each unlike the value the
-    layer its product is paired with holds, given that value: ``{initializer: value}``."""
-    names = {n for n, _, _ in siblings}
+    layers' biases made of the siblings' bias entries, a layer without one adding zeros), each unlike the value its
+    layer holds, given that value: ``{initializer: value}``.  A weight's layer is the one its product is paired
+    with; where a product pairs with none of them (a renamed or float16 file's), the weights found, one per
+    layer, are taken in the order their products run, the layers in the order the model registers them."""
+    names = [n for n, _, _ in siblings]
     by_name = {n: (w, b if b is not None else np.zeros(w.shape[0], w.dtype)) for n, w, b in siblings}
     transposed = laid is Layout.TRANSPOSED
     stacked_bias = np.concatenate([b for _, b in by_name.values()])
-    fixes: dict[str, np.ndarray] = {}
+    found: list[tuple[int, str, set[str], str | None]] = []  # (position, initializer, readers, paired layer)
     tried = 0
     for tensor in sorted(ctx.onnx.graph.initializers):
         value = ctx.initializer(tensor) if tried < MAX_SIBLING_WEIGHTS else None
@@ -541,18 +551,29 @@ def _sibling_fixes(ctx: DiagnosisContext, siblings, stacked: np.ndarray, laid: L
                                                                       stacked) is None:
             continue
         readers = set(weight_readers(ctx, [tensor]))
-        layer = next((r for r in ctx.layers if readers & set(r.segment) and r.pair.activation.module in names), None)
-        if layer is None:
-            continue
-        weight, bias = by_name[layer.pair.activation.module]
+        layer = next((r.pair.activation.module for r in ctx.layers
+                      if readers & set(r.segment) and r.pair.activation.module in by_name), None)
+        position = min((n.index for n in ctx.onnx.graph.nodes if n.name in readers), default=0)
+        found.append((position, tensor, readers, layer))
+    found.sort()
+    if any(layer is None for *_, layer in found):  # by order: as many weights as layers, the paired ones agreeing
+        if len(found) != len(names) or any(layer not in (None, names[i]) for i, (*_, layer) in enumerate(found)):
+            found = [f for f in found if f[3] is not None]
+        else:
+            found = [(p, t, r, names[i]) for i, (p, t, r, _) in enumerate(found)]
+    fixes: dict[str, np.ndarray] = {}
+    for _, tensor, readers, layer in found:
+        value = ctx.initializer(tensor)
+        weight, bias = by_name[layer]
         own = (weight.T if transposed else weight).astype(value.dtype)
         if not np.array_equal(own, value):
             fixes[tensor] = own
         for node in readers:  # the bias the product's layer adds: a Gemm's C, or the Add after the product
             for candidate in _bias_of(ctx, node, bias.size):
                 held = ctx.initializer(candidate)
-                if held is not None and not np.allclose(held, bias) and all(
-                        np.isclose(stacked_bias, v, rtol=1e-6, atol=1e-7).any() for v in held.ravel()):
+                rtol = max(1e-6, float(np.finfo(held.dtype).eps)) if held is not None else 0.0
+                if held is not None and not np.allclose(held, bias, rtol=rtol, atol=1e-7) and all(
+                        np.isclose(stacked_bias, v, rtol=rtol, atol=1e-7).any() for v in held.ravel()):
                     fixes[candidate] = bias.astype(held.dtype)
     return fixes
 
