@@ -139,6 +139,12 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
     if op == "Transpose":
         yield from _split_order(ctx, proto, make)
     yield from form_alternatives(ctx, proto, shape_of, make)
+    yield from _not_applied(ctx, proto, make)
+
+
+def _not_applied(ctx, proto, make) -> Iterator:
+    """The node's op left out (an Identity restored to the op it stands for, for an Identity)."""
+    op = proto.op_type
     if op == "Identity":
         yield from _restored(ctx, proto, make)
     elif op == "Sub" and len(proto.input) == 2 and _one(ctx, proto.input[0]) and proto.domain in ("", "ai.onnx"):
