@@ -188,20 +188,24 @@ def plant_softmax_sink(ctx: FileContext, site: Site, rng: np.random.Generator) -
 GROUPED = ("Conv", "FusedConv")
 
 
-def groups_sites(ctx: FileContext) -> list[Site]:
-    """Named Conv / FusedConv nodes with ``group`` > 1, a constant float kernel (rank ≥ 3) and a computed input:
-    ``(groups,)``."""
+def _convs(ctx: FileContext):
+    """``(node, kernel)`` of the named Conv / FusedConv nodes on a computed input with a float output and a
+    constant float kernel of rank ≥ 3."""
     dynamic = _dynamic(ctx)
-    sites = []
     for n in _named(ctx.proto.graph.node):
         if n.op_type not in GROUPED or not _ours(n) or len(n.input) < 2 or n.input[0] not in dynamic \
                 or not _float_output(ctx, n):
             continue
-        g = int(attribute(n, "group", 1))
         w = constant(ctx.proto, n.input[1])
-        if g > 1 and is_float_array(w) and w.ndim >= 3:
-            sites.append(Site(n.name, (g,)))
-    return sites
+        if is_float_array(w) and w.ndim >= 3:
+            yield n, w
+
+
+def groups_sites(ctx: FileContext) -> list[Site]:
+    """Named Conv / FusedConv nodes with ``group`` > 1, a constant float kernel (rank ≥ 3) and a computed input:
+    ``(groups,)``."""
+    groups = ((n, int(attribute(n, "group", 1))) for n, _ in _convs(ctx))
+    return [Site(n.name, (g,)) for n, g in groups if g > 1]
 
 
 def plant_groups_dropped(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
@@ -782,14 +786,9 @@ WS_TOL = 1e-3  # a kernel whose per-channel mean is within this of 0 and varianc
 def standardized_sites(ctx: FileContext) -> list[Site]:
     """Named Conv / FusedConv nodes with a constant float kernel (≥ 2 entries per output channel, not standardised
     already) on a computed input."""
-    dynamic = _dynamic(ctx)
     sites = []
-    for n in _named(ctx.proto.graph.node):
-        if n.op_type not in GROUPED or not _ours(n) or len(n.input) < 2 or n.input[0] not in dynamic \
-                or not _float_output(ctx, n):
-            continue
-        w = constant(ctx.proto, n.input[1])
-        if not is_float_array(w) or w.ndim < 3 or int(np.prod(w.shape[1:])) < 2:
+    for n, w in _convs(ctx):
+        if int(np.prod(w.shape[1:])) < 2:
             continue
         flat = w.astype(np.float64).reshape(w.shape[0], -1)
         if np.all(np.abs(flat.mean(1)) < WS_TOL) and np.all(np.abs(flat.var(1) - 1) < WS_TOL):

@@ -229,14 +229,7 @@ def _beside(past, segment, index) -> bool:
     them), or what such a node computes (its bias Add): the products of one input beside the segment's own (q, k
     and v projections whose weights one fix restores)."""
     def roots(node) -> set[str]:  # its computed inputs, followed up through Casts (one per reader in float16)
-        found = set()
-        for t in node.inputs:
-            source = index.node_of(t) if t and not index.is_constant(t) else None
-            while source is not None and source.op_type in ("Cast", "Identity") and source.inputs:
-                t, source = source.inputs[0], index.node_of(source.inputs[0])
-            if t and not index.is_constant(t):
-                found.add(t)
-        return found
+        return {index.carried_from(t) for t in node.inputs if t and not index.is_constant(t)}
 
     reached = {t for n in index.nodes if n.name in segment for t in (*n.inputs, *roots(n))
                if t and not index.is_constant(t)}

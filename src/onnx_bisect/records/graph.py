@@ -102,6 +102,15 @@ class GraphIndex:
         i = self.producer.get(tensor)
         return None if i is None else self.nodes[i]
 
+    def carried_from(self, tensor: str, through: frozenset[str] = frozenset({"Cast", "Identity"})) -> str:
+        """``tensor`` followed up through the nodes of ``through`` that computed it (a float16 converter's Cast
+        before each reader of one input): the tensor they carry."""
+        node = self.node_of(tensor)
+        while node is not None and node.op_type in through and node.inputs and node.inputs[0]:
+            tensor = node.inputs[0]
+            node = self.node_of(tensor)
+        return tensor
+
     def blocked_layout(self, tensor: str) -> bool:
         """Whether ``tensor`` is held in a runtime's blocked memory layout (ONNX Runtime's NCHWc: an ORT_ENABLE_ALL
         file saved on CPU, between its ReorderInput and ReorderOutput): it declares the NCHW shape, but its

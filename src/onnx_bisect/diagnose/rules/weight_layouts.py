@@ -148,8 +148,8 @@ MAX_REARRANGED_ELEMENTS = 50_000_000
 
 def _same_numbers(ctx: DiagnosisContext, value: np.ndarray):
     """``(parameter, tensor rounded to the file's type)`` for the divergent module's parameters (every one's, for
-    the root) holding exactly ``value``'s numbers in some order, rounded to the file's type: same size and sum (float32 sums of one
-    multiset may differ by rounding: compared loosely) before the full sort."""
+    the root) holding exactly ``value``'s numbers in some order, rounded to the file's type: same size and sum
+    (float32 sums of one multiset may differ by rounding: compared loosely) before the full sort."""
     module = ctx.layer.pair.activation.module
     arrays = {n: t for n, t in model_arrays(ctx).items() if t.size == value.size and t.ndim >= 2
               and (not module or ctx.owns(module, n))}
@@ -501,14 +501,9 @@ def _product_inputs(ctx: DiagnosisContext, weight: str) -> set[str]:
     """The computed tensors the products reading ``weight`` read (a projection's input), followed up through the
     Casts and Identities before them (a float16 converter casts the input once per reader)."""
     graph = ctx.onnx.graph
-    found = set()
-    for t in (t for n in graph.nodes if n.name in set(weight_readers(ctx, [weight])) for t in n.inputs
-              if t and not graph.is_constant(t)):
-        node = graph.node_of(t)
-        while node is not None and node.op_type in ("Cast", "Identity") and node.inputs:
-            t, node = node.inputs[0], graph.node_of(node.inputs[0])
-        found.add(t)
-    return found
+    readers = [ctx.node(name) for name in weight_readers(ctx, [weight])]
+    return {graph.carried_from(t) for p in readers if p is not None for t in p.input
+            if t and not graph.is_constant(t)}
 
 
 def _product_weights(ctx: DiagnosisContext) -> list[tuple[str, str, Layout]]:
@@ -553,7 +548,8 @@ def _sibling_fixes(ctx: DiagnosisContext, siblings, stacked: np.ndarray, laid: L
         readers = set(weight_readers(ctx, [tensor]))
         layer = next((r.pair.activation.module for r in ctx.layers
                       if readers & set(r.segment) and r.pair.activation.module in by_name), None)
-        position = min((n.index for n in ctx.onnx.graph.nodes if n.name in readers), default=0)
+        position = min((ctx.onnx.graph.producer.get(o, 0) for r in readers if (p := ctx.node(r)) is not None
+                        for o in p.output[:1]), default=0)
         found.append((position, tensor, readers, layer))
     found.sort()
     if any(layer is None for *_, layer in found):  # by order: as many weights as layers, the paired ones agreeing
@@ -581,11 +577,11 @@ def _sibling_fixes(ctx: DiagnosisContext, siblings, stacked: np.ndarray, laid: L
 def _bias_of(ctx: DiagnosisContext, node: str, size: int) -> list[str]:
     """The constant of ``size`` elements a product node adds: its own bias input, or the Add reading it."""
     graph = ctx.onnx.graph
-    info = next((n for n in graph.nodes if n.name == node), None)
-    if info is None or not info.outputs:
+    proto = ctx.node(node)
+    if proto is None or not proto.output:
         return []
-    found = [t for t in info.inputs[2:3] if t in graph.initializers]
-    for c in graph.consumers.get(info.outputs[0], ()):
+    found = [t for t in proto.input[2:3] if t in graph.initializers]
+    for c in graph.consumers.get(proto.output[0], ()):
         add = graph.nodes[c]
         if add.op_type == "Add":
             found += [t for t in add.inputs if t in graph.initializers and ctx.initializer(t) is not None
