@@ -102,7 +102,7 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         yield from _reductions(ctx, proto, make)
     elif op in POOL_ONLY:
         yield from _pools(proto, make)
-    elif op in NON_COMMUTATIVE and len(proto.input) == 2 and not any(_scalar(ctx, t) for t in proto.input):
+    elif op in NON_COMMUTATIVE and len(proto.input) == 2 and not any(ctx.is_scalar(t) for t in proto.input):
         yield make(proto.name, "operands", list(proto.input), [proto.input[1], proto.input[0]], "the PyTorch output",
                    rewired(proto.name, [proto.input[1], proto.input[0]]))
     elif op == "Conv":
@@ -114,7 +114,7 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
         inputs[1], inputs[2] = proto.input[2], proto.input[1]
         yield make(proto.name, "scale, bias", [proto.input[1], proto.input[2]], inputs[1:3], "the PyTorch output",
                    rewired(proto.name, inputs))
-    if op in INVERSES and len(proto.input) == 2 and not any(_scalar(ctx, t) for t in proto.input):
+    if op in INVERSES and len(proto.input) == 2 and not any(ctx.is_scalar(t) for t in proto.input):
         alt = make(proto.name, "op", op, INVERSES[op], "the PyTorch output", retyped(proto.name, INVERSES[op], {}))
         operands = proto.input[::-1] if op == "Mul" else proto.input[1:] if op == "Div" else ()
         chain = next((c for c in (_inverting_chain(ctx.onnx.graph, t) for t in operands) if c), ())
@@ -179,10 +179,6 @@ def _one(ctx, tensor: str) -> bool:
     """Whether ``tensor`` is a constant holding the number one alone."""
     value = ctx.constant(tensor)
     return value is not None and value.size == 1 and float(np.asarray(value).reshape(())) == 1.0
-
-
-def _scalar(ctx, tensor: str) -> bool:
-    return ctx.is_scalar(tensor)
 
 
 # --------------------------------------------------------------------------- reductions, pools
