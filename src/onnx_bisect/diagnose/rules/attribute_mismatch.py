@@ -276,10 +276,10 @@ def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None, Cal
     ``(alternatives, factor, reference)``.  A scalar fitted to PyTorch's output absorbs any error of scale
     before it (a mean made a sum): found first, it is kept only if no discrete alternative tried after it
     reproduces PyTorch too."""
-    folded, seen, scalar = _FoldedFactor(ctx), set(), None
+    folded, seen, scalar, held = _FoldedFactor(ctx), set(), None, None
     with_bn = _folded_batchnorm(ctx)
-    for phase in _candidates(ctx):  # each phase has a budget of its own: a large segment's own alternatives
-        trials = 0                  # must not use up the families' turn
+    for number, phase in enumerate(_candidates(ctx)):  # each phase has a budget of its own: a large segment's
+        trials = 0                                      # own alternatives must not use up the families' turn
         for alt in phase:
             key = (alt.node, alt.what, repr(alt.want))
             if key in seen or scalar is not None and (_is_scalar(alt) or alt.what.startswith("input ")):
@@ -292,9 +292,32 @@ def _search(ctx: DiagnosisContext) -> tuple[list[Alternative], float | None, Cal
             found = _try(ctx, alt, folded, with_bn)
             if found is not None and scalar is None and _is_scalar(alt):
                 scalar = found
+            elif found is not None and held is None and number == 0 and _saturated(ctx, alt):
+                held = found  # a node's own alternative that makes it compute a constant: the families next
             elif found is not None:
                 return found
+        if held is not None and number >= 1:
+            return held
     return scalar or ([], None, None)
+
+
+def _saturated(ctx: DiagnosisContext, alt: Alternative) -> bool:
+    """Whether ``alt`` makes its node compute one number everywhere where the file's node does not (a Sigmoid
+    made a HardSigmoid whose every input is past its knee): the node's inputs then no longer count, so the
+    alternative only says that what it computes should not act — a factor not applied, a branch not taken, which
+    the second phase names with the nodes computing it (:func:`extra_factors`)."""
+    proto = ctx.node(alt.node)
+    if proto is None or len(proto.output) != 1 or proto.op_type in ("Constant", "ConstantOfShape"):
+        return False
+    tensor = proto.output[0]
+    try:
+        model, weights = alt.apply(edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights)
+        after = ctx.run_segment(model, weights, outputs=[tensor], feeds=alt.feeds).get(tensor)
+        before = ctx.run_segment(outputs=[tensor]).get(tensor)
+    except Exception:  # noqa: BLE001 - a tensor the segment does not compute: nothing to judge
+        return False
+    return (after is not None and before is not None and after.dtype.kind == "f" and after.size > 1
+            and np.ptp(after) == 0 and np.ptp(before) > 0)
 
 
 def _candidates(ctx: DiagnosisContext):
