@@ -447,7 +447,7 @@ def sibling_rows(ctx: DiagnosisContext, differing) -> Finding | None:
         mine = _row_sources(value.T if laid is Layout.TRANSPOSED else value, stacked)
         if mine is None or len({whose[i] for i in mine}) < 2:
             continue
-        fixes = _sibling_fixes(ctx, siblings, stacked, laid, value.shape, _product_inputs(ctx, name))
+        fixes, layers = _sibling_fixes(ctx, siblings, stacked, laid, value.shape, _product_inputs(ctx, name))
         if name not in fixes:
             continue
         model, weights = edits.copy_model(ctx.onnx.skeleton), ctx.onnx.weights
@@ -458,7 +458,7 @@ def sibling_rows(ctx: DiagnosisContext, differing) -> Finding | None:
                 continue
         except Exception:  # noqa: BLE001 - a fix the runtime rejects is no reading
             continue
-        return _sibling_finding(ctx, fixes, [n for n, _, _ in siblings], model, weights)
+        return _sibling_finding(ctx, fixes, layers, model, weights)
     return None
 
 
@@ -525,33 +525,41 @@ def _product_weights(ctx: DiagnosisContext) -> list[tuple[str, str, Layout]]:
 
 
 def _sibling_fixes(ctx: DiagnosisContext, siblings, stacked: np.ndarray, laid: Layout, shape,
-                   inputs: set[str]) -> dict[str, np.ndarray]:
+                   inputs: set[str]) -> tuple[dict[str, np.ndarray], list[str]]:
     """The file's weights of ``shape`` made of the siblings' rows, read by products of one of ``inputs`` (and their
     layers' biases made of the siblings' bias entries, a layer without one adding zeros), each unlike the value its
-    layer holds, given that value: ``{initializer: value}``.  A weight's layer is the one its product is paired
-    with; where a product pairs with none of them (a renamed or float16 file's), the weights found, one per
-    layer, are taken in the order their products run, the layers in the order the model registers them."""
+    layer holds, given that value: ``({initializer: value}, the layers whose rows they hold)``.  A weight's layer
+    is the one its product is paired with (among those whose rows it holds); where a product pairs with none of them (a renamed or float16 file's), the weights found, one per
+    layer whose rows they hold, are taken in the order their products run, the layers in the order PyTorch ran
+    them (Whisper registers k, v, q and runs q, k, v)."""
     names = [n for n, _, _ in siblings]
     by_name = {n: (w, b if b is not None else np.zeros(w.shape[0], w.dtype)) for n, w, b in siblings}
     transposed = laid is Layout.TRANSPOSED
     stacked_bias = np.concatenate([b for _, b in by_name.values()])
     found: list[tuple[int, str, set[str], str | None]] = []  # (position, initializer, readers, paired layer)
-    tried = 0
+    tried, whose, used = 0, [n for n, w, _ in siblings for _ in range(w.shape[0])], set()
     for tensor in sorted(ctx.onnx.graph.initializers):
         value = ctx.initializer(tensor) if tried < MAX_SIBLING_WEIGHTS else None
         if value is None or tuple(value.shape) != tuple(shape) or value.dtype.kind != "f":
             continue
         tried += 1
-        if not _product_inputs(ctx, tensor) & inputs or _row_sources(value.T if transposed else value,
-                                                                      stacked) is None:
+        sources = _row_sources(value.T if transposed else value, stacked) if _product_inputs(ctx, tensor) & inputs \
+            else None
+        if sources is None:
             continue
+        mine = {whose[i] for i in sources}
+        used |= mine
         readers = set(weight_readers(ctx, [tensor]))
+        # paired: a layer whose segment holds the product and some of whose rows the weight holds (in a file
+        # aligned by value alone, another sibling's segment may span the products)
         layer = next((r.pair.activation.module for r in ctx.layers
-                      if readers & set(r.segment) and r.pair.activation.module in by_name), None)
+                      if readers & set(r.segment) and r.pair.activation.module in mine), None)
         position = min((ctx.onnx.graph.producer.get(o, 0) for r in readers if (p := ctx.node(r)) is not None
                         for o in p.output[:1]), default=0)
         found.append((position, tensor, readers, layer))
     found.sort()
+    # the layers whose rows the weights hold (not a sibling reading another input), in the order PyTorch ran them
+    names = sorted((n for n in names if n in used), key=lambda n: _ran_at(ctx, n, names))
     if any(layer is None for *_, layer in found):  # by order: as many weights as layers, the paired ones agreeing
         if len(found) != len(names) or any(layer not in (None, names[i]) for i, (*_, layer) in enumerate(found)):
             found = [f for f in found if f[3] is not None]
@@ -571,7 +579,13 @@ def _sibling_fixes(ctx: DiagnosisContext, siblings, stacked: np.ndarray, laid: L
                 if held is not None and not np.allclose(held, bias, rtol=rtol, atol=1e-7) and all(
                         np.isclose(stacked_bias, v, rtol=rtol, atol=1e-7).any() for v in held.ravel()):
                     fixes[candidate] = bias.astype(held.dtype)
-    return fixes
+    return fixes, names
+
+
+def _ran_at(ctx: DiagnosisContext, layer: str, registered: list[str]) -> tuple[int, int]:
+    """Where ``layer`` ran in PyTorch's forward (its first call's capture index), then where it is registered."""
+    activation = ctx.activation_of(layer)
+    return (activation.index if activation is not None else 1 << 62, registered.index(layer))
 
 
 def _bias_of(ctx: DiagnosisContext, node: str, size: int) -> list[str]:
