@@ -268,6 +268,36 @@ def test_a_standardised_kernel_for_a_plain_conv_is_a_weight_mismatch_and_a_warni
     assert [w for w in report.warnings if "conv2.weight" in w and "stale" in w], report.warnings
 
 
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize("kernel", ["as-is", "standardised"])
+def test_a_kernel_kept_in_a_constant_node_is_compared_and_fixed_as_a_weight(exporter, kernel):
+    """The second Conv's kernel kept as a Constant node's value, not an initializer (onnx-simplifier leaves some
+    folded weights so): as it is, the run is clean and nothing is warned about; standardised, it is a
+    weight-mismatch named at the Conv, confirmed by putting the parameter back, and the stale-weight warning
+    names it (before, the segment's weights held no kernel: cause unknown)."""
+    model, x = _PlainConvs(bn=False).eval(), torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(214))
+    proto = dc.export(model, (x,), exporter)
+    shape = tuple(model.conv2.weight.shape)
+    init = next(i for i in proto.graph.initializer if tuple(i.dims) == shape)
+    value = numpy_helper.to_array(init).astype(np.float64)
+    if kernel == "standardised":
+        flat = value.reshape(shape[0], -1)
+        value = ((flat - flat.mean(1, keepdims=True)) / np.sqrt(flat.var(1, keepdims=True) + 1e-6)).reshape(shape)
+    proto.graph.initializer.remove(init)
+    proto.graph.node.insert(0, helper.make_node("Constant", [], [init.name], name="kernel_constant",
+                                                value=numpy_helper.from_array(value.astype(np.float32))))
+    conv = next(n.name for n in proto.graph.node if init.name in n.input and n.op_type == "Conv")
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x,), onnx=proto)
+    fd = report.first_divergence
+    if kernel == "as-is":
+        assert fd is None and not report.warnings, (fd, report.warnings)
+        return
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True and fd.layer.segment == (conv,), fd.explanation
+    assert "conv2.weight" in fd.explanation and "standardised per output channel" in fd.explanation, fd.explanation
+    assert [w for w in report.warnings if "conv2.weight" in w and "stale" in w], report.warnings
+
+
 class _Projections(torch.nn.Module):
     """Self-attention with separate q, k and v projections (``heads`` heads of 8), k without a bias (Whisper's)."""
 

@@ -41,13 +41,49 @@ def split_weights(model: onnx.ModelProto) -> tuple[onnx.ModelProto, Weights]:
         if init.data_location == onnx.TensorProto.EXTERNAL or _nbytes(init) < SPLIT_BYTES:
             continue
         arrays[init.name] = to_array(init)
-        for name in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
-            init.ClearField(name)
-        init.data_location = onnx.TensorProto.EXTERNAL
-        del init.external_data[:]
-        init.external_data.add(key="location", value=PLACEHOLDER_LOCATION)
+        _placeholder(init)
+    lift_constants(skeleton, arrays)
     name_nodes(skeleton)
     return skeleton, Weights(arrays)
+
+
+#: element types of the Constant nodes lifted into initializers
+FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16,
+                         onnx.TensorProto.DOUBLE})
+
+
+def lift_constants(skeleton: onnx.ModelProto, arrays: dict[str, np.ndarray]) -> None:
+    """Make each large floating Constant node of the main graph a split-off initializer of the (tool-owned)
+    skeleton, under its output's name: onnx-simplifier leaves some folded weights as Constant nodes (a Conv's
+    kernel), and every stage then reads a weight wherever the file keeps it — compared with the parameters, fixed
+    by an alternative, named in a finding.  The values stay the file's; the user's file is not touched."""
+    graph = skeleton.graph
+    taken = {i.name for i in graph.initializer} | {i.name for i in graph.input} | {o.name for o in graph.output}
+    kept = []
+    for node in graph.node:
+        value = node.attribute[0].t if node.op_type == "Constant" and node.domain in ("", "ai.onnx") \
+            and len(node.attribute) == 1 and node.attribute[0].name == "value" and len(node.output) == 1 else None
+        if value is None or node.output[0] in taken or value.data_type not in FLOAT_TYPES \
+                or value.data_location == onnx.TensorProto.EXTERNAL or _nbytes(value) < SPLIT_BYTES:
+            kept.append(node)
+            continue
+        init = graph.initializer.add()
+        init.CopyFrom(value)
+        init.name = node.output[0]
+        arrays[init.name] = to_array(init)
+        _placeholder(init)
+    if len(kept) != len(graph.node):
+        graph.ClearField("node")
+        graph.node.extend(kept)
+
+
+def _placeholder(init: onnx.TensorProto) -> None:
+    """Mark ``init`` as split off: its data dropped, its location the placeholder."""
+    for name in ("raw_data", "float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
+        init.ClearField(name)
+    init.data_location = onnx.TensorProto.EXTERNAL
+    del init.external_data[:]
+    init.external_data.add(key="location", value=PLACEHOLDER_LOCATION)
 
 
 def _nbytes(init: onnx.TensorProto) -> int:
@@ -123,6 +159,7 @@ def split_weights_from_file(path: str) -> tuple[onnx.ModelProto, Weights]:
         skeleton, arrays = split_weights(onnx.load(path, load_external_data=False))
         arrays = dict(arrays.arrays)
     arrays.update(load_external(skeleton, Path(path).parent, PLACEHOLDER_LOCATION).arrays)
+    lift_constants(skeleton, arrays)
     weights = Weights(arrays)
     ensure_resolved(skeleton, weights, PLACEHOLDER_LOCATION)
     name_nodes(skeleton)
