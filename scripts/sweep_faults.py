@@ -1837,3 +1837,7 @@ FAULTS.update({k.name: k for k in sweep_faults_eighteen.KINDS})
 import sweep_faults_nineteen  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_nineteen.KINDS})
+# the twentieth set (scripts/sweep_faults_twenty.py)
+import sweep_faults_twenty  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_twenty.KINDS})

@@ -4141,6 +4141,338 @@ class Tacotron2(nn.Module):
         return torch.cat((mel + y.transpose(1, 2), torch.cat(stops, 1)[..., None]), -1)
 
 
+# --------------------------------------------------------------------------- twentieth held-out set
+# Added after the nineteenth held-out set and measured before any of their misses was looked at (``fault_sweep.py
+# --archs heldout20``): Pixtral's vision encoder (a Conv patch embedding cut to the image's own size, a non-square 8×6
+# patch grid, RMSNorm before the layers, 2-D rotary embeddings — half the frequencies by patch row, half by column —
+# and a block-diagonal attention mask), DAB-DETR (learned 4-d anchor boxes as the queries: their sine embedding through
+# an MLP is the positional query, the cross-attention's positional part modulated by the anchor's width / height, the
+# anchors refined after every decoder layer through inverse sigmoid), Apertus (the xIELU activation — a learned
+# quadratic for positive inputs, an exponential for negative ones, both scaled by softplus'd parameters — with QK-norm
+# and llama-3 rotary scaling), LiLT (a text stream and a layout stream of the token boxes, each with its own
+# attention; each stream's attention scores the sum of both streams' scaled scores), ViTPose+ (a ViT whose MLPs end in
+# a shared part and a dataset-selected expert part: every expert run and masked by a dataset index; a classic decoder
+# of two ConvTranspose–BN–ReLU layers to keypoint heatmaps), and five hand-written models: a DiT (adaLN-Zero: the
+# timestep embedding regresses shift, scale and gate per block for an affine-free LayerNorm, gated residuals, a
+# modulated final layer, unpatchify), a YOLOv8-style anchor-free head (distribution focal loss decoding: softmax over
+# 8 bins per box side then the integral, distances to boxes around fixed anchor points times the stride; C2f blocks
+# of split, chained and concatenated Convs), a Linformer (keys and values projected along the sequence axis to 4
+# rows), a graph U-Net (GCN layers with symmetric normalisation, gPool keeping the TopK nodes of a learned projection
+# scaled by its sigmoid, adjacency gathered on both axes; gUnpool scattering back into zeros; skip additions) and an
+# expert-choice MoE (every expert picks its top-capacity tokens by router probability, gathered, a batched expert
+# FFN, weighted and scatter-added back).
+
+class PixtralVision(nn.Module):
+    """A PixtralVisionModel of two layers of 32 (4 heads of 8) on a 32×32 image with 4×4 patches, the image's size
+    given as 32×24 so the patch grid is cut to 8×6 (48 patches); RMSNorm before the layers, 2-D rotary embeddings by
+    patch row and column, the block attention mask of one image; the last hidden state (N, 48, 32)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import PixtralVisionConfig, PixtralVisionModel
+        self.model = PixtralVisionModel(PixtralVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, head_dim=8, image_size=32, patch_size=4))
+    def forward(self, x):  # N, 3, 32, 32
+        return self.model(pixel_values=x, image_sizes=[(32, 24)]).last_hidden_state
+
+class DabDETR(nn.Module):
+    """A DabDetrModel on a transformers ResNet backbone (no timm, no pretrained weights: basic blocks, 16 and 32
+    channels, the stride-16 stage), one encoder and two decoder layers of 32 (4 heads), 8 learned anchor boxes: the
+    positional queries a sine embedding of the anchors through an MLP, width / height-modulated positional
+    cross-attention, anchors refined layer by layer; the decoder output (N, 8, 32).  The frozen BatchNorms' buffers get
+    random statistics here."""
+    def __init__(self):
+        super().__init__()
+        from transformers import DabDetrConfig, DabDetrModel, ResNetConfig
+        backbone = ResNetConfig(num_channels=3, embedding_size=16, hidden_sizes=[16, 32], depths=[1, 1], layer_type="basic", out_features=["stage2"])
+        self.model = DabDetrModel(DabDetrConfig(use_timm_backbone=False, use_pretrained_backbone=False, backbone_config=backbone, hidden_size=32, encoder_layers=1, decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, num_queries=8))
+        for module in self.model.modules():
+            if type(module).__name__.endswith("FrozenBatchNorm2d"):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.normal_(0.0, 0.1)
+                module.running_mean.normal_(0.0, 0.5)
+                module.running_var.uniform_(0.25, 2.0)
+    def forward(self, x):  # N, 3, 64, 64
+        return self.model(pixel_values=x).last_hidden_state
+
+class _XIELU(nn.Module):
+    """transformers' xIELU (Python path) with float32 parameters and exp(x) − 1 for expm1, which the TorchScript
+    exporter lacks: alpha_p x² + beta x for x > 0, else (exp(min(x, eps)) − 1 − x) alpha_n + beta x, alpha_p =
+    softplus(a_p), alpha_n = beta + softplus(a_n)."""
+    def __init__(self, act):
+        super().__init__()
+        self.alpha_p = nn.Parameter(act.alpha_p.detach().float())
+        self.alpha_n = nn.Parameter(act.alpha_n.detach().float())
+        self.beta, self.eps = float(act.beta), float(act.eps)
+    def forward(self, x):
+        alpha_p, alpha_n = F.softplus(self.alpha_p), self.beta + F.softplus(self.alpha_n)
+        return torch.where(x > 0, alpha_p * x * x + self.beta * x,
+                           (torch.exp(torch.clamp(x, max=self.eps)) - 1 - x) * alpha_n + self.beta * x)
+
+def _apertus():
+    """An ApertusModel of two layers of 32 (4 query heads, 2 key/value heads, QK RMSNorm, llama-3 rotary scaling), its
+    up / down MLP activated by xIELU (_XIELU: the bfloat16 parameters as float32, expm1 written out)."""
+    from transformers import ApertusConfig, ApertusModel
+    model = ApertusModel(ApertusConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
+    for layer in model.layers:
+        layer.mlp.act_fn = _XIELU(layer.mlp.act_fn)
+    return LastHidden(model, "input_ids")
+
+class Lilt(nn.Module):
+    """A LiltModel of two layers of 48 (4 heads) on token ids and their boxes: a text stream of 48 and a layout stream
+    of 12 (channel shrink 4; box embeddings of x, y, width and height projected), each with its own query / key /
+    value; each stream's attention the softmax of both streams' scaled scores summed; the text stream (N, 16, 48)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import LiltConfig, LiltModel
+        self.model = LiltModel(LiltConfig(vocab_size=128, hidden_size=48, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64, channel_shrink_ratio=4), add_pooling_layer=False)
+    def forward(self, ids, bbox):  # N, T; N, T, 4
+        return self.model(input_ids=ids, bbox=bbox).last_hidden_state
+
+class VitPose(nn.Module):
+    """A VitPoseForPoseEstimation (ViTPose+) on the middle 64×48 of a 64×64 image: a ViT of two layers of 32 (4 heads,
+    8×8 patches with padding 2: an 8×6 grid), each MLP's output 24 shared channels and 8 from one of 3 experts (all
+    run, masked by the dataset index 1); the classic decoder (two ConvTranspose–BN–ReLU layers of 256, a 1×1 Conv) to
+    5 keypoint heatmaps (N, 5, 32, 24)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import VitPoseBackboneConfig, VitPoseConfig, VitPoseForPoseEstimation
+        backbone = VitPoseBackboneConfig(image_size=[64, 48], patch_size=[8, 8], hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2, out_indices=[2], num_experts=3, part_features=8)
+        self.model = VitPoseForPoseEstimation(VitPoseConfig(backbone_config=backbone, use_simple_decoder=False, num_labels=5))
+        self.register_buffer("dataset_index", torch.tensor([1]))
+    def forward(self, x):  # N, 3, 64, 64
+        return self.model(pixel_values=x[:, :, :, 8:56], dataset_index=self.dataset_index).heatmaps
+
+def _modulate(x, shift, scale):
+    """adaLN modulation: x (N, T, D) scaled by 1 + scale and shifted, both (N, D) per sample."""
+    return x * (1 + scale[:, None]) + shift[:, None]
+
+class DiTBlock(nn.Module):
+    """A DiT block with adaLN-Zero: SiLU–Linear of the conditioning gives shift, scale and gate for the attention and
+    the MLP; affine-free LayerNorms modulated, gated residual branches."""
+    def __init__(self, d, heads):
+        super().__init__()
+        self.h = heads
+        self.norm1 = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.norm2 = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(d, 4 * d), nn.GELU(approximate="tanh"), nn.Linear(4 * d, d))
+        self.ada = nn.Sequential(nn.SiLU(), nn.Linear(d, 6 * d))
+    def forward(self, x, c):  # N, T, D; N, D
+        b, t, d = x.shape
+        shift1, scale1, gate1, shift2, scale2, gate2 = self.ada(c).chunk(6, -1)
+        q, k, v = self.qkv(_modulate(self.norm1(x), shift1, scale1)).reshape(b, t, 3, self.h, d // self.h).permute(2, 0, 3, 1, 4)
+        a = ((q @ k.transpose(-1, -2)) / math.sqrt(d // self.h)).softmax(-1) @ v
+        x = x + gate1[:, None] * self.proj(a.transpose(1, 2).reshape(b, t, d))
+        return x + gate2[:, None] * self.mlp(_modulate(self.norm2(x), shift2, scale2))
+
+class DiT(nn.Module):
+    """A diffusion transformer (Peebles & Xie 2023) on 16×16 images and timesteps: 4×4 patches embedded by a Conv to 32,
+    fixed 2-D sin-cos positions, a sinusoidal timestep embedding through a SiLU MLP as the conditioning, two adaLN-Zero
+    blocks (4 heads), a modulated final LayerNorm and Linear to the patches' noise and variance, unpatchified
+    (N, 6, 16, 16)."""
+    def __init__(self, d=32, heads=4, depth=2, patch=4, size=16, cin=3):
+        super().__init__()
+        self.p, self.g, self.cin = patch, size // patch, cin
+        self.embed = nn.Conv2d(cin, d, patch, stride=patch)
+        g = torch.arange(self.g, dtype=torch.float32)
+        yy, xx = torch.meshgrid(g, g, indexing="ij")
+        omega = 1.0 / 10000 ** (torch.arange(d // 4, dtype=torch.float32) / (d // 4))
+        pos = [f(c.reshape(-1)[:, None] * omega) for c in (yy, xx) for f in (torch.sin, torch.cos)]
+        self.register_buffer("pos", torch.cat(pos, 1)[None])
+        self.register_buffer("freqs", torch.exp(-math.log(10000) * torch.arange(16, dtype=torch.float32) / 16))
+        self.t_mlp = nn.Sequential(nn.Linear(32, d), nn.SiLU(), nn.Linear(d, d))
+        self.blocks = nn.ModuleList(DiTBlock(d, heads) for _ in range(depth))
+        self.norm = nn.LayerNorm(d, elementwise_affine=False, eps=1e-6)
+        self.ada = nn.Sequential(nn.SiLU(), nn.Linear(d, 2 * d))
+        self.out = nn.Linear(d, patch * patch * 2 * cin)
+    def forward(self, x, t):  # N, 3, 16, 16; N
+        n = x.shape[0]
+        h = self.embed(x).flatten(2).transpose(1, 2) + self.pos
+        args = t[:, None] * self.freqs
+        c = self.t_mlp(torch.cat((torch.cos(args), torch.sin(args)), -1))
+        for blk in self.blocks:
+            h = blk(h, c)
+        shift, scale = self.ada(c).chunk(2, -1)
+        h = self.out(_modulate(self.norm(h), shift, scale))
+        h = h.reshape(n, self.g, self.g, self.p, self.p, 2 * self.cin).permute(0, 5, 1, 3, 2, 4)
+        return h.reshape(n, 2 * self.cin, self.g * self.p, self.g * self.p)
+
+class ConvBNSiLU(nn.Sequential):
+    """Conv (no bias, same padding) – BatchNorm – SiLU."""
+    def __init__(self, cin, cout, k=3, s=1):
+        super().__init__(nn.Conv2d(cin, cout, k, s, k // 2, bias=False), nn.BatchNorm2d(cout), nn.SiLU())
+
+class C2f(nn.Module):
+    """YOLOv8's C2f: a 1×1 Conv split in two halves, bottlenecks chained on the second (residual), every piece
+    concatenated and fused by a 1×1 Conv."""
+    def __init__(self, cin, cout, n=1):
+        super().__init__()
+        self.c = cout // 2
+        self.cv1 = ConvBNSiLU(cin, 2 * self.c, 1)
+        self.m = nn.ModuleList(nn.Sequential(ConvBNSiLU(self.c, self.c), ConvBNSiLU(self.c, self.c)) for _ in range(n))
+        self.cv2 = ConvBNSiLU((2 + n) * self.c, cout, 1)
+    def forward(self, x):
+        y = list(self.cv1(x).split((self.c, self.c), 1))
+        for m in self.m:
+            y.append(y[-1] + m(y[-1]))
+        return self.cv2(torch.cat(y, 1))
+
+class YoloDFL(nn.Module):
+    """A YOLOv8-style anchor-free detector on 32×32 images: a strided Conv / C2f backbone read at strides 4 and 8
+    (8×8 and 4×4 maps), decoupled box and class heads; distribution focal loss decoding (4 × 8 bin logits per anchor,
+    softmax over the bins, the expectation over 0…7), left-top / right-bottom distances around the fixed anchor
+    points to centre-size boxes times the stride; sigmoid class scores: (N, 4 + 4, 80)."""
+    def __init__(self, nc=4, reg_max=8):
+        super().__init__()
+        self.nc, self.r = nc, reg_max
+        self.stem = nn.Sequential(ConvBNSiLU(3, 8, 3, 2), ConvBNSiLU(8, 16, 3, 2), C2f(16, 16))
+        self.down = nn.Sequential(ConvBNSiLU(16, 32, 3, 2), C2f(32, 32))
+        self.box = nn.ModuleList(nn.Sequential(ConvBNSiLU(c, 16), nn.Conv2d(16, 4 * reg_max, 1)) for c in (16, 32))
+        self.cls = nn.ModuleList(nn.Sequential(ConvBNSiLU(c, 16), nn.Conv2d(16, nc, 1)) for c in (16, 32))
+        self.register_buffer("bins", torch.arange(reg_max, dtype=torch.float32))
+        anchors, strides = [], []
+        for size, stride in ((8, 4), (4, 8)):
+            s = torch.arange(size, dtype=torch.float32) + 0.5
+            yy, xx = torch.meshgrid(s, s, indexing="ij")
+            anchors.append(torch.stack((xx, yy), -1).reshape(-1, 2))
+            strides.append(torch.full((size * size, 1), float(stride)))
+        self.register_buffer("anchors", torch.cat(anchors).t()[None])  # 1, 2, A
+        self.register_buffer("strides", torch.cat(strides).t()[None])  # 1, 1, A
+    def forward(self, x):  # N, 3, 32, 32
+        p3 = self.stem(x)
+        p4 = self.down(p3)
+        n = x.shape[0]
+        box = torch.cat([b(f).flatten(2) for b, f in zip(self.box, (p3, p4))], 2)  # N, 4R, A
+        cls = torch.cat([c(f).flatten(2) for c, f in zip(self.cls, (p3, p4))], 2)
+        a = box.shape[2]
+        dist = (box.reshape(n, 4, self.r, a).softmax(2) * self.bins[:, None]).sum(2)  # N, 4, A
+        lt, rb = dist.chunk(2, 1)
+        x1y1, x2y2 = self.anchors - lt, self.anchors + rb
+        xywh = torch.cat(((x1y1 + x2y2) / 2, x2y2 - x1y1), 1) * self.strides
+        return torch.cat((xywh, cls.sigmoid()), 1)
+
+class LinformerLayer(nn.Module):
+    """Linformer self-attention (pre-LayerNorm): keys and values projected along the sequence axis by learned (k, n)
+    matrices E and F shared by the heads, so each query attends to k mixed rows; a GELU FFN."""
+    def __init__(self, d, heads, n, k):
+        super().__init__()
+        self.h = heads
+        self.qkv, self.o = nn.Linear(d, 3 * d), nn.Linear(d, d)
+        self.E, self.Fp = nn.Parameter(torch.randn(k, n) / math.sqrt(n)), nn.Parameter(torch.randn(k, n) / math.sqrt(n))
+        self.norm1, self.norm2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.ff = nn.Sequential(nn.Linear(d, 2 * d), nn.GELU(), nn.Linear(2 * d, d))
+    def forward(self, x):  # N, T, D
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).chunk(3, -1)
+        k, v = self.E @ k, self.Fp @ v  # N, k, D
+        q = q.reshape(b, t, self.h, -1).transpose(1, 2)
+        k = k.reshape(b, -1, self.h, d // self.h).transpose(1, 2)
+        v = v.reshape(b, -1, self.h, d // self.h).transpose(1, 2)
+        a = ((q @ k.transpose(-1, -2)) * (d // self.h) ** -0.5).softmax(-1) @ v
+        x = x + self.o(a.transpose(1, 2).reshape(b, t, d))
+        return x + self.ff(self.norm2(x))
+
+class Linformer(nn.Module):
+    """A Linformer (Wang et al. 2020) encoder on 16 tokens: embeddings and learned positions (32), two layers of 4
+    heads with the sequence projected to 4 rows, a final LayerNorm (N, 16, 32)."""
+    def __init__(self, vocab=128, d=32, heads=4, n=16, k=4, layers=2):
+        super().__init__()
+        self.embed, self.pos = nn.Embedding(vocab, d), nn.Parameter(torch.randn(1, n, d) * 0.5)
+        self.layers = nn.ModuleList(LinformerLayer(d, heads, n, k) for _ in range(layers))
+        self.norm = nn.LayerNorm(d)
+    def forward(self, ids):  # N, T
+        x = self.embed(ids) + self.pos
+        for layer in self.layers:
+            x = layer(x)
+        return self.norm(x)
+
+class GCNLayer(nn.Module):
+    """A graph convolution: ELU(D^-1/2 (A + I) D^-1/2 X W), the degrees of the self-looped adjacency."""
+    def __init__(self, cin, cout):
+        super().__init__()
+        self.lin = nn.Linear(cin, cout)
+    def forward(self, x, adj):  # N, V, C; N, V, V
+        a = adj + torch.eye(adj.shape[-1], device=adj.device)
+        d = a.sum(-1).rsqrt()
+        return F.elu((d[..., :, None] * a * d[..., None, :]) @ self.lin(x))
+
+class GPool(nn.Module):
+    """gPool (Gao & Ji 2019): node scores the features' projection on a learned vector over its norm, the top k nodes
+    kept (TopK), their features gathered and gated by the scores' sigmoid, the adjacency gathered on both axes."""
+    def __init__(self, c, k):
+        super().__init__()
+        self.k, self.p = k, nn.Parameter(torch.randn(c))
+    def forward(self, x, adj):
+        y = x @ self.p / self.p.norm()
+        score, idx = y.topk(self.k, dim=1)
+        x = torch.gather(x, 1, idx[..., None].expand(-1, -1, x.shape[-1])) * torch.sigmoid(score)[..., None]
+        adj = torch.gather(adj, 1, idx[..., None].expand(-1, -1, adj.shape[-1]))
+        adj = torch.gather(adj, 2, idx[:, None].expand(-1, self.k, -1))
+        return x, adj, idx
+
+class GraphUNet(nn.Module):
+    """A graph U-Net on 10-node graphs (features and adjacency inputs): a GCN to 16, two gPool levels (6 then 3 nodes)
+    each followed by a GCN, two gUnpool levels (the pooled features scattered back into zeros at the kept nodes,
+    added to the skip, a GCN on that level's adjacency), a last GCN of [features; first GCN's] (N, 10, 4)."""
+    def __init__(self, cin=6, c=16, ks=(6, 3), cout=4):
+        super().__init__()
+        self.inp = GCNLayer(cin, c)
+        self.pools = nn.ModuleList(GPool(c, k) for k in ks)
+        self.down = nn.ModuleList(GCNLayer(c, c) for _ in ks)
+        self.up = nn.ModuleList(GCNLayer(c, c) for _ in ks)
+        self.out = GCNLayer(2 * c, cout)
+    def forward(self, x, adj):  # N, V, C; N, V, V
+        h = first = self.inp(x, adj)
+        stack = []
+        for pool, gcn in zip(self.pools, self.down):
+            skip, skip_adj = h, adj
+            h, adj, idx = pool(h, adj)
+            h = gcn(h, adj)
+            stack.append((skip, skip_adj, idx))
+        for gcn in self.up:
+            skip, adj, idx = stack.pop()
+            h = skip + torch.zeros_like(skip).scatter(1, idx[..., None].expand(-1, -1, h.shape[-1]), h)
+            h = gcn(h, adj)
+        return self.out(torch.cat((h, first), -1), adj)
+
+class ExpertChoiceMoE(nn.Module):
+    """Expert-choice routing (Zhou et al. 2022): router probabilities (softmax over experts), every expert takes its
+    top-capacity tokens (TopK over the token axis), gathered; a batched GELU FFN per expert (einsums of stacked
+    weights), outputs weighted by the router probability and scatter-added back to their tokens."""
+    def __init__(self, d, experts, hidden, capacity):
+        super().__init__()
+        self.k = capacity
+        self.gate = nn.Linear(d, experts, bias=False)
+        self.w1 = nn.Parameter(torch.randn(experts, d, hidden) / math.sqrt(d))
+        self.w2 = nn.Parameter(torch.randn(experts, hidden, d) / math.sqrt(hidden))
+    def forward(self, x):  # N, T, D
+        n, t, d = x.shape
+        s = self.gate(x).softmax(-1)  # N, T, E
+        g, idx = s.transpose(1, 2).topk(self.k, dim=-1)  # N, E, k
+        e = idx.shape[1]
+        xin = torch.gather(x, 1, idx.reshape(n, -1, 1).expand(-1, -1, d)).reshape(n, e, self.k, d)
+        y = torch.einsum("nekh,ehd->nekd", F.gelu(torch.einsum("nekd,edh->nekh", xin, self.w1)), self.w2)
+        y = (y * g[..., None]).reshape(n, e * self.k, d)
+        return torch.zeros_like(x).scatter_add(1, idx.reshape(n, -1, 1).expand(-1, -1, d), y)
+
+class ExpertChoiceNet(nn.Module):
+    """A transformer of two layers (32 wide) on 16 tokens: pre-LayerNorm multi-head attention (4 heads) and an
+    expert-choice MoE of 4 experts (hidden 48) with capacity 8 tokens each (capacity factor 2); (N, 16, 32)."""
+    def __init__(self, vocab=128, d=32, heads=4, layers=2, experts=4, n=16):
+        super().__init__()
+        self.embed, self.pos = nn.Embedding(vocab, d), nn.Parameter(torch.randn(1, n, d) * 0.5)
+        self.attn = nn.ModuleList(nn.MultiheadAttention(d, heads, batch_first=True) for _ in range(layers))
+        self.moe = nn.ModuleList(ExpertChoiceMoE(d, experts, 48, n * 2 // experts) for _ in range(layers))
+        self.n1 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
+        self.n2 = nn.ModuleList(nn.LayerNorm(d) for _ in range(layers))
+    def forward(self, ids):  # N, T
+        x = self.embed(ids) + self.pos
+        for attn, moe, n1, n2 in zip(self.attn, self.moe, self.n1, self.n2):
+            h = n1(x)
+            x = x + attn(h, h, h, need_weights=False)[0]
+            x = x + moe(n2(x))
+        return x
+
+
 #: arch -> (builder of the module, input maker(generator), source note)
 ARCHS = {
     "bert": (corpus_models._bert, "text16", "corpus_models"),
@@ -4364,6 +4696,17 @@ ARCHS = {
     "egnn": (EGNN, "molecule2x12", "E(n)-equivariant: distance messages, coordinate updates along pairwise differences"),
     "convlstm": (ConvLSTMNet, "video4x16", "convolutional LSTM gates with peepholes unrolled over frames, ConvTranspose2d head"),
     "tacotron2": (Tacotron2, "text16", "autoregressive decoder unrolled: location-sensitive attention, cumulative weights, postnet"),
+    # twentieth held-out set (see above): ``--archs heldout20``
+    "pixtral": (PixtralVision, "image32", "2-D rotary embeddings by patch row / column, patch grid cut to the image size"),
+    "dabdetr": (DabDETR, "image64", "learned anchor boxes: sine-embedded positional queries, size-modulated attention, refined"),
+    "apertus": (_apertus, "text16", "xIELU activation (learned quadratic / exponential branches), QK-norm, llama-3 rotary"),
+    "lilt": (Lilt, "textbox16", "text and layout streams, each stream's attention scores the sum of both streams'"),
+    "vitpose": (VitPose, "image64", "ViT with dataset-selected expert MLP parts (masked), ConvTranspose heatmap decoder"),
+    "dit": (DiT, "image16t", "adaLN-Zero: timestep-regressed shift / scale / gate, affine-free LayerNorms, unpatchify"),
+    "yolodfl": (YoloDFL, "image32", "distribution focal loss decoding: softmax over bins, integral, anchor-point boxes"),
+    "linformer": (Linformer, "text16", "keys and values projected along the sequence axis to 4 rows"),
+    "graphunet": (GraphUNet, "graph2x10", "gPool: TopK nodes gated by sigmoid scores, adjacency gathered; gUnpool by scatter"),
+    "ecmoe": (ExpertChoiceNet, "text16", "expert-choice routing: TopK tokens per expert, gather, batched FFN, scatter-add"),
 }
 #: the architectures the tool was tuned on, and the held-out ones
 CORE = ("bert", "gpt2", "llama", "distilbert", "vit", "swin", "t5enc", "whisper", "convnext", "cnn", "rnn", "unet")
@@ -4387,16 +4730,18 @@ HELDOUT16 = ("jetmoe", "groupvit", "luke", "univnet", "timesfm", "qat", "dlrm", 
 HELDOUT17 = ("yoso", "longt5", "phimoe", "qwen3next", "sam", "hrnet", "resnest", "octconv", "pointnetpp", "cbam")
 HELDOUT18 = ("gemma3n", "zamba2", "rtdetr", "zoedepth", "llama4", "densenet", "inception", "schnet", "tft", "ntm")
 HELDOUT19 = ("florence2", "upernet", "qformer", "eomt", "mllama", "fno", "transfoxl", "egnn", "convlstm", "tacotron2")
+HELDOUT20 = ("pixtral", "dabdetr", "apertus", "lilt", "vitpose", "dit", "yolodfl", "linformer", "graphunet", "ecmoe")
 HELDOUT2 = tuple(a for a in ARCHS if a not in CORE + HELDOUT + HELDOUT3 + HELDOUT4 + HELDOUT5 + HELDOUT6 + HELDOUT7
                  + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12 + HELDOUT13 + HELDOUT14 + HELDOUT15
-                 + HELDOUT16 + HELDOUT17 + HELDOUT18 + HELDOUT19)
+                 + HELDOUT16 + HELDOUT17 + HELDOUT18 + HELDOUT19 + HELDOUT20)
 #: transformers models run with eager attention: the dynamo exporter fails on Swin's and T5's SDPA
 #: (scripts/corpus_models.py) and on BEiT's with a relative position bias, the TorchScript exporter on
 #: LLaMA's grouped-query SDPA (and GPT-BigCode's multi-query one, Qwen2-MoE's, Qwen3's, Phi-3's, DiffLlama's,
-#: Doge's, Bamba's, MiniMax's, Qwen2-VL's, PhiMoE's, Qwen3-Next's, Gemma 3n's and Llama 4's grouped-query ones)
+#: Doge's, Bamba's, MiniMax's, Qwen2-VL's, PhiMoE's, Qwen3-Next's, Gemma 3n's, Llama 4's and Apertus's grouped-query
+#: ones)
 EAGER = {"swin", "t5enc", "llama", "beit", "bigcode", "gemma", "swinv2", "dinov2", "qwen2moe", "nemotron", "lfm2",
          "stablelm", "granite", "qwen3", "phi3", "diffllama", "doge", "bamba", "minimax", "qwen2vl", "phimoe",
-         "qwen3next", "gemma3n", "llama4"}
+         "qwen3next", "gemma3n", "llama4", "apertus"}
 
 INPUTS = {
     "text16": lambda g: (torch.randint(0, 128, (1, 16), generator=g),),
