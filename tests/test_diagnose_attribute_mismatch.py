@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 import onnx
 import torch
 from onnx import helper, numpy_helper
@@ -436,3 +437,49 @@ def test_a_reshape_before_the_linear_that_feeds_the_segment_is_tried_at_pytorchs
                 and produced[n.input[0]].op_type == "LayerNormalization")
     _, fd = _with_own_shape(model, (x,), proto, view, [8, 8, 1, 16], [1, 8, 8, 16])
     assert view.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+
+
+class _DepthwiseBlock(torch.nn.Module):
+    """A pointwise Conv, a depthwise Conv with a BatchNorm after it (folded at export), a ReLU, a pointwise Conv."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(231)
+        self.pw, self.dw = torch.nn.Conv2d(3, 8, 1), torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+        self.bn, self.out = torch.nn.BatchNorm2d(8), torch.nn.Conv2d(8, 4, 1)
+        with torch.no_grad():
+            self.bn.running_mean.normal_(0.0, 0.3)
+            self.bn.running_var.uniform_(0.5, 2.0)
+
+    def forward(self, x):
+        return self.out(torch.relu(self.bn(self.dw(self.pw(x)))))
+
+
+@pytest.mark.parametrize("provenance", ["dynamo", "renamed"])
+@pytest.mark.parametrize("divided", [False, True])
+def test_a_depthwise_conv_run_dense_with_its_kernel_tiled_is_its_group_confirmed(provenance, divided, tmp_path):
+    """The depthwise Conv (its BatchNorm folded in) run dense: group 1, its kernel broadcast over every input
+    channel (and divided by the channel count, a converter keeping the sum). The group the Conv2d has is the
+    fix, with the kernel cut back to one repeated block (times the group count where it was divided) — confirmed
+    by re-running; in a renamed file (no scopes, the Conv's value paired with nothing) the kernel alone says it."""
+    model, x = _DepthwiseBlock().eval(), torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(232))
+    proto = dc.export(model, (x,), "dynamo")
+    conv = next(n for n in proto.graph.node if n.op_type == "Conv" and any(
+        a.name == "group" and a.i == 8 for a in n.attribute))
+    init = next(i for i in proto.graph.initializer if i.name == conv.input[1])
+    kernel = numpy_helper.to_array(init)
+    dense = np.repeat(kernel, 8, axis=1) / (8 if divided else 1)
+    init.CopyFrom(numpy_helper.from_array(dense.astype(np.float32), init.name))
+    next(a for a in conv.attribute if a.name == "group").i = 1
+    index = list(proto.graph.node).index(conv)
+    if provenance == "renamed":
+        from fault_sweep import rename
+
+        onnx.save(proto, tmp_path / "dense.onnx")
+        rename(tmp_path / "dense.onnx", tmp_path / "renamed.onnx")
+        proto = onnx.load(tmp_path / "renamed.onnx")
+    name = proto.graph.node[index].name
+    fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True and fd.fixed_nodes == (name,), fd.explanation
+    assert name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment  # a short one is kept whole
+    assert f"{name}.group = 1" in fd.explanation and "implies 8" in fd.explanation, fd.explanation

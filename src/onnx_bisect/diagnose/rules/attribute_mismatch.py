@@ -3,12 +3,14 @@ pads, dilations and groups, Pad mode, pooling windows, a scale or offset constan
 a Where's branches …) contradicts the PyTorch module's or op's, or another value reproduces PyTorch exactly."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Callable
 
 import numpy as np
 
 from ..support import edits, layout
+from ..support.alternative_edits import grouped, repeated_block
 from ..support.alternatives import (Alternative, alternatives, attribute_change, backed_perms, boundary_shapes,
                                     searched)
 from ..support.heads import head_counts
@@ -46,6 +48,8 @@ class AttributeMismatch(Rule):
         wrong = [attribute_change(node, attr, have, want, source) for p in ctx.segment_protos
                  for node, attr, have, want, rank, source in _expected(ctx, p) if _norm(want, rank) != _norm(have, rank)]
         confirmed_by_search, factor, reference = False, None, None
+        if wrong and not _reproduces(ctx, wrong):
+            wrong = _grouped_kernel(ctx, wrong)
         if not wrong or not _reproduces(ctx, wrong):
             # an exporter may fold a functional op into the node (F.pad into a Conv's pads): what the module's
             # configuration implies is then no fix, and the alternatives are searched instead
@@ -207,6 +211,25 @@ def _expected(ctx: DiagnosisContext, proto):
         yield proto.name, "alpha", round(attribute(proto, "alpha", 0.01), 6), round(module.negative_slope, 6), 0, source
     elif proto.op_type == "Elu" and kind == "ELU":
         yield proto.name, "alpha", round(attribute(proto, "alpha", 1.0), 6), round(module.alpha, 6), 0, source
+
+
+def _grouped_kernel(ctx: DiagnosisContext, wrong: list[Alternative]) -> list[Alternative]:
+    """``wrong`` with a Conv's group change also cutting its kernel to the grouped shape, where the file's dense
+    kernel repeats one block along its input channels once per group (:func:`repeated_block`): the block as it
+    is, or times the group count (a converter dividing the tiled kernel by it) — the first with which the
+    segment reproduces PyTorch; else ``wrong`` as it was."""
+    for k, alt in enumerate(wrong):
+        proto = ctx.node(alt.node) if alt.what == "group" and isinstance(alt.want, int) else None
+        block = repeated_block(ctx.initializer(proto.input[1]), alt.want) if proto is not None \
+            and len(proto.input) > 1 else None
+        for scale in ((1, alt.want) if block is not None else ()):
+            changed = list(wrong)
+            changed[k] = dataclasses.replace(alt, edit=grouped(alt.node, alt.want, block * block.dtype.type(scale)),
+                                             want=f"{alt.want} (the kernel's repeated block"
+                                                  f"{'' if scale == 1 else f' times {scale}'}, {list(block.shape)})")
+            if _reproduces(ctx, changed):
+                return changed
+    return wrong
 
 
 #: PyTorch's pool modules whose configuration is the op's (a subclass may pad on its own: timm's, BiT's)

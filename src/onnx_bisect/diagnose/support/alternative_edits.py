@@ -95,3 +95,23 @@ def identity_of(node: str, tensor: str):
         edits.make_identity(model, node, tensor)
         return model, weights
     return edit
+
+
+def repeated_block(kernel: np.ndarray | None, groups: int) -> np.ndarray | None:
+    """The block a dense convolution kernel ``(Cout, Cin, k…)`` repeats ``groups`` times along its input channels
+    (a grouped or depthwise kernel broadcast over every input channel, as a port running it dense does), shaped
+    as that grouped convolution's kernel ``(Cout, Cin / groups, k…)``; None when it does not."""
+    if kernel is None or kernel.ndim < 3 or groups < 2 or kernel.shape[1] % groups or kernel.shape[0] % groups:
+        return None
+    blocks = np.asarray(kernel).reshape(kernel.shape[0], groups, kernel.shape[1] // groups, *kernel.shape[2:])
+    if not np.array_equal(blocks, np.broadcast_to(blocks[:, :1], blocks.shape)):
+        return None
+    return np.ascontiguousarray(blocks[:, 0])
+
+
+def grouped(node: str, groups: int, kernel: np.ndarray):
+    """The Conv with ``group`` set and reading ``kernel`` (of the grouped shape) in place of its own."""
+    def edit(model, weights):
+        model = edits.set_attribute(model, node, "group", groups)
+        return with_inputs(node, {1: kernel})(model, weights)
+    return edit

@@ -23,7 +23,7 @@ from ..context import attribute
 from . import edits
 from .form_alternatives import form_alternatives
 from .masks import dropout_probability
-from .alternative_edits import identity_of, retyped, rewired, with_attributes, with_inputs
+from .alternative_edits import grouped, identity_of, repeated_block, retyped, rewired, with_attributes, with_inputs
 from .rewirings import FLOATS, fits
 from .value_alternatives import base_name, op_numbers
 from ...records.nest import to_numpy
@@ -107,6 +107,7 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
                    rewired(proto.name, [proto.input[1], proto.input[0]]))
     elif op == "Conv":
         yield from _dilations(proto, shape_of, make)
+        yield from _tiled_groups(ctx, proto, make)
     elif op == "Einsum":
         yield from _einsum_equations(proto, shape_of, make)
     elif op in AFFINE_NORMS and len(proto.input) >= 3 and proto.input[2]:
@@ -251,6 +252,24 @@ def _dilations(proto, shape_of, make) -> Iterator:
         new[i] = want
         yield make(proto.name, "dilations, pads", [dilations, pads], [new, new_pads], "the PyTorch output",
                    with_attributes(proto.name, {"dilations": new, "pads": new_pads}))
+
+
+def _tiled_groups(ctx, proto, make) -> Iterator:
+    """A dense Conv whose kernel repeats one block along its input channels (:func:`repeated_block`): run grouped,
+    the block its kernel, as is and times the group count — the largest such group count first (a depthwise
+    convolution run dense)."""
+    kernel = ctx.initializer(proto.input[1]) if len(proto.input) > 1 else None
+    if kernel is None or kernel.ndim < 3 or kernel.dtype.kind != "f" or attribute(proto, "group", 1) != 1:
+        return
+    for groups in sorted((g for g in range(2, kernel.shape[1] + 1) if kernel.shape[1] % g == 0), reverse=True):
+        block = repeated_block(kernel, groups)
+        if block is None:
+            continue
+        for scale in (1, groups):
+            yield make(proto.name, "group", 1, f"{groups} (the kernel's repeated block"
+                       f"{'' if scale == 1 else f' times {scale}'}, {list(block.shape)})", "the PyTorch output",
+                       grouped(proto.name, groups, block * block.dtype.type(scale)))
+        return
 
 
 #: equations tried per Einsum, at most
