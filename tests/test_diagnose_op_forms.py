@@ -509,3 +509,27 @@ def test_attention_probabilities_scaled_by_a_sink_share_name_the_factor_with_its
     fd = _bisect(model, (x,), proto)
     _found(fd, "sink_mul")
     assert {"sink_lse", "sink_share"} <= set(fd.layer.segment) and "not applied" in fd.explanation, fd.explanation
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_scores_soft_capped_where_the_model_does_not_cap_them_name_the_scalings_with_the_tanh(exporter):
+    """c·tanh(s / c) inserted on the attention scores (a Gemma 2 soft cap carried into another model): the Tanh
+    removed reproduces PyTorch, and the Div and Mul by c around it are named with it — three nodes, not the Tanh
+    alone (a cap this small bends every score)."""
+    model, x = _Attention().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(233))
+    proto = dc.export(model, (x,), exporter)
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    scores = softmax.input[0]
+    proto.graph.initializer.append(numpy_helper.from_array(np.array(0.5, np.float32), "cap"))
+    planted = [helper.make_node("Div", [scores, "cap"], ["capped_in"], name="cap_div"),
+               helper.make_node("Tanh", ["capped_in"], ["capped_tanh"], name="cap_tanh"),
+               helper.make_node("Mul", ["capped_tanh", "cap"], ["capped"], name="cap_mul")]
+    softmax.input[0] = "capped"
+    nodes = list(proto.graph.node)
+    at = nodes.index(softmax)
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes[:at] + planted + nodes[at:])
+    fd = _bisect(model, (x,), proto)
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert {"cap_div", "cap_tanh", "cap_mul"} <= set(fd.layer.segment) and len(fd.layer.segment) <= 4, fd.layer.segment
+    assert "0.5·tanh(x / 0.5)" in fd.explanation, fd.explanation

@@ -162,7 +162,42 @@ def _not_applied(ctx, proto, make) -> Iterator:
     elif op in REMOVABLE and proto.domain in ("", "ai.onnx") and not _doubled_by_reader(ctx, proto):
         alt = _removal(proto, make)
         chain = _inverting_chain(ctx.onnx.graph, proto.input[0]) if op == "Reciprocal" and proto.input else ()
+        around = _scaled_around(ctx, proto)
+        if around and alt is not None:  # c·f(x / c) (a soft cap c·tanh(x / c)): the scalings go with the op
+            scale, nodes = around
+            alt = dataclasses.replace(alt, have=f"{op} between a scaling by 1/{scale:.6g} and one by {scale:.6g} "
+                                                f"({scale:.6g}·{op.lower()}(x / {scale:.6g}))", shows_in=nodes)
         yield dataclasses.replace(alt, shows_in=chain) if chain and alt is not None else alt
+
+
+def _scaled_around(ctx, proto) -> tuple[float, tuple[str, str]] | None:
+    """``(c, (the node before, the node after))`` when ``proto`` reads ``x / c`` (a Div or Mul by a scalar
+    constant that only it reads) and only a scaling by ``c`` reads its output: ``c · f(x / c)``, which is ``x``
+    again once ``f`` is removed."""
+    graph = ctx.onnx.graph
+    before = graph.node_of(proto.input[0]) if proto.input else None
+    readers = graph.consumers.get(proto.output[0], ()) if proto.output else ()
+    after = graph.nodes[readers[0]] if len(readers) == 1 else None
+    if before is None or after is None or len(graph.consumers.get(before.outputs[0], ())) != 1:
+        return None
+    inner, outer = _scalar_scaling(ctx, before), _scalar_scaling(ctx, after, proto.output[0])
+    if inner is None or outer is None or inner == 0 or not np.isclose(inner * outer, 1.0, rtol=1e-4):
+        return None
+    return outer, (before.name, after.name)
+
+
+def _scalar_scaling(ctx, node, operand: str | None = None) -> float | None:
+    """The factor a Mul or Div of a tensor by a scalar constant applies to it (``operand``: that tensor), else
+    None."""
+    if node.op_type not in ("Mul", "Div") or len(node.inputs) != 2 or node.domain not in ("", "ai.onnx"):
+        return None
+    for k in ((0, 1) if node.op_type == "Mul" else (0,)):
+        tensor, constant = node.inputs[k], ctx.constant(node.inputs[1 - k])
+        if (operand is None or tensor == operand) and constant is not None and constant.size == 1 \
+                and constant.dtype.kind == "f" and float(constant.reshape(())) != 0:
+            value = float(constant.reshape(()))
+            return value if node.op_type == "Mul" else 1.0 / value
+    return None
 
 
 def _gate_of_itself(ctx, proto):
