@@ -533,3 +533,47 @@ def test_scores_soft_capped_where_the_model_does_not_cap_them_name_the_scalings_
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     assert {"cap_div", "cap_tanh", "cap_mul"} <= set(fd.layer.segment) and len(fd.layer.segment) <= 4, fd.layer.segment
     assert "0.5·tanh(x / 0.5)" in fd.explanation, fd.explanation
+
+
+def _scores_product(proto):
+    """The MatMul computing an attention's scores: walked up from the Softmax through single computed inputs."""
+    by_output = {o: n for n in proto.graph.node for o in n.output}
+    consts = {i.name for i in proto.graph.initializer} | {n.output[0] for n in proto.graph.node if n.op_type == "Constant"}
+    node = by_output[next(n for n in proto.graph.node if n.op_type == "Softmax").input[0]]
+    while node.op_type != "MatMul":
+        node = by_output[next(t for t in node.input if t not in consts)]
+    return node
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_queries_and_keys_normalised_where_the_model_does_not_are_named_together(exporter):
+    """q and k each RMS-normalised along the contracted axis before the scores (``x·√d / max(‖x‖, ε)``, a
+    QK-norm port applied to a plain attention): neither factor alone explains the scores; both removed, with the
+    scalings by √d after them, reproduce PyTorch — every inserted node named, none of the model's."""
+    model, x = _Attention().eval(), torch.randn(1, 6, 16, generator=torch.Generator().manual_seed(234))
+    proto = dc.export(model, (x,), exporter)
+    product = _scores_product(proto)
+    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    proto.graph.initializer.extend([numpy_helper.from_array(np.array(1e-6, np.float32), "qk_eps"),
+                                    numpy_helper.from_array(np.array(8 ** 0.5, np.float32), "qk_root")])
+    planted, inserted = [], []
+    for k, axis in ((0, -1), (1, -2)):
+        t, p = product.input[k], f"qk{k}"
+        if opset >= 18:
+            proto.graph.initializer.append(numpy_helper.from_array(np.array([axis], np.int64), f"{p}_axes"))
+            l2 = helper.make_node("ReduceL2", [t, f"{p}_axes"], [f"{p}_l2"], name=f"{p}_l2", keepdims=1)
+        else:
+            l2 = helper.make_node("ReduceL2", [t], [f"{p}_l2"], name=f"{p}_l2", keepdims=1, axes=[axis])
+        planted += [l2, helper.make_node("Max", [f"{p}_l2", "qk_eps"], [f"{p}_floor"], name=f"{p}_floor"),
+                    helper.make_node("Div", [t, f"{p}_floor"], [f"{p}_div"], name=f"{p}_div"),
+                    helper.make_node("Mul", [f"{p}_div", "qk_root"], [f"{p}_normed"], name=f"{p}_scale")]
+        inserted += [f"{p}_l2", f"{p}_floor", f"{p}_div", f"{p}_scale"]
+        product.input[k] = f"{p}_normed"
+    nodes = list(proto.graph.node)
+    at = nodes.index(product)
+    proto.graph.ClearField("node")
+    proto.graph.node.extend(nodes[:at] + planted + nodes[at:])
+    fd = _bisect(model, (x,), proto)
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert set(inserted) <= set(fd.layer.segment) and len(fd.layer.segment) <= 10, fd.layer.segment
+    assert "2 computed factors" in fd.explanation and "none applied" in fd.explanation, fd.explanation

@@ -415,7 +415,39 @@ def extra_factors(ctx, protos, make) -> Iterator:
     """A factor PyTorch does not apply, computed for the purpose: a Mul (or Div) of the segment scaling a computed
     tensor by a factor computed from the segment's own tensors and broadcast over one of its axes (a per-row
     ``σ(logsumexp(s))`` sink share on attention probabilities, a gate no module has), made an Identity of the
-    tensor it scales; the nodes computing the factor for it alone are named with it."""
+    tensor it scales; the nodes computing the factor for it alone are named with it.  A scaling by a scalar
+    constant that alone reads the result goes with it (``x · √d / ‖x‖``, an RMS normalisation no module has),
+    and where the segment holds several such factors, all of them together are tried last (queries and keys
+    both normalised before the scores)."""
+    found = list(_factors(ctx, protos))
+    for proto, scaled, small, chain, scale in found:
+        described = (f"{proto.op_type} by '{chain[-1].outputs[0]}' (a factor of shape {list(small)} computed by "
+                     f"{', '.join(n.op_type for n in chain)})")
+        alt = make(proto.name, "op", described, "Identity (not applied: PyTorch reads the tensor as it is)",
+                   "the PyTorch output", identity_of(proto.name, scaled))
+        yield dataclasses.replace(alt, shows_in=tuple(n.name for n in chain)) if alt is not None else alt
+        if scale is not None:
+            alt = make(proto.name, "op", f"{described}, then scaled by {scale[1]:.6g}", "Identity (neither applied: "
+                       "PyTorch reads the tensor as it is)", "the PyTorch output", _identities(
+                           [(proto.name, scaled), (scale[0].name, proto.output[0])]))
+            yield dataclasses.replace(alt, shows_in=(*(n.name for n in chain), scale[0].name)) if alt else alt
+    if len(found) > 1:
+        pairs, shown = [], []
+        for proto, scaled, _, chain, scale in found:
+            pairs.append((proto.name, scaled))
+            shown += [n.name for n in chain]
+            if scale is not None:
+                pairs.append((scale[0].name, proto.output[0]))
+                shown.append(scale[0].name)
+        alt = make(found[0][0].name, "op", f"{len(found)} computed factors ({', '.join(f[0].name for f in found)})"
+                   + (" and the scalings after them" if any(f[4] for f in found) else ""), "Identity (none applied: "
+                   "PyTorch reads the tensors as they are)", "the PyTorch output", _identities(pairs))
+        yield dataclasses.replace(alt, shows_in=tuple(shown[:] + [f[0].name for f in found[1:]])) if alt else alt
+
+
+def _factors(ctx, protos) -> Iterator:
+    """``(node, tensor scaled, factor shape, nodes computing the factor, (scaling node, its factor) or None)`` of
+    each computed factor of the segment (see :func:`extra_factors`)."""
     graph = ctx.onnx.graph
     for proto in protos:
         if proto.op_type not in ("Mul", "Div") or len(proto.input) != 2 or proto.domain not in ("", "ai.onnx"):
@@ -429,12 +461,27 @@ def extra_factors(ctx, protos, make) -> Iterator:
                     f not in (1, b) for f, b in zip(small, big)):
                 continue  # a factor broadcast over an axis of the tensor, not an operand of its shape
             chain = _factor_nodes(graph, factor)
-            if not chain:
-                continue
-            alt = make(proto.name, "op", f"{proto.op_type} by '{factor}' (a factor of shape {list(small)} computed by "
-                       f"{', '.join(n.op_type for n in chain)})", "Identity (not applied: PyTorch reads the tensor "
-                       "as it is)", "the PyTorch output", identity_of(proto.name, scaled))
-            yield dataclasses.replace(alt, shows_in=tuple(n.name for n in chain)) if alt is not None else alt
+            if chain:
+                yield proto, scaled, small, chain, _scaling_after(ctx, proto.output[0])
+                break
+
+
+def _scaling_after(ctx, tensor: str):
+    """``(node, factor)`` of the scaling by a scalar constant that alone reads ``tensor``, else None."""
+    graph = ctx.onnx.graph
+    readers = graph.consumers.get(tensor, ())
+    node = graph.nodes[readers[0]] if len(readers) == 1 else None
+    factor = _scalar_scaling(ctx, node, tensor) if node is not None else None
+    return (node, factor) if factor is not None else None
+
+
+def _identities(pairs: list[tuple[str, str]]):
+    """Each ``(node, tensor)``'s node made an Identity of its tensor."""
+    def edit(model, weights):
+        for node, tensor in pairs:
+            model, weights = identity_of(node, tensor)(model, weights)
+        return model, weights
+    return edit
 
 
 def _factor_nodes(graph, tensor: str) -> list:
