@@ -577,3 +577,47 @@ def test_queries_and_keys_normalised_where_the_model_does_not_are_named_together
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     assert set(inserted) <= set(fd.layer.segment) and len(fd.layer.segment) <= 10, fd.layer.segment
     assert "2 computed factors" in fd.explanation and "none applied" in fd.explanation, fd.explanation
+
+
+class _Pooled(torch.nn.Module):
+    """A token encoder, then the sequence pooled — its first token (CLS) or the mean over tokens — and a head."""
+
+    def __init__(self, pooling: str):
+        super().__init__()
+        torch.manual_seed(235)
+        self.pooling, self.enc, self.head = pooling, torch.nn.Linear(8, 16), torch.nn.Linear(16, 3)
+
+    def forward(self, x):  # 2, 7, 8
+        h = torch.tanh(self.enc(x))
+        return self.head(h[:, 0] if self.pooling == "first" else h.mean(1))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize("pooling", ["first", "mean"])
+def test_a_sequence_pooled_in_the_other_convention_is_named_at_the_pooling(exporter, pooling):
+    """CLS pooling exported as a mean over the tokens, and mean pooling as the first token (a port reading
+    ``global_pool`` the other way): the pooling node, made the other convention, reproduces PyTorch."""
+    model, x = _Pooled(pooling).eval(), torch.randn(2, 7, 8, generator=torch.Generator().manual_seed(236))
+    proto = dc.export(model, (x,), exporter)
+    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    shapes = _shapes(proto)
+    if pooling == "first":
+        node = next(n for n in proto.graph.node if n.op_type == "Gather" and len(shapes.get(n.input[0], [])) == 3)
+        node.op_type = "ReduceMean"
+        del node.attribute[:], node.input[1:]
+        node.attribute.append(helper.make_attribute("keepdims", 0))
+        if opset >= 18:
+            proto.graph.initializer.append(numpy_helper.from_array(np.array([1], np.int64), "pool_axes"))
+            node.input.append("pool_axes")
+        else:
+            node.attribute.append(helper.make_attribute("axes", [1]))
+    else:
+        node = next(n for n in proto.graph.node if n.op_type == "ReduceMean")
+        node.op_type = "Gather"
+        del node.attribute[:], node.input[1:]
+        proto.graph.initializer.append(numpy_helper.from_array(np.array(0, np.int64), "pool_index"))
+        node.input.append("pool_index")
+        node.attribute.append(helper.make_attribute("axis", 1))
+    fd = _bisect(model, (x,), proto)
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True and node.name in fd.layer.segment, fd.explanation
+    assert len(fd.layer.segment) <= 3 and f"{node.name}.op" in fd.explanation, fd.explanation

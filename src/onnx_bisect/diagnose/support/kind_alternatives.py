@@ -100,6 +100,8 @@ def kind_alternatives(ctx, proto: onnx.NodeProto, shape_of, make) -> Iterator:
             yield make(proto.name, "op", op, other, "the PyTorch output", retyped(proto.name, other, {}, drop=()))
     if op in REDUCTIONS:
         yield from _reductions(ctx, proto, make)
+    if op in ("Gather", "ReduceMean", "ReduceMax"):
+        yield from _pooling_conventions(ctx, proto, make)
     elif op in POOL_ONLY:
         yield from _pools(proto, make)
     elif op in NON_COMMUTATIVE and len(proto.input) == 2 and not any(ctx.is_scalar(t) for t in proto.input):
@@ -247,6 +249,63 @@ def _reduction(node: str, op_type: str, axes: list[int] | None, as_input: bool):
             target.input.append(edits.add_initializer(model, f"{node}_axes_alternative", np.array(axes, np.int64)))
         elif axes is not None:
             target.attribute.append(helper.make_attribute("axes", axes))
+        return model, weights
+    return edit
+
+
+def _pooling_conventions(ctx, proto, make) -> Iterator:
+    """A sequence pooled in the other convention (CLS ↔ mean pooling, timm's ``global_pool='token'`` ↔
+    ``'avg'``, a decoder's last token): one position (a Gather of a scalar index) of a computed tensor taken as
+    the mean, then the max, over that axis; a mean or max over one axis taken as its first, then its last,
+    position."""
+    opset = ctx.opset or 13
+    data = ctx.shape_of(proto.input[0]) if proto.input and not ctx.onnx.graph.is_constant(proto.input[0]) else None
+    if not data or len(data) < 2:
+        return
+    if proto.op_type == "Gather":
+        index = ctx.constant(proto.input[1]) if len(proto.input) > 1 else None
+        axis = attribute(proto, "axis", 0) % len(data)
+        if index is None or index.ndim != 0 or index.dtype.kind not in "iu" or axis == 0 or data[axis] < 2:
+            return
+        for other in ("ReduceMean", "ReduceMax"):
+            yield make(proto.name, "op", f"Gather of position {int(index)} on axis {axis}", f"{other} over axis "
+                       f"{axis}", "the PyTorch output", _pooled(proto.name, other, axis, opset >= 18))
+        return
+    as_input = len(proto.input) > 1 and bool(proto.input[1])
+    axes = ctx.constant(proto.input[1]) if as_input else attribute(proto, "axes")
+    axes = [int(a) % len(data) for a in np.asarray(axes).reshape(-1)] if axes is not None else []
+    if len(axes) != 1 or axes[0] == 0 or data[axes[0]] < 2:
+        return
+    keep = bool(attribute(proto, "keepdims", 1))
+    for position in (0, data[axes[0]] - 1):
+        index = np.array([position] if keep else position, np.int64)
+        yield make(proto.name, "op", f"{proto.op_type} over axis {axes[0]}", f"Gather of position {position} on "
+                   f"axis {axes[0]}", "the PyTorch output", _taken(proto.name, axes[0], index))
+
+
+def _pooled(node: str, op_type: str, axis: int, as_input: bool):
+    """The Gather made a reduction over its axis, the axis dropped."""
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type = op_type
+        del target.attribute[:], target.input[1:]
+        target.attribute.append(helper.make_attribute("keepdims", 0))
+        if as_input:
+            target.input.append(edits.add_initializer(model, f"{node}_axes_alternative", np.array([axis], np.int64)))
+        else:
+            target.attribute.append(helper.make_attribute("axes", [axis]))
+        return model, weights
+    return edit
+
+
+def _taken(node: str, axis: int, index: np.ndarray):
+    """The reduction made a Gather of ``index`` on its axis (a one-element index keeps the axis)."""
+    def edit(model, weights):
+        target = edits.node(model, node)
+        target.op_type = "Gather"
+        del target.attribute[:], target.input[1:]
+        target.input.append(edits.add_initializer(model, f"{node}_index_alternative", index))
+        target.attribute.append(helper.make_attribute("axis", axis))
         return model, weights
     return edit
 
