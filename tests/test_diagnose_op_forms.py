@@ -579,7 +579,7 @@ def test_queries_and_keys_normalised_where_the_model_does_not_are_named_together
     assert "2 computed factors" in fd.explanation and "none applied" in fd.explanation, fd.explanation
 
 
-class _Pooled(torch.nn.Module):
+class _SequencePooled(torch.nn.Module):
     """A token encoder, then the sequence pooled — its first token (CLS) or the mean over tokens — and a head."""
 
     def __init__(self, pooling: str):
@@ -597,7 +597,7 @@ class _Pooled(torch.nn.Module):
 def test_a_sequence_pooled_in_the_other_convention_is_named_at_the_pooling(exporter, pooling):
     """CLS pooling exported as a mean over the tokens, and mean pooling as the first token (a port reading
     ``global_pool`` the other way): the pooling node, made the other convention, reproduces PyTorch."""
-    model, x = _Pooled(pooling).eval(), torch.randn(2, 7, 8, generator=torch.Generator().manual_seed(236))
+    model, x = _SequencePooled(pooling).eval(), torch.randn(2, 7, 8, generator=torch.Generator().manual_seed(236))
     proto = dc.export(model, (x,), exporter)
     opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     shapes = _shapes(proto)
