@@ -372,3 +372,42 @@ def test_projections_loaded_from_a_fused_weight_in_another_head_layout_are_named
     assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert set(readers) <= set(fd.layer.segment) and len(fd.layer.segment) <= 12, fd.layer.segment
     assert "mixed among them" in fd.explanation and layers in fd.explanation, fd.explanation
+
+
+class _TwoNorms(torch.nn.Module):
+    """Two GroupNorms with parameters of their own, a Conv between them."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(241)
+        self.conv1, self.conv2 = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, padding=1)
+        self.norm1, self.norm2 = torch.nn.GroupNorm(4, 8), torch.nn.GroupNorm(4, 8)
+        with torch.no_grad():
+            for norm in (self.norm1, self.norm2):
+                norm.weight.uniform_(0.5, 1.5)
+                norm.bias.normal_(0.0, 0.3)
+
+    def forward(self, x):
+        return self.norm2(self.conv2(torch.relu(self.norm1(self.conv1(x)))))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_norm_computed_with_another_norms_parameters_is_named_with_both(exporter):
+    """The second GroupNorm computed with the first one's weight and bias (a port calling ``norm1`` where
+    ``norm2`` was meant): the file's affine constants are exactly norm1's numbers, so no weight differs from the
+    parameter it pairs with; with norm2's own back the segment reproduces PyTorch."""
+    model, x = _TwoNorms().eval(), torch.randn(1, 3, 6, 6, generator=torch.Generator().manual_seed(242))
+    proto = dc.export(model, (x,), exporter)
+    swapped = []
+    for own, other in ((model.norm2.weight, model.norm1.weight), (model.norm2.bias, model.norm1.bias)):
+        mine, theirs = own.detach().numpy(), other.detach().numpy()
+        for init in proto.graph.initializer:
+            value = numpy_helper.to_array(init)
+            if value.size == mine.size and np.array_equal(value.reshape(-1), mine):
+                init.CopyFrom(numpy_helper.from_array(theirs.reshape(value.shape).astype(value.dtype), init.name))
+                swapped.append(init.name)
+    assert len(swapped) == 2, swapped
+    fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True and fd.layer.pair.activation.module == "norm2", \
+        fd.explanation
+    assert "norm1.weight" in fd.explanation and "norm2.weight" in fd.explanation, fd.explanation

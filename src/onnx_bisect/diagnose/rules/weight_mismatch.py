@@ -10,6 +10,7 @@ from ...records import Cause, Layout
 from ..context import DiagnosisContext, Finding, FixedSegment, Rule
 from . import quantization
 from .weight_biases import bias_after, bias_missing, bias_moved
+from .weight_borrowed import borrowed
 from .weight_layouts import exchanged, norm_scales, rearranged, relaid, scale_offset, sibling_rows
 from .weight_params import (concatenated_parameters, constant_activations, model_arrays, nearest_parameter, output_axis,
                             own_tensors, parameter_holding, parameters_sized, segment_initializers,
@@ -37,7 +38,7 @@ class WeightMismatch(Rule):
                 return offset
         if not differing:
             return (bias_after(ctx) or bias_missing(ctx, candidates) or bias_moved(ctx) or exchanged(ctx, candidates)
-                    or relaid(ctx) or _parameter_early(ctx)
+                    or borrowed(ctx) or relaid(ctx) or _parameter_early(ctx)
                     or scale_offset(ctx) or stale_table(ctx) or rearranged(ctx))
         moved = _parameter_moved(ctx, differing) or sibling_rows(ctx, differing)
         if moved is not None:
