@@ -559,3 +559,39 @@ def test_a_silu_written_out_after_a_linear_projection_is_an_op_pytorch_does_not_
         fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
     _found(fd, "planted_silu")
     assert "planted_gate" in fd.layer.segment and "SiLU" in fd.explanation, fd.explanation
+
+
+class _InvertedResidual(torch.nn.Module):
+    """MobileNetV2's block: expand (ReLU6), depthwise (ReLU6), a linear projection, the residual."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(243)
+        self.expand, self.dw = torch.nn.Conv2d(8, 16, 1), torch.nn.Conv2d(16, 16, 3, padding=1, groups=16)
+        self.project = torch.nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        return x + self.project(F.relu6(self.dw(F.relu6(self.expand(x)))))
+
+
+@pytest.mark.parametrize("provenance", ["dynamo", "onnxslim"])
+def test_a_relu6_after_a_linear_projection_is_named_and_removed(provenance):
+    """A Clip(0, 6) inserted after the block's linear projection (a port building every Conv with its block's
+    activation): the Clip removed reproduces PyTorch — a Clip is an op that may not belong, like a ReLU."""
+    model, x = _InvertedResidual().eval(), torch.randn(1, 8, 6, 6, generator=torch.Generator().manual_seed(244))
+    proto = dc.export(model, (x,), "dynamo")
+    if provenance == "onnxslim":
+        import rewrites
+
+        proto = rewrites.slim(proto)
+    project = [n for n in proto.graph.node if n.op_type == "Conv"][-1]
+    out = project.output[0]
+    project.output[0] = out + "_linear"
+    proto.graph.initializer.extend([numpy_helper.from_array(np.array(0.0, np.float32), "act_min"),
+                                    numpy_helper.from_array(np.array(6.0, np.float32), "act_max")])
+    clip = helper.make_node("Clip", [project.output[0], "act_min", "act_max"], [out], name="projection_act")
+    proto.graph.node.insert(list(proto.graph.node).index(project) + 1, clip)
+    fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert "projection_act" in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert "projection_act.op = Clip" in fd.explanation and "removed" in fd.explanation, fd.explanation

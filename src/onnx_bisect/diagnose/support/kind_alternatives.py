@@ -67,7 +67,7 @@ AFFINE_NORMS = frozenset({"LayerNormalization", "InstanceNormalization", "GroupN
 #: twice, a normalization applied again) is tried removed
 REMOVABLE = frozenset({"Relu", "Sigmoid", "Tanh", "Sqrt", "Exp", "Neg", "Reciprocal", "Softplus", "Softsign",
                        "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Celu", "Abs", "Erf", "Log", "Sin",
-                       "Cos", "Gelu", "Mish", "ThresholdedRelu", "Softmax", "LogSoftmax", "LayerNormalization",
+                       "Cos", "Gelu", "Mish", "ThresholdedRelu", "Softmax", "LogSoftmax", "LayerNormalization", "Clip",
                        "SimplifiedLayerNormalization", "InstanceNormalization"})
 #: what an Identity may stand for where a converter dropped an op it did not know: one-input ops with PyTorch's
 #: default attributes (a module's own configuration is tried first, see :func:`_module_ops`)
