@@ -49,6 +49,9 @@ SAMPLE = 1 << 16
 MAX_INPUTS = 8
 #: a function "fits" a tensor when it is this close, relative to 1 + the tensor's largest magnitude
 FIT = 1e-3
+#: the least distance, relative to 1 + the largest magnitude, that tells two functions apart (ten times it, or ten
+#: times the fits' own distances)
+APART = 1e-5
 
 
 class ActivationKind(Rule):
@@ -105,7 +108,10 @@ def _site(ctx: DiagnosisContext):
         if onnx_fn == torch_fn or {onnx_fn, torch_fn} <= GELUS:
             continue
         close_y, close_ref = FIT * (1 + np.max(np.abs(y))), FIT * (1 + np.max(np.abs(ref)))
-        if onnx_err[onnx_fn] <= close_y and torch_err[torch_fn] <= close_ref and onnx_err[torch_fn] > 10 * close_y:
+        # told apart by how far the other function is from ONNX's output against how well each one fits (not
+        # against the fit's bound: GELU and SiLU differ by 0.2 at most, however large the activations grow)
+        apart = 10 * max(onnx_err[onnx_fn], torch_err[torch_fn], APART * (1 + np.max(np.abs(y))))
+        if onnx_err[onnx_fn] <= close_y and torch_err[torch_fn] <= close_ref and onnx_err[torch_fn] > apart:
             full = np.asarray(value, np.float64)
             with np.errstate(all="ignore"):
                 errors = {k: float(np.max(np.abs(y - FUNCTIONS[k](full)))) for k in (onnx_fn, torch_fn)}
