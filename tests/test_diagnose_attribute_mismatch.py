@@ -483,3 +483,34 @@ def test_a_depthwise_conv_run_dense_with_its_kernel_tiled_is_its_group_confirmed
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True and fd.fixed_nodes == (name,), fd.explanation
     assert name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment  # a short one is kept whole
     assert f"{name}.group = 1" in fd.explanation and "implies 8" in fd.explanation, fd.explanation
+
+
+class _PyramidPool(torch.nn.Module):
+    """A Conv, an adaptive average pool to 2×2 (a pyramid pooling branch), a 1×1 Conv."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(245)
+        self.conv, self.pool, self.proj = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.AdaptiveAvgPool2d(2), \
+            torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.proj(self.pool(torch.relu(self.conv(x))))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_an_adaptive_pools_window_is_checked_against_its_output_size(exporter):
+    """The adaptive pool exported as a fixed AveragePool (window = stride = 8 / 2 = 4), its window made 5 with
+    padding on one side (the output shape kept): the module's output size implies the window, the strides and
+    no padding — named and confirmed (before: no plain pool module, and no pool op to read them from)."""
+    model, x = _PyramidPool().eval(), torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(246))
+    proto = dc.export(model, (x,), exporter)
+    pool = next((n for n in proto.graph.node if n.op_type == "AveragePool"), None)
+    if pool is None:
+        pytest.skip(f"the {exporter} exporter writes no AveragePool for the adaptive pool")
+    del pool.attribute[:]
+    pool.attribute.extend([helper.make_attribute("kernel_shape", [5, 5]), helper.make_attribute("strides", [4, 4]),
+                           helper.make_attribute("pads", [0, 0, 1, 1])])
+    fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True and pool.name in fd.layer.segment, fd.explanation
+    assert "AdaptiveAvgPool2d, output size [2, 2] of [8, 8]) implies [4, 4]" in fd.explanation, fd.explanation

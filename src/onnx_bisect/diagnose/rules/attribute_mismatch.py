@@ -173,6 +173,9 @@ def _expected(ctx: DiagnosisContext, proto):
     """``(node, attribute, onnx value, expected value, rank, source)`` from the emitting module's configuration."""
     info = next(n for n in ctx.segment_nodes if n.name == proto.name)
     qualname, module = ctx.module_of(info)
+    if proto.op_type in ("MaxPool", "AveragePool") and type(module).__name__ in ADAPTIVE_POOLS:
+        yield from _adaptive_pool(ctx, proto, qualname, module)
+        return
     if proto.op_type in ("MaxPool", "AveragePool") and type(module).__name__ not in PLAIN_POOLS:
         yield from _pool_from_op(ctx, proto)  # a functional pool, a pool subclass: its ATen op's arguments
         return
@@ -230,6 +233,29 @@ def _grouped_kernel(ctx: DiagnosisContext, wrong: list[Alternative]) -> list[Alt
             if _reproduces(ctx, changed):
                 return changed
     return wrong
+
+
+#: PyTorch's adaptive pools: exported as a fixed pool where each output size divides the input's
+ADAPTIVE_POOLS = frozenset({"AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d",
+                            "AdaptiveMaxPool2d", "AdaptiveMaxPool3d"})
+
+
+def _adaptive_pool(ctx: DiagnosisContext, proto, qualname: str, module):
+    """The window, strides and pads of the fixed pool an adaptive pool is where each output size divides the
+    input's (the exporters write it so): window = stride = input / output, no padding."""
+    shape = ctx.shape_of(proto.input[0]) if proto.input else None
+    n = len(attribute(proto, "kernel_shape", []))
+    wanted = module.output_size if isinstance(module.output_size, (tuple, list)) else (module.output_size,) * n
+    if not shape or len(shape) != n + 2 or len(wanted) != n or any(w is None for w in wanted):
+        return
+    size = shape[2:]
+    if any(not w or s % w for s, w in zip(size, wanted)):
+        return
+    window = [s // w for s, w in zip(size, wanted)]
+    source = f"{qualname} ({type(module).__name__}, output size {list(wanted)} of {list(size)})"
+    yield proto.name, "kernel_shape", list(attribute(proto, "kernel_shape", [])), window, 0, source
+    yield proto.name, "strides", list(attribute(proto, "strides", [1] * n)), window, 0, source
+    yield proto.name, "pads", list(attribute(proto, "pads", [0] * 2 * n)), [0] * 2 * n, 0, source
 
 
 #: PyTorch's pool modules whose configuration is the op's (a subclass may pad on its own: timm's, BiT's)
