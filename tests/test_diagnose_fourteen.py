@@ -282,11 +282,14 @@ def _silu_as_gelu(proto: onnx.ModelProto) -> str:
 @pytest.mark.parametrize("act,plant,exporter,said,scale", [
     (torch.nn.GELU(), _erf_as_sign, "torchscript", "applies ReLU", 1.0),
     (torch.nn.SiLU(), _silu_as_gelu, "dynamo", "applies GELU (erf)", 1.0),
-    (torch.nn.SiLU(), _silu_as_gelu, "dynamo", "applies GELU (erf)", 60.0)])
+    (torch.nn.SiLU(), _silu_as_gelu, "dynamo", "applies GELU (erf)", 60.0),
+    (torch.nn.SiLU(), _silu_as_gelu, "torchscript", "applies GELU (erf)", 0.3)])
 def test_an_activation_computed_as_another_function_is_named_with_both_functions(act, plant, exporter, said, scale):
     """Whatever ops the file writes it with, the function the segment applies to the activation's input is told
     from PyTorch's on the real values, and writing PyTorch's in its place makes the segment agree — also where the
-    activations reach tens (GELU and SiLU then differ by 0.2 at most, a thousandth of the largest value)."""
+    activations reach tens (GELU and SiLU then differ by 0.2 at most, a thousandth of the largest value), and where
+    they stay small enough that a searched scale of the Erf's input bends Φ into a sigmoid's likeness (a fit that
+    names no function ranks below the reading that does)."""
     model = _Mlp(act).eval()
     inputs = (scale * torch.randn(3, 16, generator=torch.Generator().manual_seed(151)),)
     proto = dc.export(model, inputs, exporter)

@@ -37,6 +37,11 @@ PAD_MODES = {"ReflectionPad1d": "reflect", "ReflectionPad2d": "reflect", "Reflec
 FED_CONFIDENCE = 0.8
 
 
+#: a scalar found by searching (a fit, not a closed form): below a reading of equal confidence that names what the
+#: segment computes (a GELU written out for a SiLU, whose Erf's scale a search bends into a sigmoid's likeness)
+SEARCHED_CONFIDENCE = 0.88
+
+
 class AttributeMismatch(Rule):
     """Check node attributes against the module's configuration, then try the plausible alternatives."""
 
@@ -76,6 +81,8 @@ class AttributeMismatch(Rule):
         fix = ("Set the attribute(s) to the values above, or re-export: the tool or hand edit that produced this "
                "graph changed the node's configuration.")
         confidence = 0.9 if confirmed_by_search else 0.85
+        if confirmed_by_search and all("(searched" in a.source for a in wrong):
+            confidence = SEARCHED_CONFIDENCE  # a number fitted to PyTorch: below a reading that names a function
         if any(a.what.startswith("input ") and a.feeds for a in wrong):
             confidence = FED_CONFIDENCE  # a value from outside the file: a reading of the file's own numbers first
         if all(a.what in ("transA", "transB") for a in wrong):
