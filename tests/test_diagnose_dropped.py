@@ -595,3 +595,53 @@ def test_a_relu6_after_a_linear_projection_is_named_and_removed(provenance):
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     assert "projection_act" in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
     assert "projection_act.op = Clip" in fd.explanation and "removed" in fd.explanation, fd.explanation
+
+
+class _Branches(torch.nn.Module):
+    """A block adding two branches (tanh of one Linear, half of another), then a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(247)
+        self.a, self.b, self.head = torch.nn.Linear(8, 16), torch.nn.Linear(8, 16), torch.nn.Linear(16, 4)
+
+    def block(self, x):  # summed from zeros, as a mixture of experts sums its experts' shares
+        total = torch.zeros(x.shape[0], 16)
+        for share in (torch.tanh(self.a(x)), 0.5 * self.b(x)):
+            total = total + share
+        return total
+
+    def forward(self, x):
+        return self.head(self.block(x))
+
+
+def _pruned(proto: onnx.ModelProto) -> None:
+    """Nodes no output depends on removed (a converter's or simplifier's dead-code pass)."""
+    outputs = {o.name for o in proto.graph.output}
+    while True:
+        read = {t for n in proto.graph.node for t in n.input} | outputs
+        dead = [n for n in proto.graph.node if not any(o in read for o in n.output)]
+        if not dead:
+            return
+        for n in dead:
+            proto.graph.node.remove(n)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_an_add_dropped_with_its_branch_is_restored_with_pytorchs_branch_value(exporter):
+    """The Add of the second branch made an Identity of the sum so far and the branch's nodes pruned with it (no
+    tensor of the file holds what the Add read): an Add with PyTorch's value of that branch reproduces PyTorch —
+    named at the Identity, the value said to be PyTorch's.  The zeros the sum starts from, a constant of one
+    number, are no table folded from some module's output (it was read as a stale one)."""
+    model, x = _Branches().eval(), torch.randn(3, 8, generator=torch.Generator().manual_seed(248))
+    proto = dc.export(model, (x,), exporter)
+    tanh = next(n for n in proto.graph.node if n.op_type == "Tanh")
+    first = next(n for n in proto.graph.node if n.op_type == "Add" and tanh.output[0] in n.input)
+    add = next(n for n in proto.graph.node if n.op_type == "Add" and first.output[0] in n.input)
+    add.op_type = "Identity"
+    del add.input[:], add.attribute[:]
+    add.input.append(first.output[0])
+    _pruned(proto)
+    fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True and add.name in fd.layer.segment, fd.explanation
+    assert len(fd.layer.segment) <= 3 and "Add with PyTorch's" in fd.explanation, fd.explanation

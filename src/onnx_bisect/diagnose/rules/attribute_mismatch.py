@@ -83,7 +83,7 @@ class AttributeMismatch(Rule):
         confidence = 0.9 if confirmed_by_search else 0.85
         if confirmed_by_search and all("(searched" in a.source for a in wrong):
             confidence = SEARCHED_CONFIDENCE  # a number fitted to PyTorch: below a reading that names a function
-        if any(a.what.startswith("input ") and a.feeds for a in wrong):
+        if any((a.what.startswith("input ") or a.what == "op") and a.feeds for a in wrong):
             confidence = FED_CONFIDENCE  # a value from outside the file: a reading of the file's own numbers first
         if all(a.what in ("transA", "transB") for a in wrong):
             confidence = _trans_confidence(ctx, wrong)

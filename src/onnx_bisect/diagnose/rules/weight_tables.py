@@ -29,6 +29,8 @@ def stale_table(ctx: DiagnosisContext) -> Finding | None:
         if value is None or value.dtype.kind != "f" or value.size < 4 or graph.weighted_readers(name) \
                 or any(graph.nodes[c].op_type in PRODUCT_OPS for c in graph.consumers.get(name, ())):
             continue
+        if not np.ptp(value):
+            continue  # one number everywhere (the zeros a sum starts from): nothing to tell which output it was
         if any((r := layout.relate(value, v)) is not None and r.equal for v in candidates.values()
                if v.size == value.size):
             continue  # a parameter's own numbers (a norm's scale, a bias): not a table

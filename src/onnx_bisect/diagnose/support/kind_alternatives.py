@@ -24,7 +24,7 @@ from . import edits
 from .form_alternatives import form_alternatives
 from .masks import dropout_probability
 from .alternative_edits import grouped, identity_of, repeated_block, retyped, rewired, with_attributes, with_inputs
-from .rewirings import FLOATS, fits
+from .rewirings import FLOATS, fits, op_inputs
 from .value_alternatives import base_name, op_numbers
 from ...records.nest import to_numpy
 
@@ -783,6 +783,40 @@ def _restored(ctx, proto, make) -> Iterator:
         yield make(proto.name, "op", "Identity", f"Add with {other}", "the PyTorch output",
                    _as_add(proto.name, other))
     yield from _norms_restored(ctx, proto, make)
+    for op, value in _fed_operands(ctx, proto):  # the operand's computation gone from the file: PyTorch's fed
+        fed = f"{proto.name}_operand_as_pytorch"
+        yield make(proto.name, "op", "Identity", f"Add with PyTorch's {op.name} value (no tensor of the file holds "
+                   "it: its computation was dropped with the Add)", "the PyTorch output", _as_add(proto.name, fed),
+                   feeds={fed: value})
+
+
+def _fed_operands(ctx, proto) -> list:
+    """``(op, value)`` of PyTorch's ops around the divergence with the Identity's shape that no tensor the segment
+    is fed or computes holds, nearest the divergent op first: the operand an Add a converter or a pruning step
+    dropped would have read, where its computation went with it (an expert's share of a sum, a residual
+    branch)."""
+    shape = ctx.shape_of(proto.input[0])
+    if not shape or not ctx.ops:
+        return []
+    read = [np.asarray(v) for v in ctx.computed([proto.input[0]]).values()]
+    activation, size = ctx.layer.pair.activation, int(np.prod(shape))
+    by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
+    ops = op_inputs(activation, by_index, size, ctx.ops)  # what the divergent op is computed from, then the others
+    found = []
+    for op in ops + sorted((a for a in ctx.ops if a not in ops), key=lambda a: abs(a.index - activation.index)):
+        value = np.asarray(op.value)
+        if value.dtype.kind != "f" or value.size != int(np.prod(shape)) or not np.any(value):
+            continue
+        value = value.reshape(shape).astype(np.float32)
+        # not the value the Identity passes on, nor (unless the divergent op reads it: a sum whose other terms are
+        # zero) the divergent value itself
+        held = read + ([] if op in ops else [np.asarray(ctx.reference)])
+        if any(h.size == value.size and ctx.compare(h.reshape(shape).astype(np.float32), value).ok for h in held):
+            continue
+        found.append((op, value))
+        if len(found) >= MAX_OPERANDS:
+            break
+    return found
 
 
 #: norm modules of the model tried in an Identity's place, at most (those nearest the divergent layer first)

@@ -117,7 +117,7 @@ def _fed_inputs(ctx, proto, i: int, tensor: str, now: np.ndarray, held, make) ->
     input (siblings: a max pool where an average pool belongs — the op that computed the value read is wrong, not
     the wiring; a key head split read for the value one is a wiring)."""
     by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
-    fed_ops = _op_inputs(ctx.layer.pair.activation, by_index, now.size, ctx.ops)
+    fed_ops = op_inputs(ctx.layer.pair.activation, by_index, now.size, ctx.ops)
     for op in fed_ops + _unpaired(ctx, now.size, {a.index for a in fed_ops}):
         fed_value = np.asarray(op.value).reshape(now.shape).astype(now.dtype)
         if ctx.compare(now, fed_value).ok or _one_op_on(by_index, op, held) or _a_sibling(by_index, held, op.index):
@@ -343,7 +343,7 @@ MAX_PRODUCTS = 8
 MAX_FED_DEPTH = 8
 
 
-def _op_inputs(activation, by_index, size: int, ops=()) -> list:
+def op_inputs(activation, by_index, size: int, ops=()) -> list:
     """The values of ``size`` elements PyTorch's op or module ``activation`` (the divergent one) is computed from,
     up to ``MAX_FED_DEPTH`` steps back, nearest first.  A module's output recorded with no inputs (it read an op's
     value, not another module's) is computed from what its own ops (``ops``: the narrowing's) read outside it."""
