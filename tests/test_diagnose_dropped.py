@@ -645,3 +645,44 @@ def test_an_add_dropped_with_its_branch_is_restored_with_pytorchs_branch_value(e
     fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True and add.name in fd.layer.segment, fd.explanation
     assert len(fd.layer.segment) <= 3 and "Add with PyTorch's" in fd.explanation, fd.explanation
+
+
+class _Strided(torch.nn.Module):
+    """A Conv, a ReLU, a strided Conv, a head Conv."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(249)
+        self.conv1, self.down = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Conv2d(8, 8, 3, stride=2, padding=1)
+        self.head = torch.nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.head(torch.relu(self.down(torch.relu(self.conv1(x)))))
+
+
+@pytest.mark.parametrize("provenance", ["dynamo", "renamed"])
+def test_a_blur_before_a_strided_conv_is_named_and_removed(provenance, tmp_path):
+    """A fixed depthwise [1, 2, 1] / 4 blur (BlurPool's anti-aliasing) inserted before the strided Conv, the shape
+    kept: the filter removed reproduces PyTorch — named at the blur, also in a renamed file (no scopes)."""
+    model, x = _Strided().eval(), torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(250))
+    proto = dc.export(model, (x,), "dynamo")
+    down = next(n for n in proto.graph.node if n.op_type == "Conv" and any(
+        a.name == "strides" and list(a.ints) == [2, 2] for a in n.attribute))
+    taps = np.array([1.0, 2.0, 1.0]) / 4
+    kernel = np.broadcast_to(np.outer(taps, taps), (8, 1, 3, 3)).astype(np.float32)
+    proto.graph.initializer.append(numpy_helper.from_array(np.ascontiguousarray(kernel), "blur_kernel"))
+    blur = helper.make_node("Conv", [down.input[0], "blur_kernel"], ["blurred"], name="blur", group=8,
+                            kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    down.input[0] = "blurred"
+    proto.graph.node.insert(list(proto.graph.node).index(down), blur)
+    name = "blur"
+    if provenance == "renamed":
+        index = list(proto.graph.node).index(blur)
+        onnx.save(proto, tmp_path / "blurred.onnx")
+        rename(tmp_path / "blurred.onnx", tmp_path / "renamed.onnx")
+        proto = onnx.load(tmp_path / "renamed.onnx")
+        name = proto.graph.node[index].name
+    fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True and name in fd.layer.segment, fd.explanation
+    assert len(fd.layer.segment) <= 3 and f"{name}.op = Conv" in fd.explanation and "removed" in fd.explanation, \
+        fd.explanation

@@ -161,6 +161,10 @@ def _not_applied(ctx, proto, make) -> Iterator:
         alt = make(proto.name, "op", f"Mul of '{x}' by its own {gate.op_type} (a SiLU / swish)", "Identity (not "
                    "applied: PyTorch reads the tensor as it is)", "the PyTorch output", identity_of(proto.name, x))
         yield dataclasses.replace(alt, shows_in=(gate.name,)) if alt is not None else alt
+    elif op == "Conv" and proto.domain in ("", "ai.onnx") and _a_filter(ctx, proto):
+        # a fixed filter PyTorch does not apply (an anti-aliasing blur before a strided Conv, a smoothing)
+        alt = _removal(proto, make)
+        yield dataclasses.replace(alt, have="Conv (a fixed depthwise filter keeping the shape)") if alt else alt
     elif op in REMOVABLE and proto.domain in ("", "ai.onnx") and not _doubled_by_reader(ctx, proto):
         alt = _removal(proto, make)
         chain = _inverting_chain(ctx.onnx.graph, proto.input[0]) if op == "Reciprocal" and proto.input else ()
@@ -170,6 +174,16 @@ def _not_applied(ctx, proto, make) -> Iterator:
             alt = dataclasses.replace(alt, have=f"{op} between a scaling by 1/{scale:.6g} and one by {scale:.6g} "
                                                 f"({scale:.6g}·{op.lower()}(x / {scale:.6g}))", shows_in=nodes)
         yield dataclasses.replace(alt, shows_in=chain) if chain and alt is not None else alt
+
+
+def _a_filter(ctx, proto) -> bool:
+    """Whether a Conv filters each channel apart and keeps its input's shape: depthwise (one group per channel),
+    a constant kernel, no bias, the output of the input's shape."""
+    kernel = ctx.initializer(proto.input[1]) if len(proto.input) > 1 else None
+    shape = ctx.shape_of(proto.input[0])
+    return (kernel is not None and kernel.ndim >= 3 and kernel.shape[1] == 1 and len(proto.input) < 3 and bool(shape)
+            and len(shape) == kernel.ndim and attribute(proto, "group", 1) == shape[1] == kernel.shape[0]
+            and ctx.shape_of(proto.output[0]) == shape)
 
 
 def _scaled_around(ctx, proto) -> tuple[float, tuple[str, str]] | None:
