@@ -472,7 +472,8 @@ class _TwoResiduals(torch.nn.Module):
 def test_an_identity_handing_on_a_sum_computed_in_its_segment_is_named_unconfirmed():
     """The second Add left as an Identity of the first's sum, its branch pruned: the sum is computed inside the
     norm's three-node segment (no cut holds it), and it holds the value of the add PyTorch ran — the file lacks a
-    computation there (named, unconfirmed)."""
+    computation there: an Add with PyTorch's value of the pruned branch (the relu's) reproduces PyTorch (named,
+    confirmed; before, named unconfirmed)."""
     model = _TwoResiduals().eval()
     inputs = (torch.randn(2, 8, generator=torch.Generator().manual_seed(56)),)
     faulty = dc.export(model, inputs, "torchscript")
@@ -486,7 +487,8 @@ def test_an_identity_handing_on_a_sum_computed_in_its_segment_is_named_unconfirm
     with dc.quiet():
         fd = onnx_bisect.bisect(model, inputs, onnx=faulty).first_divergence
     assert fd is not None and add.name in fd.layer.segment and len(fd.layer.segment) <= 3, fd.layer.segment
-    assert fd.cause == "attribute-mismatch" and not fd.confirmed and "Identity" in fd.explanation, fd.explanation
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True and "Add with PyTorch's" in fd.explanation, \
+        fd.explanation
 
 
 class _NormedStack(torch.nn.Module):
@@ -615,18 +617,6 @@ class _Branches(torch.nn.Module):
         return self.head(self.block(x))
 
 
-def _pruned(proto: onnx.ModelProto) -> None:
-    """Nodes no output depends on removed (a converter's or simplifier's dead-code pass)."""
-    outputs = {o.name for o in proto.graph.output}
-    while True:
-        read = {t for n in proto.graph.node for t in n.input} | outputs
-        dead = [n for n in proto.graph.node if not any(o in read for o in n.output)]
-        if not dead:
-            return
-        for n in dead:
-            proto.graph.node.remove(n)
-
-
 @pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
 def test_an_add_dropped_with_its_branch_is_restored_with_pytorchs_branch_value(exporter):
     """The Add of the second branch made an Identity of the sum so far and the branch's nodes pruned with it (no
@@ -641,7 +631,7 @@ def test_an_add_dropped_with_its_branch_is_restored_with_pytorchs_branch_value(e
     add.op_type = "Identity"
     del add.input[:], add.attribute[:]
     add.input.append(first.output[0])
-    _pruned(proto)
+    _prune_dead(proto)
     fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True and add.name in fd.layer.segment, fd.explanation
     assert len(fd.layer.segment) <= 3 and "Add with PyTorch's" in fd.explanation, fd.explanation
