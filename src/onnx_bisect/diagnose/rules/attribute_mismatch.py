@@ -17,7 +17,8 @@ from ..support.heads import head_counts
 from ..support.block_order import exchanged_blocks, norm_placements, parallel_blocks
 from ..support.gating import swapped_gates
 from ..support.keys_values import exchanged_keys_values
-from ..support.kind_alternatives import doubled_removals, extra_factors, extra_runs, kind_alternatives, per_block
+from ..support.factors import extra_factors
+from ..support.kind_alternatives import doubled_removals, extra_runs, kind_alternatives, per_block
 from ..support.rewirings import repeated_blocks, rewirings
 from ..support.op_alternatives import boundary_swaps
 from ...records import Cause, ModuleKind, module_kind

@@ -7,8 +7,10 @@ a strict comparison for a non-strict one (a causal mask's diagonal), the larger 
 non-commutative op its operands the other way round (``mean - x``).  Each alternative here is such an edit; the
 attribute rule keeps one only when the segment then reproduces PyTorch, so a family is tried whole.  Further:
 a Conv's dilation (its padding moved with it so the shape stays), a normalization's scale and bias exchanged,
-and an integer constant (a position offset, index arithmetic) one more or one less.  A node reading the wrong
-tensor, and a block applied twice, are :mod:`.rewirings`.
+and an integer constant (a position offset, index arithmetic) one more or one less; ops PyTorch does not apply
+(an activation, a Clip, a fixed filter, the scaling around a soft cap) removed.  A node reading the wrong tensor,
+and a block applied twice, are :mod:`.rewirings`; what an Identity stands for, :mod:`.restored`; a computed
+factor PyTorch does not apply, :mod:`.factors`.
 """
 from __future__ import annotations
 
@@ -24,8 +26,9 @@ from . import edits
 from .form_alternatives import form_alternatives
 from .masks import dropout_probability
 from .alternative_edits import grouped, identity_of, repeated_block, retyped, rewired, with_attributes, with_inputs
-from .rewirings import FLOATS, fits, op_inputs
-from .value_alternatives import base_name, op_numbers
+from .factors import scalar_scaling
+from .restored import module_ops, restored
+from .value_alternatives import op_numbers
 from ...records.nest import to_numpy
 
 #: families of ops with the same inputs, attributes and output shape, each member tried for the others
@@ -69,24 +72,6 @@ REMOVABLE = frozenset({"Relu", "Sigmoid", "Tanh", "Sqrt", "Exp", "Neg", "Recipro
                        "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Celu", "Abs", "Erf", "Log", "Sin",
                        "Cos", "Gelu", "Mish", "ThresholdedRelu", "Softmax", "LogSoftmax", "LayerNormalization", "Clip",
                        "SimplifiedLayerNormalization", "InstanceNormalization"})
-#: what an Identity may stand for where a converter dropped an op it did not know: one-input ops with PyTorch's
-#: default attributes (a module's own configuration is tried first, see :func:`_module_ops`)
-RESTORABLE = (("Relu", {}), ("Sigmoid", {}), ("Tanh", {}), ("Neg", {}), ("Sqrt", {}), ("Exp", {}), ("Log", {}),
-              ("Abs", {}), ("Reciprocal", {}), ("Erf", {}), ("Softplus", {}), ("Elu", {"alpha": 1.0}),
-              ("LeakyRelu", {"alpha": 0.01}), ("HardSigmoid", {"alpha": 1.0 / 6.0, "beta": 0.5}), ("HardSwish", {}),
-              ("Softmax", {"axis": -1}), ("Sin", {}), ("Cos", {}))
-#: PyTorch activation modules and the ONNX op (with the module's attributes) computing them
-MODULE_OPS = {"ReLU": lambda m: ("Relu", {}), "Sigmoid": lambda m: ("Sigmoid", {}), "Tanh": lambda m: ("Tanh", {}),
-              "LeakyReLU": lambda m: ("LeakyRelu", {"alpha": float(m.negative_slope)}),
-              "ELU": lambda m: ("Elu", {"alpha": float(m.alpha)}), "CELU": lambda m: ("Celu", {"alpha": float(m.alpha)}),
-              "SELU": lambda m: ("Selu", {}), "Softplus": lambda m: ("Softplus", {}) if m.beta == 1 else None,
-              "Hardsigmoid": lambda m: ("HardSigmoid", {"alpha": 1.0 / 6.0, "beta": 0.5}),
-              "Hardswish": lambda m: ("HardSwish", {}), "Softsign": lambda m: ("Softsign", {}),
-              "Softmax": lambda m: ("Softmax", {"axis": -1 if m.dim is None else int(m.dim)}),
-              "LogSoftmax": lambda m: ("LogSoftmax", {"axis": -1 if m.dim is None else int(m.dim)}),
-              "Mish": lambda m: ("Mish", {})}
-#: same-shape tensors before an Identity tried as the operand a dropped Add read (the residual)
-MAX_OPERANDS = 6
 #: integer constants up to this many entries are tried one more and one less
 MAX_INT_CONSTANT = 64
 
@@ -149,7 +134,7 @@ def _not_applied(ctx, proto, make) -> Iterator:
     """The node's op left out (an Identity restored to the op it stands for, for an Identity)."""
     op = proto.op_type
     if op == "Identity":
-        yield from _restored(ctx, proto, make)
+        yield from restored(ctx, proto, make)
     elif op == "Sub" and len(proto.input) == 2 and _one(ctx, proto.input[0]) and proto.domain in ("", "ai.onnx"):
         # ``1 − z``: a gate read in the other convention (a GRU's update gate as (1 − z)·h + z·n, a mask read as
         # the other class's) — the complement the model does not take
@@ -196,24 +181,10 @@ def _scaled_around(ctx, proto) -> tuple[float, tuple[str, str]] | None:
     after = graph.nodes[readers[0]] if len(readers) == 1 else None
     if before is None or after is None or len(graph.consumers.get(before.outputs[0], ())) != 1:
         return None
-    inner, outer = _scalar_scaling(ctx, before), _scalar_scaling(ctx, after, proto.output[0])
+    inner, outer = scalar_scaling(ctx, before), scalar_scaling(ctx, after, proto.output[0])
     if inner is None or outer is None or inner == 0 or not np.isclose(inner * outer, 1.0, rtol=1e-4):
         return None
     return outer, (before.name, after.name)
-
-
-def _scalar_scaling(ctx, node, operand: str | None = None) -> float | None:
-    """The factor a Mul or Div of a tensor by a scalar constant applies to it (``operand``: that tensor), else
-    None."""
-    if node.op_type not in ("Mul", "Div") or len(node.inputs) != 2 or node.domain not in ("", "ai.onnx"):
-        return None
-    for k in ((0, 1) if node.op_type == "Mul" else (0,)):
-        tensor, constant = node.inputs[k], ctx.constant(node.inputs[1 - k])
-        if (operand is None or tensor == operand) and constant is not None and constant.size == 1 \
-                and constant.dtype.kind == "f" and float(constant.reshape(())) != 0:
-            value = float(constant.reshape(()))
-            return value if node.op_type == "Mul" else 1.0 / value
-    return None
 
 
 def _gate_of_itself(ctx, proto):
@@ -480,97 +451,6 @@ def extra_runs(ctx, protos, make) -> Iterator:
         yield dataclasses.replace(alt, shows_in=tuple(n.name for n in chain)) if alt is not None else alt
 
 
-#: nodes computing a factor, at most, walked up from the Mul that applies it
-MAX_FACTOR_NODES = 4
-
-
-def extra_factors(ctx, protos, make) -> Iterator:
-    """A factor PyTorch does not apply, computed for the purpose: a Mul (or Div) of the segment scaling a computed
-    tensor by a factor computed from the segment's own tensors and broadcast over one of its axes (a per-row
-    ``σ(logsumexp(s))`` sink share on attention probabilities, a gate no module has), made an Identity of the
-    tensor it scales; the nodes computing the factor for it alone are named with it.  A scaling by a scalar
-    constant that alone reads the result goes with it (``x · √d / ‖x‖``, an RMS normalisation no module has),
-    and where the segment holds several such factors, all of them together are tried last (queries and keys
-    both normalised before the scores)."""
-    found = list(_factors(ctx, protos))
-    for proto, scaled, small, chain, scale in found:
-        described = (f"{proto.op_type} by '{chain[-1].outputs[0]}' (a factor of shape {list(small)} computed by "
-                     f"{', '.join(n.op_type for n in chain)})")
-        alt = make(proto.name, "op", described, "Identity (not applied: PyTorch reads the tensor as it is)",
-                   "the PyTorch output", identity_of(proto.name, scaled))
-        yield dataclasses.replace(alt, shows_in=tuple(n.name for n in chain)) if alt is not None else alt
-        if scale is not None:
-            alt = make(proto.name, "op", f"{described}, then scaled by {scale[1]:.6g}", "Identity (neither applied: "
-                       "PyTorch reads the tensor as it is)", "the PyTorch output", _identities(
-                           [(proto.name, scaled), (scale[0].name, proto.output[0])]))
-            yield dataclasses.replace(alt, shows_in=(*(n.name for n in chain), scale[0].name)) if alt else alt
-    if len(found) > 1:
-        pairs, shown = [], []
-        for proto, scaled, _, chain, scale in found:
-            pairs.append((proto.name, scaled))
-            shown += [n.name for n in chain]
-            if scale is not None:
-                pairs.append((scale[0].name, proto.output[0]))
-                shown.append(scale[0].name)
-        alt = make(found[0][0].name, "op", f"{len(found)} computed factors ({', '.join(f[0].name for f in found)})"
-                   + (" and the scalings after them" if any(f[4] for f in found) else ""), "Identity (none applied: "
-                   "PyTorch reads the tensors as they are)", "the PyTorch output", _identities(pairs))
-        yield dataclasses.replace(alt, shows_in=tuple(shown[:] + [f[0].name for f in found[1:]])) if alt else alt
-
-
-def _factors(ctx, protos) -> Iterator:
-    """``(node, tensor scaled, factor shape, nodes computing the factor, (scaling node, its factor) or None)`` of
-    each computed factor of the segment (see :func:`extra_factors`)."""
-    graph = ctx.onnx.graph
-    for proto in protos:
-        if proto.op_type not in ("Mul", "Div") or len(proto.input) != 2 or proto.domain not in ("", "ai.onnx"):
-            continue
-        for k in ((0, 1) if proto.op_type == "Mul" else (0,)):
-            scaled, factor = proto.input[k], proto.input[1 - k]
-            if graph.is_constant(factor) or graph.is_constant(scaled):
-                continue
-            big, small = ctx.shape_of(scaled), ctx.shape_of(factor)
-            if not big or not small or len(small) != len(big) or small == big or any(
-                    f not in (1, b) for f, b in zip(small, big)):
-                continue  # a factor broadcast over an axis of the tensor, not an operand of its shape
-            chain = _factor_nodes(graph, factor)
-            if chain:
-                yield proto, scaled, small, chain, _scaling_after(ctx, proto.output[0])
-                break
-
-
-def _scaling_after(ctx, tensor: str):
-    """``(node, factor)`` of the scaling by a scalar constant that alone reads ``tensor``, else None."""
-    graph = ctx.onnx.graph
-    readers = graph.consumers.get(tensor, ())
-    node = graph.nodes[readers[0]] if len(readers) == 1 else None
-    factor = _scalar_scaling(ctx, node, tensor) if node is not None else None
-    return (node, factor) if factor is not None else None
-
-
-def _identities(pairs: list[tuple[str, str]]):
-    """Each ``(node, tensor)``'s node made an Identity of its tensor."""
-    def edit(model, weights):
-        for node, tensor in pairs:
-            model, weights = identity_of(node, tensor)(model, weights)
-        return model, weights
-    return edit
-
-
-def _factor_nodes(graph, tensor: str) -> list:
-    """The nodes computing ``tensor`` for its reader alone (each output read once), up to a node reading a tensor
-    others read too: [] when the first already is (a factor the model uses elsewhere is the model's)."""
-    chain, node = [], graph.node_of(tensor)
-    while node is not None and len(chain) < MAX_FACTOR_NODES and len(node.outputs) == 1 \
-            and len(graph.consumers.get(node.outputs[0], ())) == 1:
-        chain.append(node)
-        computed = [t for t in node.inputs if t and not graph.is_constant(t)]
-        if len(computed) != 1 or len(graph.consumers.get(computed[0], ())) > 1:
-            break
-        node = graph.node_of(computed[0])
-    return chain[::-1]
-
-
 def per_block(ctx, protos, make) -> Iterator:
     """An op applied to the blocks of a Split and concatenated back along the split axis, where PyTorch applies
     it once to the whole tensor (a chunked softmax or norm that drops the rescaling between blocks): the Concat
@@ -779,168 +659,6 @@ def _doubled_by_reader(ctx, proto) -> bool:
     return any(graph.nodes[c].op_type == proto.op_type for c in graph.consumers.get(proto.output[0], ()))
 
 
-def _restored(ctx, proto, make) -> Iterator:
-    """What an Identity may stand for: the op of the activation module next to it (with its configuration), the
-    one-input ops PyTorch models use most (default attributes), or an Add of its input and an earlier tensor of
-    its shape (a residual or a branch a converter dropped) — each kept only when it reproduces PyTorch."""
-    tried = set()
-    opset = ctx.opset
-    gelus = [("Gelu", {}), ("Gelu", {"approximate": "tanh"})] if opset >= 20 else []
-    for op_type, attrs in [*_module_ops(ctx, opset), *_ran(ctx), *RESTORABLE, *gelus]:
-        key = (op_type, tuple(sorted(attrs.items())))
-        if key in tried:
-            continue
-        tried.add(key)
-        yield make(proto.name, "op", "Identity", op_type if not attrs else f"{op_type} {attrs}", "the PyTorch output",
-                   retyped(proto.name, op_type, attrs, drop=None))
-    for other in _earlier_operands(ctx, proto):
-        yield make(proto.name, "op", "Identity", f"Add with {other}", "the PyTorch output",
-                   _as_add(proto.name, other))
-    yield from _norms_restored(ctx, proto, make)
-    for op, value in _fed_operands(ctx, proto):  # the operand's computation gone from the file: PyTorch's fed
-        fed = f"{proto.name}_operand_as_pytorch"
-        yield make(proto.name, "op", "Identity", f"Add with PyTorch's {op.name} value (no tensor of the file holds "
-                   "it: its computation was dropped with the Add)", "the PyTorch output", _as_add(proto.name, fed),
-                   feeds={fed: value})
-
-
-def _fed_operands(ctx, proto) -> list:
-    """``(op, value)`` of PyTorch's ops around the divergence with the Identity's shape that no tensor the segment
-    is fed or computes holds, nearest the divergent op first: the operand an Add a converter or a pruning step
-    dropped would have read, where its computation went with it (an expert's share of a sum, a residual
-    branch)."""
-    shape = ctx.shape_of(proto.input[0])
-    if not shape or not ctx.ops:
-        return []
-    read = [np.asarray(v) for v in ctx.computed([proto.input[0]]).values()]
-    activation, size = ctx.layer.pair.activation, int(np.prod(shape))
-    by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
-    ops = op_inputs(activation, by_index, size, ctx.ops)  # what the divergent op is computed from, then the others
-    found = []
-    for op in ops + sorted((a for a in ctx.ops if a not in ops), key=lambda a: abs(a.index - activation.index)):
-        value = np.asarray(op.value)
-        if value.dtype.kind != "f" or value.size != int(np.prod(shape)) or not np.any(value):
-            continue
-        value = value.reshape(shape).astype(np.float32)
-        # not the value the Identity passes on, nor (unless the divergent op reads it: a sum whose other terms are
-        # zero) the divergent value itself
-        held = read + ([] if op in ops else [np.asarray(ctx.reference)])
-        if any(h.size == value.size and ctx.compare(h.reshape(shape).astype(np.float32), value).ok for h in held):
-            continue
-        found.append((op, value))
-        if len(found) >= MAX_OPERANDS:
-            break
-    return found
-
-
-#: norm modules of the model tried in an Identity's place, at most (those nearest the divergent layer first)
-MAX_RESTORED_NORMS = 4
-
-
-def _norms_restored(ctx, proto, make) -> Iterator:
-    """A norm of the model over the last axis (a LayerNorm, an RMSNorm: its weight, bias and epsilon) put in an
-    Identity's place: a converter that dropped a norm it could not map, a port that forgot ``ln_f`` — the norm's
-    modules near the segment first, then those whose width fits nearest the divergent layer."""
-    width = (ctx.shape_of(proto.input[0]) or (None,))[-1] if proto.input else None
-    if not width:
-        return
-    here = ctx.layer.pair.activation.index
-    by_place = {a.module: abs(a.index - here) for a in ctx.baseline.capture.activations if a.module}
-    near = [name for name, _ in ctx.modules_near()]
-    norms = [(name, m) for name, m in ctx.torch_modules() if _last_axis_norm(m, width) is not None]
-    norms.sort(key=lambda nm: (nm[0] not in near, by_place.get(nm[0], 1 << 30)))
-    for name, module in norms[:MAX_RESTORED_NORMS]:
-        op_type, weight, bias, eps = _last_axis_norm(module, width)
-        yield make(proto.name, "op", "Identity", f"{op_type} (epsilon {eps:g}, the weight{'' if bias is None else ' and bias'}"
-                   f" of {name})", "the PyTorch output",
-                   _norm_put_back(proto.name, op_type, weight, bias, eps))
-
-
-def _last_axis_norm(module, width: int):
-    """``(op type, weight, bias, epsilon)`` of a norm module over the last axis of ``width`` channels (a LayerNorm,
-    an RMSNorm by its class name), else None."""
-    weight = getattr(module, "weight", None)
-    if not hasattr(weight, "detach") or weight.dim() != 1 or weight.numel() != width:
-        return None
-    name = type(module).__name__
-    eps = getattr(module, "eps", getattr(module, "variance_epsilon", None))
-    if eps is None or "Norm" not in name or any(k in name for k in ("Batch", "Group", "Instance")):
-        return None
-    bias = getattr(module, "bias", None)
-    rms = "RMS" in name.upper()
-    return ("SimplifiedLayerNormalization" if rms else "LayerNormalization", to_numpy(weight).astype(np.float32),
-            None if rms or not hasattr(bias, "detach") else to_numpy(bias).astype(np.float32), float(eps))
-
-
-def _norm_put_back(node: str, op_type: str, weight: np.ndarray, bias: np.ndarray | None, eps: float):
-    def edit(model, weights):
-        target = edits.node(model, node)
-        target.op_type, target.domain = op_type, ""
-        del target.input[1:]
-        target.input.append(edits.add_initializer(model, f"{node}_restored_weight", weight))
-        if bias is not None:
-            target.input.append(edits.add_initializer(model, f"{node}_restored_bias", bias))
-        del target.attribute[:]
-        target.attribute.extend([helper.make_attribute("axis", -1), helper.make_attribute("epsilon", eps)])
-        return model, weights
-    return edit
-
-
-#: one-input ONNX ops (default attributes) an ATen op of the same name computes (``aten.sin`` → Sin)
-UNARY_OPS = ("Sin", "Cos", "Exp", "Log", "Sqrt", "Tanh", "Sigmoid", "Relu", "Abs", "Neg", "Reciprocal", "Erf",
-             "Floor", "Ceil", "Round", "Sign", "Softplus")
-
-
-def _ran(ctx) -> list[tuple[str, dict]]:
-    """The one-input ops PyTorch ran around the segment (its captured ATen ops), in the order it ran them: an
-    Identity most likely stands for one of them (a rotary table's ``sin``)."""
-    by_name = {op.lower(): op for op in UNARY_OPS}
-    names = [by_name.get(base_name(a.module_type)) for a in ctx.ops]
-    return [(n, {}) for n in dict.fromkeys(n for n in names if n)]
-
-
-def _module_ops(ctx, opset: int) -> list[tuple[str, dict]]:
-    found = []
-    for _, module in ctx.modules_near():
-        name = type(module).__name__
-        if opset >= 20 and name in ("GELU", "GELUActivation", "GELUTanh", "NewGELUActivation", "PytorchGELUTanh"):
-            tanh = getattr(module, "approximate", "none") == "tanh" or "Tanh" in name or name.startswith("New")
-            found.append(("Gelu", {"approximate": "tanh"} if tanh else {}))
-            continue
-        make_op = MODULE_OPS.get(name)
-        op = make_op(module) if make_op is not None else None
-        if op is not None:
-            found.append(op)
-    return found
-
-
-def _earlier_operands(ctx, proto) -> list[str]:
-    """Float tensors of the Identity input's shape computed before it, nearest first (the tensors paired with
-    PyTorch values — module outputs, where a residual stream runs — before the others)."""
-    graph = ctx.onnx.graph
-    shape = ctx.shape_of(proto.input[0])
-    at = graph.producer.get(proto.output[0])
-    if not shape or at is None:
-        return []
-    paired, others = [], []
-    for node in reversed(graph.nodes[:at]):
-        for t in node.outputs:
-            if t and t != proto.input[0] and fits(graph.shapes.get(t), shape) and graph.elem_types.get(t) in FLOATS:
-                (paired if t in ctx.cut.references else others).append(t)
-    return (paired + others)[:MAX_OPERANDS]
-
-
-def _as_add(node: str, other: str):
-    def edit(model, weights):
-        target = edits.node(model, node)
-        target.op_type = "Add"
-        del target.attribute[:]
-        del target.input[1:]
-        target.input.append(other)
-        return model, weights
-    return edit
-
-
 # --------------------------------------------------------------------------- RNN attributes
 
 def _rnn_attributes(proto, make) -> Iterator:
@@ -967,7 +685,7 @@ def _activations(ctx, proto, make) -> Iterator:
     family = next((f for f in ACTIVATIONS if op in f), None)
     if family is None and op != "PRelu":
         return
-    for other, attrs in _module_ops(ctx, ctx.opset):  # the activation module's own op first (nn.Hardswish's)
+    for other, attrs in module_ops(ctx, ctx.opset):  # the activation module's own op first (nn.Hardswish's)
         if other != op and len(proto.input) == 1:
             yield make(proto.name, "op", op, other if not attrs else f"{other} {attrs}", "the PyTorch module",
                        _activation(proto.name, other, attrs, drop_inputs=False))
