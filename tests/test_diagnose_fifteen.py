@@ -404,3 +404,44 @@ def test_attention_run_with_another_head_count_is_named_from_pytorchs_softmax():
     for node in split:
         _found(fd, node, cause="attribute-mismatch", at_most=12)
     assert "8 heads of 2" in fd.explanation and "4 heads of 4" in fd.explanation, fd.explanation
+
+
+class _FusedHeads(torch.nn.Module):
+    """Eight tokens, four heads of 8 through ``F.scaled_dot_product_attention`` (the dynamo exporter writes it out
+    with a batch × heads Reshape; PyTorch records no softmax of its own)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(251)
+        self.qkv, self.o = torch.nn.Linear(32, 96), torch.nn.Linear(32, 32)
+
+    def forward(self, x):  # (1, 8, 32)
+        q, k, v = (t.view(1, 8, 4, 8).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        return self.o(torch.nn.functional.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(1, 8, 32))
+
+
+def test_another_head_count_is_read_where_the_sequence_is_as_long_as_the_files_head_count():
+    """Every Reshape of the written-out attention made for 8 heads of 4 where the model has 4 heads of 8, with 8
+    tokens: the keys' batch × heads Reshape (8, 8, 4) reads two ways — (heads, head size) adjacent, or batch ×
+    heads apart from the head size — and only the second reproduces PyTorch. Each reading is tried, and the head
+    count comes from the fused attention's operands."""
+    model = _FusedHeads().eval()
+    inputs = (torch.randn(1, 8, 32, generator=torch.Generator().manual_seed(252)),)
+    proto = dc.export(model, inputs, "dynamo")
+    planted = {(1, 8, 4, 8): [1, 8, 8, 4], (-1, 8, 8): [-1, 8, 4], (1, 4, 8, 8): [1, 8, 4, 8]}
+    inits = {t.name: t for t in proto.graph.initializer}
+    changed = []
+    for node in proto.graph.node:
+        source = inits.get(node.input[1]) if node.op_type == "Reshape" else None
+        value = tuple(numpy_helper.to_array(source).tolist()) if source is not None else None
+        if value in planted:
+            name = f"planted_heads_{len(changed)}"
+            proto.graph.initializer.append(numpy_helper.from_array(np.array(planted[value], np.int64), name))
+            node.input[1] = name
+            changed.append(node.name)
+    assert len(changed) == 5, changed
+    del proto.graph.value_info[:]  # the exporter's shapes, now stale
+    fd = _bisect(model, inputs, proto)
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert set(changed) <= set(fd.layer.segment) and len(fd.layer.segment) <= 12, fd.layer.segment
+    assert "8 heads of 4" in fd.explanation and "4 heads of 8" in fd.explanation, fd.explanation
