@@ -10,9 +10,9 @@ from typing import Callable
 import numpy as np
 
 from ..support import edits, layout
-from ..support.alternative_edits import grouped, repeated_block
-from ..support.alternatives import (Alternative, alternatives, attribute_change, backed_perms, boundary_shapes,
-                                    searched)
+from ..support.alternative_edits import grouped, grouped_readings, repeated_block
+from ..support.alternatives import (SEARCHED_SOURCE, Alternative, alternatives, attribute_change, backed_perms,
+                                    boundary_shapes, searched)
 from ..support.heads import head_counts
 from ..support.block_order import exchanged_blocks, norm_placements, parallel_blocks
 from ..support.gating import swapped_gates
@@ -82,7 +82,7 @@ class AttributeMismatch(Rule):
         fix = ("Set the attribute(s) to the values above, or re-export: the tool or hand edit that produced this "
                "graph changed the node's configuration.")
         confidence = 0.9 if confirmed_by_search else 0.85
-        if confirmed_by_search and all("(searched" in a.source for a in wrong):
+        if confirmed_by_search and all(a.source.startswith(SEARCHED_SOURCE) for a in wrong):
             confidence = SEARCHED_CONFIDENCE  # a number fitted to PyTorch: below a reading that names a function
         if any((a.what.startswith("input ") or a.what == "op") and a.feeds for a in wrong):
             confidence = FED_CONFIDENCE  # a value from outside the file: a reading of the file's own numbers first
@@ -233,11 +233,9 @@ def _grouped_kernel(ctx: DiagnosisContext, wrong: list[Alternative]) -> list[Alt
         proto = ctx.node(alt.node) if alt.what == "group" and isinstance(alt.want, int) else None
         block = repeated_block(ctx.initializer(proto.input[1]), alt.want) if proto is not None \
             and len(proto.input) > 1 else None
-        for scale in ((1, alt.want) if block is not None else ()):
+        for said, kernel in (grouped_readings(alt.want, block) if block is not None else ()):
             changed = list(wrong)
-            changed[k] = dataclasses.replace(alt, edit=grouped(alt.node, alt.want, block * block.dtype.type(scale)),
-                                             want=f"{alt.want} (the kernel's repeated block"
-                                                  f"{'' if scale == 1 else f' times {scale}'}, {list(block.shape)})")
+            changed[k] = dataclasses.replace(alt, edit=grouped(alt.node, alt.want, kernel), want=said)
             if _reproduces(ctx, changed):
                 return changed
     return wrong

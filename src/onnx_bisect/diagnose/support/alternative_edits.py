@@ -115,3 +115,10 @@ def grouped(node: str, groups: int, kernel: np.ndarray):
         model = edits.set_attribute(model, node, "group", groups)
         return with_inputs(node, {1: kernel})(model, weights)
     return edit
+
+
+def grouped_readings(groups: int, block: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """``(what it says, kernel)`` of a dense Conv read as grouped (:func:`repeated_block`'s ``block``): the block
+    as it is, then times the group count (a converter dividing the tiled kernel by it)."""
+    return [(f"{groups} (the kernel's repeated block{'' if scale == 1 else f' times {scale}'}, {list(block.shape)})",
+             block * block.dtype.type(scale)) for scale in (1, groups)]

@@ -29,6 +29,8 @@ Edit = Callable[[onnx.ModelProto, Weights], tuple[onnx.ModelProto, Weights]]
 SCALAR_OPS = frozenset({"Mul", "Div", "Add", "Sub", "Pow"})
 #: of them, those whose scalar is also searched for by re-running the segment
 SEARCHED_OPS = frozenset({"Mul", "Div", "Pow"})
+#: what a value found by searching the segment's re-runs is said to come from (closed by what follows it)
+SEARCHED_SOURCE = "the PyTorch output (searched"
 
 
 @dataclass(frozen=True)
@@ -384,8 +386,8 @@ def _searched_candidates(ctx, proto, position: int, have: float, tensor: str, va
     found = _searched_scalar(ctx, tensor, have, value)
     if found is not None:
         for nice in _nice_numbers(found):
-            yield nice, "the PyTorch output (searched, a simple number near it)"
-        yield found, "the PyTorch output (searched)"
+            yield nice, f"{SEARCHED_SOURCE}, a simple number near it)"
+        yield found, f"{SEARCHED_SOURCE})"
 
 
 #: a Pow's exponents in the formulas models use (squares and variances, roots, cubes, reciprocals)

@@ -25,7 +25,8 @@ from ..context import attribute
 from . import edits
 from .form_alternatives import form_alternatives
 from .masks import dropout_probability
-from .alternative_edits import grouped, identity_of, repeated_block, retyped, rewired, with_attributes, with_inputs
+from .alternative_edits import (grouped, grouped_readings, identity_of, repeated_block, retyped, rewired,
+                                with_attributes, with_inputs)
 from .factors import scalar_scaling
 from .restored import module_ops, restored
 from .value_alternatives import op_numbers
@@ -344,10 +345,8 @@ def _tiled_groups(ctx, proto, make) -> Iterator:
         block = repeated_block(kernel, groups)
         if block is None:
             continue
-        for scale in (1, groups):
-            yield make(proto.name, "group", 1, f"{groups} (the kernel's repeated block"
-                       f"{'' if scale == 1 else f' times {scale}'}, {list(block.shape)})", "the PyTorch output",
-                       grouped(proto.name, groups, block * block.dtype.type(scale)))
+        for said, kernel in grouped_readings(groups, block):
+            yield make(proto.name, "group", 1, said, "the PyTorch output", grouped(proto.name, groups, kernel))
         return
 
 

@@ -57,15 +57,17 @@ def _fed_operands(ctx, proto) -> list:
     activation, size = ctx.layer.pair.activation, int(np.prod(shape))
     by_index = {a.index: a for a in (*ctx.baseline.capture.activations, *ctx.ops)}
     ops = op_inputs(activation, by_index, size, ctx.ops)  # what the divergent op is computed from, then the others
+    read_by_op = {a.index for a in ops}
     found = []
-    for op in ops + sorted((a for a in ctx.ops if a not in ops), key=lambda a: abs(a.index - activation.index)):
+    for op in ops + sorted((a for a in ctx.ops if a.index not in read_by_op),
+                           key=lambda a: abs(a.index - activation.index)):
         value = np.asarray(op.value)
         if value.dtype.kind != "f" or value.size != int(np.prod(shape)) or not np.any(value):
             continue
         value = value.reshape(shape).astype(np.float32)
         # not the value the Identity passes on, nor (unless the divergent op reads it: a sum whose other terms are
         # zero) the divergent value itself
-        held = read + ([] if op in ops else [np.asarray(ctx.reference)])
+        held = read + ([] if op.index in read_by_op else [np.asarray(ctx.reference)])
         if any(h.size == value.size and ctx.compare(h.reshape(shape).astype(np.float32), value).ok for h in held):
             continue
         found.append((op, value))
