@@ -52,6 +52,7 @@ def borrowed(ctx: DiagnosisContext) -> Finding | None:
                "the segment reproduces PyTorch's output.")
     fix = (f"Load {module}'s own parameters (check the key mapping, or the module the forward calls there), or "
            "re-export from the PyTorch model.")
-    rows = [{"initializer": n, "parameter": mine, "layout": f"holds {holder}"} for n, (holder, mine, _) in fixes.items()]
+    rows = [{"initializer": n, "parameter": mine, "layout": f"holds {holder}"}
+            for n, (holder, mine, _) in fixes.items()]
     return Finding(Cause.WEIGHT_MISMATCH, 0.9, summary, fix, {"parameters": rows},
                    changes=weight_readers(ctx, list(fixes)), counterfactual=lambda c, f=fixed: f)

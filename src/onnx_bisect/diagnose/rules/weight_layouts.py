@@ -529,9 +529,10 @@ def _sibling_fixes(ctx: DiagnosisContext, siblings, stacked: np.ndarray, laid: L
     """The file's weights of ``shape`` made of the siblings' rows, read by products of one of ``inputs`` (and their
     layers' biases made of the siblings' bias entries, a layer without one adding zeros), each unlike the value its
     layer holds, given that value: ``({initializer: value}, the layers whose rows they hold)``.  A weight's layer
-    is the one its product is paired with (among those whose rows it holds); where a product pairs with none of them (a renamed or float16 file's), the weights found, one per
-    layer whose rows they hold, are taken in the order their products run, the layers in the order PyTorch ran
-    them (Whisper registers k, v, q and runs q, k, v)."""
+    is the one its product is paired with (among those whose rows it holds); where a product pairs with none of
+    them (a renamed or float16 file's), the weights found, one per layer whose rows they hold, are taken in the
+    order their products run, the layers in the order PyTorch ran them (Whisper registers k, v, q and runs q, k,
+    v)."""
     names = [n for n, _, _ in siblings]
     by_name = {n: (w, b if b is not None else np.zeros(w.shape[0], w.dtype)) for n, w, b in siblings}
     transposed = laid is Layout.TRANSPOSED
