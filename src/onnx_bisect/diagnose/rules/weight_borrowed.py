@@ -28,12 +28,13 @@ def borrowed(ctx: DiagnosisContext) -> Finding | None:
         value = ctx.initializer(name)
         if value is None or value.dtype.kind != "f" or value.size < 2 or not np.ptp(value):
             continue  # a constant of one number says nothing of whose it is
-        holder = parameter_holding(ctx, value, rtol=0.0, atol=0.0)
+        step = float(np.finfo(value.dtype).eps)  # exactly, up to the rounding of the file's type (a float16 file's)
+        holder = parameter_holding(ctx, value, rtol=step if step > 1e-6 else 0.0, atol=0.0)
         if holder is None or ctx.owns(module, holder):
             continue
         mine = own.get(holder.rpartition(".")[2])
-        if mine is not None and mine.size == value.size and not np.array_equal(mine.reshape(-1),
-                                                                                 value.astype(np.float64).reshape(-1)):
+        if mine is not None and mine.size == value.size and not np.allclose(
+                mine.reshape(-1), value.astype(np.float64).reshape(-1), rtol=step if step > 1e-6 else 0.0, atol=0.0):
             fixes[name] = (holder, f"{module}.{holder.rpartition('.')[2]}", mine.reshape(value.shape))
     if not fixes:
         return None
