@@ -276,3 +276,46 @@ def test_a_fault_in_a_quantized_segment_that_its_quantization_does_not_explain_i
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     assert list(fd.layer.segment) == [pad.name] and fd.evidence.get("diagnosed_in_float")
     assert f"{pad.name}.pads = {pads.tolist()}" in fd.explanation
+
+
+class _ResidualNorm(torch.nn.Module):
+    """A residual block whose sum is RMS-normalised (unit weight) before a projection: the norm is blind to a
+    per-row scale, so any row-scaled value of the sum fed in its place clears the norm's output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(251)
+        self.mix, self.head = torch.nn.Linear(16, 16), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        h = x + self.mix(x)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+        return self.head(h)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_an_unsigned_activation_quantizer_before_a_scale_blind_norm_is_named_with_its_pair(exporter):
+    """A residual sum quantised as uint8 with zero point 0 (every negative entry clipped to 0) before an RMS
+    norm: the DequantizeLinear's value is PyTorch's sum after its pair, the same op its QuantizeLinear reads —
+    not the norm's output, which fed there clears the norm too.  Both nodes are named, the quantization undone
+    confirms it."""
+    model, x = _ResidualNorm().eval(), torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(252))
+    proto = dc.export(model, (x,), exporter)
+    add = next(n for n in proto.graph.node if n.op_type == "Add" and not any(
+        i.name in n.input for i in proto.graph.initializer))
+    with torch.no_grad():
+        top = float(model.mix(x).add(x).max())
+    out = add.output[0]
+    add.output[0] = out + "_raw"
+    proto.graph.initializer.extend([onnx.numpy_helper.from_array(np.array(top / 255, np.float32), "act_scale"),
+                                    onnx.numpy_helper.from_array(np.array(0, np.uint8), "act_zero_point")])
+    at = list(proto.graph.node).index(add) + 1
+    proto.graph.node.insert(at, onnx.helper.make_node("QuantizeLinear", [out + "_raw", "act_scale", "act_zero_point"],
+                                                      [out + "_uint8"], name="sum_quant"))
+    proto.graph.node.insert(at + 1, onnx.helper.make_node("DequantizeLinear", [out + "_uint8", "act_scale",
+                                                                               "act_zero_point"], [out],
+                                                          name="sum_dequant"))
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd.cause == "quantization" and fd.confirmed is True, fd.explanation
+    assert {"sum_quant", "sum_dequant"} <= set(fd.layer.segment) and len(fd.layer.segment) <= 3, fd.layer.segment

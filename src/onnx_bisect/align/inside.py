@@ -497,8 +497,14 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
             for a in sorted(held[t].equal, key=lambda a: -a.index):
                 shapes.setdefault(tuple(a.value.shape), a)
             out += [Candidate(t, a, 0.0, None, own_shape=True) for shape, a in shapes.items() if shape != v.shape]
+        handed = _carried_op(t, graph, matched)
+        if handed is not None and handed.value.size == v.size and kind(handed.value) == "f":
+            # a node handing its input on (a Q/DQ pair, a Cast) computes nothing of its own: its counterpart is
+            # the op its input holds, though that op is taken — another op's value that also clears the output
+            # (a row-scaled sum fed to a scale-blind norm) is no counterpart of it
+            out.append(Candidate(t, handed, _nearness(v.reshape(handed.value.shape), handed.value), None))
         for a in ops:
-            if id(a) in taken or id(a) in same or a.value.size != v.size or kind(a.value) != "f":
+            if id(a) in taken or id(a) in same or a.value.size != v.size or kind(a.value) != "f" or a is handed:
                 continue
             near, perm = _nearest_layout(v, a)
             scored.append((-len(read & direct[a.index]), -len(read & lineage[a.index]),
@@ -516,6 +522,19 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
                 out.append(Candidate(t, a, _nearness(v.reshape(a.value.shape), a.value), None))
             out.append(Candidate(t, a, near, perm))
     return out
+
+
+#: the nodes that hand a value on unchanged in PyTorch's computation (a quantizer's pair rounds it, a Cast
+#: changes its type): the value they compute is the value they read
+CARRYING = frozenset({"Cast", "Identity", "QuantizeLinear", "DequantizeLinear"})
+
+
+def _carried_op(tensor: str, graph: GraphIndex, matched: dict[str, Match]) -> Activation | None:
+    """The op whose value ``tensor`` holds in PyTorch when the nodes computing it only hand on a tensor matched
+    with it (strongly): through a DequantizeLinear of a QuantizeLinear, Casts, Identities."""
+    source = graph.carried_from(tensor, through=CARRYING)
+    m = matched.get(source) if source != tensor else None
+    return m.op if m is not None and m.strong else None
 
 
 #: how many nodes with a constant operand (a weight, a bias, a scale) are walked up to find the values a bad

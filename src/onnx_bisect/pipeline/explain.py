@@ -333,7 +333,7 @@ def _float_twin(p: Prepared, runner: Runner, layer, layers, references, model_fe
         return None
     try:
         return float_twin(_context(p, runner, layer, True, layers, references, model_feeds, captured, inputs,
-                                   tolerance, cmp, ops))
+                                   tolerance, cmp, ops), relu_judged=True)
     except Exception:  # noqa: BLE001 - a twin that cannot be built leaves the quantized segment to refine
         return None
 

@@ -507,13 +507,24 @@ def _identity(model, node_name: str, source: str, op_type: str = "Identity") -> 
     del node.attribute[:]
 
 
-def float_twin(ctx: DiagnosisContext, values: dict[str, np.ndarray] | None = None) -> FixedSegment | None:
+def float_twin(ctx: DiagnosisContext, values: dict[str, np.ndarray] | None = None,
+               relu_judged: bool = False) -> FixedSegment | None:
     """The model with the segment's quantization undone (its activation Q/DQ pairs made identities, its quantized
     weights replaced by PyTorch's, its integer products computed in float — with ``values``' weights where given):
     the float computation the quantized segment approximates, whose tensors pair with PyTorch's ops at float
-    noise.  None when the segment holds no Q/DQ node."""
+    noise.  None when the segment holds no Q/DQ node.  A quantizer whose range from 0 clips like a ReLU stays a
+    ReLU, unless ``relu_judged`` and only the twin without it reproduces PyTorch's output (no ReLU of PyTorch's
+    was absorbed there: the quantizer clips, and the twin is the computation without it)."""
     protos = [p for p in ctx.segment_protos if p.op_type in QUANT_OPS]
-    return _dequantized(ctx, protos, _absorbing_relu(ctx, protos), values) if protos else None
+    if not protos:
+        return None
+    relu = _absorbing_relu(ctx, protos)
+    twin = _dequantized(ctx, protos, relu, values)
+    if relu and relu_judged and not ctx.reproduces(twin):
+        plain = _dequantized(ctx, protos, set(), values)
+        if ctx.reproduces(plain):
+            return plain
+    return twin
 
 
 def explained_by_quantization(ctx: DiagnosisContext) -> bool:
