@@ -417,3 +417,58 @@ def test_a_norm_computed_with_another_norms_parameters_is_named_with_both(export
     assert fd.cause == "weight-mismatch" and fd.confirmed is True and fd.layer.pair.activation.module == "norm2", \
         fd.explanation
     assert "norm1.weight" in fd.explanation and "norm2.weight" in fd.explanation, fd.explanation
+
+
+class _Rotary(torch.nn.Module):
+    """A sequence model whose positions are encoded with cos / sin of position × inverse frequencies kept in a
+    non-persistent buffer of a few elements (rotary embeddings): the TorchScript exporter writes the buffer as a
+    Constant node a Mul reads, the dynamo exporter as an initializer."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(253)
+        self.register_buffer("inv_freq", 1.0 / 100.0 ** (torch.arange(0, 8, 2).float() / 8), persistent=False)
+        self.proj, self.head = torch.nn.Linear(16, 16), torch.nn.Linear(16, 4)
+
+    def forward(self, x, t):  # N, T, 16 and the T positions
+        angles = t[:, None] * self.inv_freq[None, :]
+        table = torch.cat((angles.cos(), angles.sin(), angles.cos(), angles.sin()), -1)
+        return self.head(self.proj(x) * table)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize("frequencies", ["as-is", "rebased"])
+def test_inverse_frequencies_kept_in_a_small_constant_node_are_compared_as_a_buffer(exporter, frequencies):
+    """A rotary table's four inverse frequencies (a non-persistent buffer), which the TorchScript exporter keeps
+    as a Constant node: as they are, the run is clean and warns of nothing; computed with another base (θ 5·10⁵
+    for 10², a config's ``rope_theta`` misread), it is a weight-mismatch naming the buffer at the node reading it,
+    confirmed by putting the buffer back (before, a Constant under a kilobyte was no weight: cause unknown)."""
+    model, x = _Rotary().eval(), torch.randn(2, 6, 16, generator=torch.Generator().manual_seed(254))
+    t = torch.arange(6, dtype=torch.float32)
+    proto = dc.export(model, (x, t), exporter)
+    freq = model.inv_freq.numpy()
+
+    def holds(t) -> bool:
+        return t.data_type == 1 and int(np.prod(t.dims)) == freq.size and np.allclose(
+            numpy_helper.to_array(t).ravel(), freq)  # (1, 4): the exporters fold the Unsqueeze
+    held = [i for i in proto.graph.initializer if holds(i)]
+    held += [n.attribute[0].t for n in proto.graph.node if n.op_type == "Constant" and n.attribute
+             and n.attribute[0].name == "value" and holds(n.attribute[0].t)]
+    assert len(held) == 1, "the exporter keeps the frequencies once"
+    if frequencies == "rebased":
+        held[0].CopyFrom(numpy_helper.from_array(
+            (numpy_helper.to_array(held[0]).astype(np.float64) ** (np.log(5e5) / np.log(100.0))).astype(np.float32),
+            held[0].name))
+    reader = next(n.name for n in proto.graph.node if n.op_type == "Mul" and any(
+        i.name in n.input for i in proto.graph.initializer if holds(i) or i.name == held[0].name) or any(
+        o.output[0] in n.input for o in proto.graph.node if o.op_type == "Constant" and o.attribute
+        and o.attribute[0].t is held[0]))
+    with dc.quiet():
+        report = onnx_bisect.bisect(model, (x, t), onnx=proto)
+    fd = report.first_divergence
+    if frequencies == "as-is":
+        assert fd is None and not report.warnings, (fd, report.warnings)
+        return
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert reader in fd.layer.segment and len(fd.layer.segment) <= 3, (reader, fd.layer.segment)
+    assert "inv_freq" in fd.explanation, fd.explanation

@@ -59,12 +59,17 @@ def lift_constants(skeleton: onnx.ModelProto, arrays: dict[str, np.ndarray]) -> 
     by an alternative, named in a finding.  The values stay the file's; the user's file is not touched."""
     graph = skeleton.graph
     taken = {i.name for i in graph.initializer} | {i.name for i in graph.input} | {o.name for o in graph.output}
+    readers: dict[str, set[str]] = {}
+    for node in graph.node:
+        for i in node.input:
+            readers.setdefault(i, set()).add(node.op_type if node.domain in ("", "ai.onnx") else "")
     kept = []
     for node in graph.node:
         value = node.attribute[0].t if node.op_type == "Constant" and node.domain in ("", "ai.onnx") \
             and len(node.attribute) == 1 and node.attribute[0].name == "value" and len(node.output) == 1 else None
         if value is None or node.output[0] in taken or value.data_type not in FLOAT_TYPES \
-                or value.data_location == onnx.TensorProto.EXTERNAL or _nbytes(value) < SPLIT_BYTES:
+                or value.data_location == onnx.TensorProto.EXTERNAL \
+                or not _weight_like(value, readers.get(node.output[0], set())):
             kept.append(node)
             continue
         init = graph.initializer.add()
@@ -75,6 +80,20 @@ def lift_constants(skeleton: onnx.ModelProto, arrays: dict[str, np.ndarray]) -> 
     if len(kept) != len(graph.node):
         graph.ClearField("node")
         graph.node.extend(kept)
+
+
+#: the ops that read a constant as data to compute with (not as an argument a shape depends on: a Resize's
+#: scales, a Pad's value): a few-element floating Constant only they read may be a parameter or buffer
+DATA_READERS = frozenset({"Mul", "Add", "Sub", "Div", "MatMul", "Gemm"})
+
+
+def _weight_like(value: onnx.TensorProto, readers: set[str]) -> bool:
+    """Whether a floating Constant node's value may be a parameter or buffer: large (a folded kernel), or a
+    vector of a few elements that arithmetic reads (a rotary embedding's inverse frequencies the TorchScript
+    exporter wrote as a Constant) — not a scalar (a scale, an epsilon), not an argument an op's output shape
+    depends on (shape inference needs it inline)."""
+    return _nbytes(value) >= SPLIT_BYTES or bool(readers) and readers <= DATA_READERS and len(value.dims) >= 1 \
+        and declared_size(value, "Constant") >= 2
 
 
 def _placeholder(init: onnx.TensorProto) -> None:
