@@ -1841,3 +1841,7 @@ FAULTS.update({k.name: k for k in sweep_faults_nineteen.KINDS})
 import sweep_faults_twenty  # noqa: E402
 
 FAULTS.update({k.name: k for k in sweep_faults_twenty.KINDS})
+# the twenty-first set (scripts/sweep_faults_twentyone.py)
+import sweep_faults_twentyone  # noqa: E402
+
+FAULTS.update({k.name: k for k in sweep_faults_twentyone.KINDS})
