@@ -104,3 +104,41 @@ def test_a_bias_added_again_after_the_gemm_that_adds_it_is_an_op_pytorch_does_no
         fd = onnx_bisect.bisect(model, inputs, onnx=proto).first_divergence
     _found(fd, "planted_bias_again", cause="attribute-mismatch", at_most=3)
     assert f"which {gemm.name} (Gemm) applies already" in fd.explanation, fd.explanation
+
+
+class _Pooled(torch.nn.Module):
+    """A small CNN head: conv, an activation, a global average pool, a classifier."""
+
+    def __init__(self, act: str):
+        super().__init__()
+        torch.manual_seed(255)
+        self.conv, self.fc = torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.Linear(8, 4)
+        self.act = torch.nn.ReLU() if act == "relu" else torch.nn.Sigmoid()
+
+    def forward(self, x):
+        return self.fc(self.act(self.conv(x)).mean((2, 3)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+@pytest.mark.parametrize("act", ["relu", "sigmoid"])
+def test_an_activation_applied_after_the_pool_instead_of_before_is_named_at_both_nodes(exporter, act):
+    """The pool reads the convolution's output and a copy of the activation follows the pool (act(pool(x)) for
+    pool(act(x)): a port reordering a head): the pool rewired to the activation's output and the copy left out
+    reproduce PyTorch — both nodes are named (a ReLU after the rewired pool changes nothing, so the rewiring alone
+    named the pool only; a Sigmoid's copy did not let the rewiring alone reproduce)."""
+    model = _Pooled(act).eval()
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(256))
+    proto = dc.export(model, (x,), exporter)
+    kind = "Relu" if act == "relu" else "Sigmoid"
+    activation = next(n for n in proto.graph.node if n.op_type == kind)
+    pool = next(n for n in proto.graph.node if activation.output[0] in n.input)
+    pool.input[list(pool.input).index(activation.output[0])] = activation.input[0]
+    out = pool.output[0]
+    pool.output[0] = out + "_pooled"
+    proto.graph.node.insert(list(proto.graph.node).index(pool) + 1,
+                            helper.make_node(kind, [out + "_pooled"], [out], name="act_after_pool"))
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert {pool.name, "act_after_pool"} <= set(fd.layer.segment) and len(fd.layer.segment) <= 3, fd.layer.segment
+    assert "order swapped" in fd.explanation, fd.explanation

@@ -61,6 +61,13 @@ def rewirings(ctx, proto, make) -> Iterator:
         for other in others:
             if other in values and values[other].shape == now.shape and not ctx.compare(values[other], now).ok:
                 yield from _outputs_exchanged(ctx, proto, tensor, other, held, values[other], make)
+                after = _applied_after(ctx, proto, tensor, other)
+                if after is not None:  # the op moved past the node: both put back
+                    alt = make(proto.name, f"input {i} (node {after.name} applies the {after.op_type} that computes "
+                               f"'{other}' to this node's output instead: the two ops' order swapped)", tensor, other,
+                               "the PyTorch output", _both(_input_read(proto.name, i, other),
+                                                          identity_of(after.name, after.input[0])))
+                    yield dataclasses.replace(alt, shows_in=(after.name,)) if alt is not None else alt
                 alt = make(proto.name, f"input {i}", tensor, other, "the PyTorch output",
                            _input_read(proto.name, i, other))
                 copy = _repeated_block(ctx, proto, tensor, other)
@@ -421,6 +428,40 @@ def repeated_blocks(ctx, protos, make) -> Iterator:
                     "the block applied once (the copy left out)", "the PyTorch output",
                     identity_of(last.name, tensor)), shows_in=copy)
                 break
+
+
+def _applied_after(ctx, proto, tensor: str, other: str):
+    """The node applying, to ``proto``'s output, the op that computes ``other`` from ``tensor`` (one node of one
+    computed input, the same attributes and constants), where ``proto`` reads ``tensor``: the op moved past the
+    node (a pool before the activation it should pool, a norm after the activation it should precede) — that
+    node's proto, or None.  It must be the output's only reader."""
+    graph = ctx.onnx.graph
+    op = graph.node_of(other)
+    if op is None or len(op.outputs) != 1 or not op.inputs or op.inputs[0] != tensor or any(
+            t and not graph.is_constant(t) for t in op.inputs[1:]) or len(proto.output) != 1:
+        return None
+    readers = graph.consumers.get(proto.output[0], ())
+    if len(readers) != 1:
+        return None
+    later = graph.nodes[readers[0]]
+    if later.op_type != op.op_type or later.domain != op.domain or len(later.inputs) != len(op.inputs) \
+            or later.inputs[0] != proto.output[0]:
+        return None
+    first, second = ctx.node(op.name), ctx.node(later.name)
+    if first is None or second is None or list(first.attribute) != list(second.attribute):
+        return None
+    for a, b in zip(op.inputs[1:], later.inputs[1:]):
+        va, vb = (ctx.constant(a), ctx.constant(b)) if a and b else (None, None)
+        if bool(a) != bool(b) or a and (va is None or vb is None or va.shape != vb.shape or not np.array_equal(va, vb)):
+            return None
+    return second
+
+
+def _both(first, second):
+    """Two edits applied one after the other."""
+    def edit(model, weights):
+        return second(*first(model, weights))
+    return edit
 
 
 def _repeated_block(ctx, proto, tensor: str, other: str) -> tuple[str, ...]:
