@@ -676,3 +676,60 @@ def test_a_blur_before_a_strided_conv_is_named_and_removed(provenance, tmp_path)
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True and name in fd.layer.segment, fd.explanation
     assert len(fd.layer.segment) <= 3 and f"{name}.op = Conv" in fd.explanation and "removed" in fd.explanation, \
         fd.explanation
+
+
+class _Attention(torch.nn.Module):
+    """Two heads of self-attention with explicit scores (q·kᵀ / √d, a softmax, the values' weighted sum) and a
+    residual head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(257)
+        self.q, self.k, self.v, self.o = (torch.nn.Linear(8, 8) for _ in range(4))
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x):  # (1, 6, 8)
+        q, k, v = (p(x).reshape(1, 6, 2, 4).transpose(1, 2) for p in (self.q, self.k, self.v))
+        a = torch.softmax(q @ k.transpose(-1, -2) / 2.0, dim=-1) @ v
+        return self.head(x + self.o(a.transpose(1, 2).reshape(1, 6, 8)))
+
+
+def _scores_and_values(proto):
+    """The attention's scores MatMul and its values MatMul (the one reading the softmax)."""
+    softmax = next(n for n in proto.graph.node if n.op_type == "Softmax")
+    values = next(n for n in proto.graph.node if n.op_type == "MatMul" and softmax.output[0] in n.input)
+    seen, frontier = set(), [softmax.input[0]]
+    producers = {o: n for n in proto.graph.node for o in n.output}
+    while frontier:
+        node = producers.get(frontier.pop())
+        if node is None or node.name in seen:
+            continue
+        if node.op_type == "MatMul":
+            return node, values
+        seen.add(node.name)
+        frontier.extend(node.input)
+    raise AssertionError("no scores MatMul")
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_queries_keys_and_values_clipped_are_named_and_removed_together(exporter):
+    """Clips on the queries, keys (before the scores) and values (before their product), each at a bound of its
+    own (a port's ``clip_qkv``): removing any one leaves the others' error, so the three are left out together
+    and named — those past the divergent segment too."""
+    model, x = _Attention().eval(), torch.randn(1, 6, 8, generator=torch.Generator().manual_seed(258))
+    proto = dc.export(model, (x,), exporter)
+    scores, values = _scores_and_values(proto)
+    clips = []
+    for node, index, bound in ((scores, 0, 0.3), (scores, 1, 0.25), (values, 1, 0.2)):
+        name = f"clip_{len(clips)}"
+        proto.graph.initializer.extend([numpy_helper.from_array(np.array(-bound, np.float32), name + "_min"),
+                                        numpy_helper.from_array(np.array(bound, np.float32), name + "_max")])
+        proto.graph.node.insert(list(proto.graph.node).index(node), helper.make_node(
+            "Clip", [node.input[index], name + "_min", name + "_max"], [name + "_out"], name=name))
+        node.input[index] = name + "_out"
+        clips.append(name)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert set(clips) <= set(fd.layer.segment) and len(fd.layer.segment) <= 5, fd.layer.segment
+    assert "Clip applied to 3 tensors" in fd.explanation, fd.explanation

@@ -1,0 +1,82 @@
+"""Ops the file applies in several places where PyTorch applies none: one op with the same attributes and
+operands of the same shapes on several tensors of the segment (a port's ``clip_qkv`` clipping queries, keys and
+values, each perhaps at its own bound), left out together.  Removing one op of a segment is :func:`.kind_alternatives.kind_alternatives`'s; a run of ops on one
+tensor, :func:`.kind_alternatives.extra_runs`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Iterator
+
+from .alternative_edits import retyped
+from .kind_alternatives import REMOVABLE
+
+#: how many nodes past the divergent tensor a copy of the removed ops may feed and still be named with them (an
+#: attention's value product, three nodes after its scores)
+PAST_AT_MOST = 8
+
+
+def same_removals(ctx, protos, make) -> Iterator:
+    """The removable ops of the segment (:data:`.kind_alternatives.REMOVABLE`) that apply one op — the same type
+    and attributes, constant operands of the same shapes — to several tensors, left out together: each alone leaves the others'
+    error.  Copies just past the segment (read by a node a few nodes downstream of the divergent tensor: the
+    values of the attention whose scores diverge) are named with them and left out too, their own error not
+    measured here."""
+    groups: dict[tuple, list] = {}
+    for proto in protos:
+        if proto.op_type in REMOVABLE and proto.domain in ("", "ai.onnx") and proto.input and len(proto.output) == 1:
+            key = _signature(ctx, proto)
+            if key is not None:
+                groups.setdefault(key, []).append(proto)
+    for key, members in groups.items():
+        if len(members) < 2:
+            continue
+        inside = {p.name for p in members}
+        past = [p for p in _copies_past(ctx, key) if p.name not in inside]
+        nodes = members + past
+        alt = make(members[-1].name, "op", f"{members[0].op_type} applied to {len(nodes)} tensors ("
+                   + ", ".join(p.name for p in nodes) + ")", "Identity (none of them applied)",
+                   "the PyTorch output", _removed(tuple(p.name for p in nodes)))
+        yield dataclasses.replace(alt, shows_in=tuple(p.name for p in nodes)) if alt is not None else alt
+
+
+def _signature(ctx, proto) -> tuple | None:
+    """What kind of application of the op it is, whatever it reads: its type, attributes and the shapes of its
+    constant operands (None when an operand past the first is computed)."""
+    constants = []
+    for t in proto.input[1:]:
+        if not t:
+            constants.append(None)
+            continue
+        value = ctx.constant(t)
+        if value is None:
+            return None
+        constants.append((value.dtype.str, value.shape))
+    return (proto.op_type, tuple(a.SerializeToString() for a in proto.attribute), tuple(constants))
+
+
+def _copies_past(ctx, key: tuple) -> list:
+    """The nodes of signature ``key`` outside the segment whose output a node near the divergent tensor reads."""
+    graph = ctx.onnx.graph
+    near = {n.name for n in graph.downstream(ctx.tensor, PAST_AT_MOST)}
+    found = []
+    for node in graph.nodes:
+        if node.op_type != key[0] or node.name in ctx.layer.segment:
+            continue
+        if not any(graph.nodes[c].name in near for o in node.outputs for c in graph.consumers.get(o, ())):
+            continue
+        proto = ctx.node(node.name)
+        if proto is not None and _signature(ctx, proto) == key:
+            found.append(proto)
+    return found
+
+
+def _removed(nodes: tuple[str, ...]):
+    """Each of ``nodes`` made an Identity of its first input."""
+    edits = [retyped(n, "Identity", {}, drop=None, inputs=1) for n in nodes]
+
+    def edit(model, weights):
+        for one in edits:
+            model, weights = one(model, weights)
+        return model, weights
+    return edit
