@@ -877,7 +877,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--archs", help=f"comma-separated, from {','.join(sweep_models.ARCHS)}; 'core' the twelve "
-                                   "tuned on (the default), 'heldout' ... 'heldout20' the held-out sets")
+                                   "tuned on (the default), 'heldout' ... 'heldout21' the held-out sets")
     p.add_argument("--provenances", default=",".join(PROVENANCES), help="comma-separated")
     p.add_argument("--faults", default=",".join(sweep_faults.FAULTS), help="comma-separated fault kinds")
     p.add_argument("--sites", type=int, default=2, help="faults planted per kind and file (default 2)")
@@ -904,7 +904,7 @@ def parse_args(argv=None):
               "heldout14": sweep_models.HELDOUT14, "heldout15": sweep_models.HELDOUT15,
               "heldout16": sweep_models.HELDOUT16, "heldout17": sweep_models.HELDOUT17,
               "heldout18": sweep_models.HELDOUT18, "heldout19": sweep_models.HELDOUT19,
-              "heldout20": sweep_models.HELDOUT20}
+              "heldout20": sweep_models.HELDOUT20, "heldout21": sweep_models.HELDOUT21}
     a.archs = ([x for name in a.archs.split(",") for x in groups.get(name, (name,))] if a.archs
                else list(QUICK_ARCHS if a.quick else sweep_models.CORE))
     a.provenances, a.faults = a.provenances.split(","), a.faults.split(",")

@@ -4473,6 +4473,278 @@ class ExpertChoiceNet(nn.Module):
         return x
 
 
+# --------------------------------------------------------------------------- twenty-first held-out set
+# Added after the twentieth held-out set and measured before any of their misses was looked at (``fault_sweep.py
+# --archs heldout21``): X-CLIP's vision encoder (cross-frame communication: every frame's class token projected to a
+# message token, the messages of a clip attending to each other across frames, each frame's tokens attending with
+# its message appended, the message sliced off again), the Decision Transformer (return-to-go, state and action
+# embeddings plus a shared timestep embedding, stacked and interleaved into one 3T-token sequence for a GPT-2 with
+# zero position ids, its outputs de-interleaved into state, action (tanh) and return predictions), MarkupLM (XPath
+# embeddings: one tag and one subscript embedding table per DOM depth, gathered from (N, T, depth) index inputs,
+# concatenated over the depths and summed, a ReLU FFN to the hidden size added to the token embeddings), MGP-STR (a
+# ViT on a wide text-line image and three A³ token learners: grouped 1×1 Convs to per-character attention maps,
+# softmax over the patches, an einsum pooling grouped-Conv features; character, BPE and WordPiece logits), Parakeet's
+# FastConformer encoder (a strided depthwise-separable Conv2d subsampler, Transformer-XL-style relative positional
+# attention with u / v biases and a rel-shift by pad-and-reshape, a GLU / depthwise Conv1d / BatchNorm convolution
+# module, macaron half-step FFNs), and five hand-written models: a CenterNet head (peaks kept where a 3×3 max-pool
+# equals the heatmap, TopK over the flattened class × position map, class / row / column by floor division, size
+# and offset gathered at the peaks), a KPConv point network (k-NN by TopK, neighbours gathered, kernel-point
+# correlations 1 − |d|/σ clipped by ReLU, an einsum of correlations, features and per-kernel-point weights), a QRNN
+# (a causal Conv1d to candidate / forget / output gates, fo-pooling made parallel in log space: exp of a cumsum of
+# log-sigmoid forget gates times a cumsum of the rescaled inputs), a LambdaNetwork (keys softmaxed over the
+# positions, a content lambda and relative position lambdas from a learned table gathered by relative offsets,
+# applied to the queries by einsums) and a neural CDE (a natural cubic spline of the time-augmented series, its
+# second derivatives by a fixed linear solve, RK4 over every knot interval of a vector field whose (hidden × input)
+# matrix is contracted with the spline's derivative).
+
+class XClipVision(nn.Module):
+    """An XCLIPVisionModel of two layers of 32 (4 heads) on a clip of 4 frames of 16×16 (4×4 patches): per layer every
+    frame's class token through a Linear to a message token, LayerNorm and self-attention of the messages across the 4
+    frames, the message appended to its frame's 17 tokens for the attention and sliced off before the MLP; quick GELU;
+    the last hidden state (4, 17, 32)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import XCLIPVisionConfig, XCLIPVisionModel
+        self.model = XCLIPVisionModel(XCLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, image_size=16, patch_size=4, num_frames=4))
+    def forward(self, x):  # N, 4, 3, 16, 16
+        return self.model(pixel_values=x.flatten(0, 1)).last_hidden_state
+
+class DecisionTransformer(nn.Module):
+    """A DecisionTransformerModel (a GPT-2 of two layers of 32, 4 heads, ReLU FFN of 64) on a 10-step trajectory of
+    6-d states, 3-d actions, returns-to-go and timesteps 5…14: linear return / state / action embeddings plus the
+    timestep embedding, stacked and permuted into 30 interleaved tokens, an embedding LayerNorm, zero position ids;
+    the outputs de-interleaved: next-state, tanh'd action and return predictions concatenated (N, 10, 10)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import DecisionTransformerConfig, DecisionTransformerModel
+        self.model = DecisionTransformerModel(DecisionTransformerConfig(state_dim=6, act_dim=3, hidden_size=32, max_ep_len=64, n_positions=64, n_layer=2, n_head=4, n_inner=64))
+    def forward(self, states, actions, returns, timesteps):  # N, T, 6; N, T, 3; N, T, 1; N, T
+        o = self.model(states=states, actions=actions, rewards=returns, returns_to_go=returns, timesteps=timesteps)
+        return torch.cat((o.state_preds, o.action_preds, o.return_preds), -1)
+
+class MarkupLM(nn.Module):
+    """A MarkupLMModel of two layers of 32 (4 heads) on token ids and their XPaths (tag and subscript ids per DOM
+    depth, (N, 16, 6), padded past each token's depth with the pad ids): 6 tag and 6 subscript embedding tables of 8,
+    gathered per depth, concatenated, the two sums through a ReLU FFN (48 → 128 → 32) added to the token, position
+    and type embeddings; the last hidden state (N, 16, 32)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import MarkupLMConfig, MarkupLMModel
+        self.model = MarkupLMModel(MarkupLMConfig(vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, max_position_embeddings=64, max_xpath_tag_unit_embeddings=32, max_xpath_subs_unit_embeddings=64, tag_pad_id=31, subs_pad_id=63, xpath_unit_hidden_size=8, max_depth=6), add_pooling_layer=False)
+    def forward(self, ids, tags, subs):  # N, T; N, T, 6; N, T, 6
+        return self.model(input_ids=ids, xpath_tags_seq=tags, xpath_subs_seq=subs).last_hidden_state
+
+class MgpStr(nn.Module):
+    """An MgpstrForSceneTextRecognition on a 16×32 text-line image: a ViT of two layers of 32 (4 heads, 4×4 patches,
+    a class token) and three A³ modules (LayerNorm, a grouped (8) then a plain 1×1 Conv to 6 attention maps, softmax
+    over the 33 tokens, an einsum pooling grouped-1×1-Conv features, LayerNorm) with character (10), BPE (20) and
+    WordPiece (20) heads: the three logits concatenated (N, 6, 50)."""
+    def __init__(self):
+        super().__init__()
+        from transformers import MgpstrConfig, MgpstrForSceneTextRecognition
+        self.model = MgpstrForSceneTextRecognition(MgpstrConfig(image_size=[16, 32], patch_size=4, max_token_length=6, num_character_labels=10, num_bpe_labels=20, num_wordpiece_labels=20, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=2))
+    def forward(self, x):  # N, 3, 16, 32
+        return torch.cat(self.model(pixel_values=x).logits, -1)
+
+class Parakeet(nn.Module):
+    """A ParakeetEncoder (FastConformer) of two layers of 32 (4 heads) on 64 frames of 16 mel bins: a ×4 subsampler
+    (a strided Conv2d, a strided depthwise Conv2d and a 1×1 Conv of 8 channels, ReLU, a Linear), the input scaled by
+    √32; per layer macaron half-step SiLU FFNs, relative positional attention (sinusoidal relative positions through
+    a Linear, u / v biases, the position scores rel-shifted by pad and reshape) and a convolution module (pointwise
+    Conv1d, GLU, depthwise Conv1d of 5, BatchNorm, SiLU, pointwise); the last hidden state (N, 16, 32).  Eager
+    attention: the dynamo exporter fails on SDPA's output view here."""
+    def __init__(self):
+        super().__init__()
+        from transformers import ParakeetEncoder, ParakeetEncoderConfig
+        self.model = ParakeetEncoder(ParakeetEncoderConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64, conv_kernel_size=5, subsampling_factor=4, subsampling_conv_channels=8, num_mel_bins=16, max_position_embeddings=64))
+    def forward(self, x):  # N, 64, 16
+        return self.model(input_features=x).last_hidden_state
+
+def _conv_bn_relu(cin, cout, stride):
+    """Conv 3×3 (no bias) – BatchNorm – ReLU."""
+    return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout), nn.ReLU())
+
+class CenterNet(nn.Module):
+    """A CenterNet-style detector (Zhou et al. 2019, objects as points) on 64×64 images: three stride-2 Conv–BN–ReLU
+    layers, a ConvTranspose ×2 to a 16×16 map of stride 4, heatmap (3 classes, sigmoid), size (log w, h) and offset
+    heads; decoding without NMS: peaks kept where a 3×3 stride-1 max-pool equals the heatmap, the top 10 of the
+    flattened class × position scores, class, row and column by floor division, size and offset gathered at the
+    peaks, boxes times the stride: x1, y1, x2, y2, score, class (N, 10, 6)."""
+    def __init__(self, nc=3, k=10, stride=4):
+        super().__init__()
+        self.k, self.stride = k, stride
+        self.backbone = nn.Sequential(_conv_bn_relu(3, 16, 2), _conv_bn_relu(16, 32, 2), _conv_bn_relu(32, 32, 2))
+        self.up = nn.Sequential(nn.ConvTranspose2d(32, 16, 4, 2, 1, bias=False), nn.BatchNorm2d(16), nn.ReLU())
+        self.heads = nn.ModuleList(nn.Sequential(nn.Conv2d(16, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, c, 1)) for c in (nc, 2, 2))
+    def forward(self, x):  # N, 3, 64, 64
+        f = self.up(self.backbone(x))
+        heat, wh, off = (head(f) for head in self.heads)
+        heat = heat.sigmoid()
+        hh, ww = heat.shape[2:]
+        heat = heat * (F.max_pool2d(heat, 3, 1, 1) == heat).float()
+        score, idx = heat.flatten(1).topk(self.k)  # N, K
+        cls = torch.div(idx, hh * ww, rounding_mode="floor")
+        pix = idx - cls * (hh * ww)
+        ys = torch.div(pix, ww, rounding_mode="floor")
+        xs = pix - ys * ww
+        wh = torch.gather(wh.flatten(2), 2, pix[:, None].expand(-1, 2, -1)).exp()  # N, 2, K
+        off = torch.gather(off.flatten(2), 2, pix[:, None].expand(-1, 2, -1))
+        cx, cy = xs.float() + off[:, 0], ys.float() + off[:, 1]
+        boxes = torch.stack((cx - wh[:, 0] / 2, cy - wh[:, 1] / 2, cx + wh[:, 0] / 2, cy + wh[:, 1] / 2), -1)
+        return torch.cat((boxes * self.stride, score[..., None], cls.float()[..., None]), -1)
+
+class KPConv(nn.Module):
+    """A rigid kernel-point convolution (Thomas et al. 2019): the k neighbours' positions and features gathered, each
+    neighbour's correlation with 7 fixed kernel points (centre and ±r on every axis) ReLU(1 − |rel − kp| / σ), one
+    einsum of correlations, features and per-kernel-point weights; BatchNorm1d, LeakyReLU."""
+    def __init__(self, cin, cout, sigma=0.6, radius=0.5):
+        super().__init__()
+        self.sigma = sigma
+        kp = torch.tensor([[0, 0, 0], [1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, -1, 0], [0, 0, 1], [0, 0, -1]], dtype=torch.float32)
+        self.register_buffer("kernel_points", kp * radius)
+        self.weight = nn.Parameter(torch.randn(kp.shape[0], cin, cout) / math.sqrt(cin * kp.shape[0]))
+        self.bn = nn.BatchNorm1d(cout)
+    def forward(self, pos, feat, idx):  # N, P, 3; N, P, C; N, P, K
+        n, p, k = idx.shape
+        flat = idx.reshape(n, p * k, 1)
+        nb_pos = torch.gather(pos, 1, flat.expand(-1, -1, 3)).reshape(n, p, k, 3)
+        nb_feat = torch.gather(feat, 1, flat.expand(-1, -1, feat.shape[-1])).reshape(n, p, k, -1)
+        rel = nb_pos - pos[:, :, None]
+        dist = (rel[:, :, :, None] - self.kernel_points).pow(2).sum(-1).sqrt()  # N, P, K, M
+        out = torch.einsum("npkm,npkc,mcd->npd", F.relu(1 - dist / self.sigma), nb_feat, self.weight)
+        return F.leaky_relu(self.bn(out.transpose(1, 2)).transpose(1, 2), 0.1)
+
+class KPConvNet(nn.Module):
+    """A KPConv segmentation network on 24 points in [−1, 1]³: 8 nearest neighbours (TopK of negated squared distances
+    by a matmul), three KPConv layers (a constant 1 and the coordinates → 16 → 32 → 32), a global max concatenated
+    to every point, a per-point MLP to 4 classes (N, 24, 4)."""
+    def __init__(self, k=8, cout=4):
+        super().__init__()
+        self.k = k
+        self.convs = nn.ModuleList(KPConv(cin, c) for cin, c in ((4, 16), (16, 32), (32, 32)))
+        self.head = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, cout))
+    def forward(self, pos):  # N, P, 3
+        sq = (pos * pos).sum(-1)
+        d = sq[:, :, None] + sq[:, None, :] - 2 * pos @ pos.transpose(1, 2)
+        idx = (-d).topk(self.k, dim=-1)[1]
+        h = torch.cat((torch.ones_like(pos[..., :1]), pos), -1)
+        for conv in self.convs:
+            h = conv(pos, h, idx)
+        return self.head(torch.cat((h, h.max(1, keepdim=True)[0].expand_as(h)), -1))
+
+class QRNNLayer(nn.Module):
+    """A quasi-recurrent layer (Bradbury et al. 2017): a causal Conv1d of width 2 to candidate z (tanh), forget f and
+    output o (sigmoid) gates; fo-pooling c_t = f_t c_{t−1} + (1 − f_t) z_t done in parallel: L = cumsum(log σ(f)),
+    c = exp(L) · cumsum(exp(−L) (1 − f) z); h = o c."""
+    def __init__(self, cin, c, window=2):
+        super().__init__()
+        self.window = window
+        self.conv = nn.Conv1d(cin, 3 * c, window)
+    def forward(self, x):  # N, T, C
+        z, f, o = self.conv(F.pad(x.transpose(1, 2), (self.window - 1, 0))).transpose(1, 2).chunk(3, -1)
+        logf = F.logsigmoid(f)
+        cum = torch.cumsum(logf, 1)
+        c = torch.exp(cum) * torch.cumsum(torch.exp(-cum) * (1 - logf.exp()) * torch.tanh(z), 1)
+        return torch.sigmoid(o) * c
+
+class QRNN(nn.Module):
+    """A QRNN language-model body on 16 tokens: embeddings of 32, two residual QRNN layers, LayerNorm, a Linear
+    (N, 16, 32)."""
+    def __init__(self, vocab=128, d=32, layers=2):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, d)
+        self.layers = nn.ModuleList(QRNNLayer(d, d) for _ in range(layers))
+        self.norm, self.out = nn.LayerNorm(d), nn.Linear(d, d)
+    def forward(self, ids):  # N, T
+        h = self.embed(ids)
+        for layer in self.layers:
+            h = h + layer(h)
+        return self.out(self.norm(h))
+
+class LambdaLayer(nn.Module):
+    """A lambda layer (Bello 2021) over an S×S map: BatchNorm'd queries (4 heads × 8), keys (8, softmax over the
+    positions), BatchNorm'd values (D / 4); the content lambda keysᵀ·values, position lambdas from a learned
+    (2S−1)² × 8 relative table gathered by the positions' row / column offsets, both applied to the queries
+    (einsums); the heads' outputs concatenated."""
+    def __init__(self, d, size, heads=4, k=8):
+        super().__init__()
+        self.h, self.k, self.v = heads, k, d // heads
+        self.q = nn.Sequential(nn.Conv2d(d, heads * k, 1, bias=False), nn.BatchNorm2d(heads * k))
+        self.key = nn.Conv2d(d, k, 1, bias=False)
+        self.val = nn.Sequential(nn.Conv2d(d, self.v, 1, bias=False), nn.BatchNorm2d(self.v))
+        self.rel = nn.Parameter(torch.randn(2 * size - 1, 2 * size - 1, k) * 0.3)
+        g = torch.arange(size)
+        yy, xx = (c.reshape(-1) for c in torch.meshgrid(g, g, indexing="ij"))
+        self.register_buffer("rel_y", yy[:, None] - yy[None] + size - 1)
+        self.register_buffer("rel_x", xx[:, None] - xx[None] + size - 1)
+    def forward(self, x):  # N, D, H, W
+        b, d, hh, ww = x.shape
+        q = self.q(x).reshape(b, self.h, self.k, hh * ww)
+        keys = self.key(x).reshape(b, self.k, hh * ww).softmax(-1)
+        v = self.val(x).reshape(b, self.v, hh * ww)
+        content = torch.einsum("bkm,bvm->bkv", keys, v)
+        position = torch.einsum("nmk,bvm->bnkv", self.rel[self.rel_y, self.rel_x], v)
+        y = torch.einsum("bhkn,bkv->bhvn", q, content) + torch.einsum("bhkn,bnkv->bhvn", q, position)
+        return y.reshape(b, d, hh, ww)
+
+class LambdaNet(nn.Module):
+    """A LambdaResNet-like classifier on 16×16 images: a stride-2 Conv–BN–ReLU stem to 32 channels at 8×8, two
+    residual blocks of lambda layer, BatchNorm, ReLU and a 1×1 Conv, global average pooling, a Linear to 10 (N, 10)."""
+    def __init__(self, d=32, size=8, classes=10):
+        super().__init__()
+        self.stem = _conv_bn_relu(3, d, 2)
+        self.lambdas = nn.ModuleList(LambdaLayer(d, size) for _ in range(2))
+        self.bns = nn.ModuleList(nn.BatchNorm2d(d) for _ in range(2))
+        self.pws = nn.ModuleList(nn.Conv2d(d, d, 1) for _ in range(2))
+        self.head = nn.Linear(d, classes)
+    def forward(self, x):  # N, 3, 16, 16
+        h = self.stem(x)
+        for lam, bn, pw in zip(self.lambdas, self.bns, self.pws):
+            h = h + pw(F.relu(bn(lam(h))))
+        return self.head(h.mean((2, 3)))
+
+class NeuralCDE(nn.Module):
+    """A neural controlled differential equation (Kidger et al. 2020) on 8 observations of 3 channels at t = 0…7:
+    the path [t; x] interpolated by a natural cubic spline (second derivatives by a fixed matrix, the solved
+    tridiagonal system, times the knots), the hidden state (16) from the first observation, one RK4 step per knot
+    interval of dz = f(z) dX/dt (f: a Softplus MLP to a tanh'd 16 × 4 matrix, contracted with the spline's derivative
+    at the step's start, middle and end by an einsum), a Linear readout of every knot's state (N, 8, 2)."""
+    def __init__(self, knots=8, cin=4, hid=16, width=32, cout=2):
+        super().__init__()
+        self.cin, self.hid = cin, hid
+        a, b = torch.zeros(knots, knots), torch.zeros(knots, knots)
+        a[0, 0] = a[-1, -1] = 1.0
+        for i in range(1, knots - 1):
+            a[i, i - 1:i + 2] = torch.tensor([1.0, 4.0, 1.0])
+            b[i, i - 1:i + 2] = torch.tensor([6.0, -12.0, 6.0])
+        self.register_buffer("second", torch.linalg.solve(a, b))
+        self.init = nn.Linear(cin, hid)
+        self.field = nn.Sequential(nn.Linear(hid, width), nn.Softplus(), nn.Linear(width, width), nn.Softplus(),
+                                   nn.Linear(width, hid * cin), nn.Tanh())
+        self.readout = nn.Linear(hid, cout)
+    @staticmethod
+    def dxdt(y, m, i, s):
+        """The spline's derivative on [i, i + 1] at i + s (knot values y, second derivatives m)."""
+        return y[:, i + 1] - y[:, i] - (2 * m[:, i] + m[:, i + 1]) / 6 + m[:, i] * s + (m[:, i + 1] - m[:, i]) * (s * s / 2)
+    def f(self, z, dx):
+        return torch.einsum("nhc,nc->nh", self.field(z).reshape(-1, self.hid, self.cin), dx)
+    def forward(self, x):  # N, T, 3
+        t = torch.arange(x.shape[1], dtype=x.dtype)[None, :, None].expand(x.shape[0], -1, 1)
+        y = torch.cat((t, x), -1)
+        m = self.second @ y
+        z = self.init(y[:, 0])
+        states = [z]
+        for i in range(y.shape[1] - 1):
+            d0, dh, d1 = (self.dxdt(y, m, i, s) for s in (0.0, 0.5, 1.0))
+            k1 = self.f(z, d0)
+            k2 = self.f(z + k1 / 2, dh)
+            k3 = self.f(z + k2 / 2, dh)
+            k4 = self.f(z + k3, d1)
+            z = z + (k1 + 2 * k2 + 2 * k3 + k4) / 6
+            states.append(z)
+        return self.readout(torch.stack(states, 1))
+
+
 #: arch -> (builder of the module, input maker(generator), source note)
 ARCHS = {
     "bert": (corpus_models._bert, "text16", "corpus_models"),
@@ -4707,6 +4979,17 @@ ARCHS = {
     "linformer": (Linformer, "text16", "keys and values projected along the sequence axis to 4 rows"),
     "graphunet": (GraphUNet, "graph2x10", "gPool: TopK nodes gated by sigmoid scores, adjacency gathered; gUnpool by scatter"),
     "ecmoe": (ExpertChoiceNet, "text16", "expert-choice routing: TopK tokens per expert, gather, batched FFN, scatter-add"),
+    # twenty-first held-out set (see above): ``--archs heldout21``
+    "xclip": (XClipVision, "video4x16", "cross-frame message tokens: class tokens attend across frames, appended, sliced off"),
+    "dectransformer": (DecisionTransformer, "traj10", "return / state / action tokens interleaved by stack and permute, de-interleaved"),
+    "markuplm": (MarkupLM, "xpath16", "XPath embeddings: per-depth tag / subscript tables gathered from 3-D ids, concat, FFN"),
+    "mgpstr": (MgpStr, "image16x32", "A³ token learners: grouped 1×1 Conv attention maps, softmax over patches, einsum pooling"),
+    "parakeet": (Parakeet, "fbank64x16", "FastConformer: depthwise-separable Conv2d subsampling, rel-shift relative attention"),
+    "centernet": (CenterNet, "image64", "NMS-free peaks by max-pool equality, flattened TopK, floor-division indices, gathers"),
+    "kpconv": (KPConvNet, "cloud2x24", "kernel-point correlations ReLU(1 - |d|/sigma) of gathered k-NN neighbours, einsum"),
+    "qrnn": (QRNN, "text16", "causal Conv1d gates, fo-pooling in log space: exp of a cumsum times a cumsum"),
+    "lambdanet": (LambdaNet, "image16x2", "lambda layers: keys softmaxed over positions, content and relative position lambdas"),
+    "ncde": (NeuralCDE, "series2x8x3", "natural cubic spline control path, RK4 of a matrix field contracted by einsum"),
 }
 #: the architectures the tool was tuned on, and the held-out ones
 CORE = ("bert", "gpt2", "llama", "distilbert", "vit", "swin", "t5enc", "whisper", "convnext", "cnn", "rnn", "unet")
@@ -4731,17 +5014,19 @@ HELDOUT17 = ("yoso", "longt5", "phimoe", "qwen3next", "sam", "hrnet", "resnest",
 HELDOUT18 = ("gemma3n", "zamba2", "rtdetr", "zoedepth", "llama4", "densenet", "inception", "schnet", "tft", "ntm")
 HELDOUT19 = ("florence2", "upernet", "qformer", "eomt", "mllama", "fno", "transfoxl", "egnn", "convlstm", "tacotron2")
 HELDOUT20 = ("pixtral", "dabdetr", "apertus", "lilt", "vitpose", "dit", "yolodfl", "linformer", "graphunet", "ecmoe")
+HELDOUT21 = ("xclip", "dectransformer", "markuplm", "mgpstr", "parakeet", "centernet", "kpconv", "qrnn", "lambdanet",
+             "ncde")
 HELDOUT2 = tuple(a for a in ARCHS if a not in CORE + HELDOUT + HELDOUT3 + HELDOUT4 + HELDOUT5 + HELDOUT6 + HELDOUT7
                  + HELDOUT8 + HELDOUT9 + HELDOUT10 + HELDOUT11 + HELDOUT12 + HELDOUT13 + HELDOUT14 + HELDOUT15
-                 + HELDOUT16 + HELDOUT17 + HELDOUT18 + HELDOUT19 + HELDOUT20)
+                 + HELDOUT16 + HELDOUT17 + HELDOUT18 + HELDOUT19 + HELDOUT20 + HELDOUT21)
 #: transformers models run with eager attention: the dynamo exporter fails on Swin's and T5's SDPA
 #: (scripts/corpus_models.py) and on BEiT's with a relative position bias, the TorchScript exporter on
 #: LLaMA's grouped-query SDPA (and GPT-BigCode's multi-query one, Qwen2-MoE's, Qwen3's, Phi-3's, DiffLlama's,
 #: Doge's, Bamba's, MiniMax's, Qwen2-VL's, PhiMoE's, Qwen3-Next's, Gemma 3n's, Llama 4's and Apertus's grouped-query
-#: ones)
+#: ones), the dynamo exporter again on Parakeet's (a view of SDPA's transposed output)
 EAGER = {"swin", "t5enc", "llama", "beit", "bigcode", "gemma", "swinv2", "dinov2", "qwen2moe", "nemotron", "lfm2",
          "stablelm", "granite", "qwen3", "phi3", "diffllama", "doge", "bamba", "minimax", "qwen2vl", "phimoe",
-         "qwen3next", "gemma3n", "llama4", "apertus"}
+         "qwen3next", "gemma3n", "llama4", "apertus", "parakeet"}
 
 INPUTS = {
     "text16": lambda g: (torch.randint(0, 128, (1, 16), generator=g),),
@@ -4783,6 +5068,12 @@ INPUTS = {
     "dlrm2": lambda g: _dlrm_inputs(g),
     "points2x10": lambda g: (torch.rand(2, 10, 2, generator=g),),
     "molecule2x12": lambda g: (torch.randint(1, 10, (2, 12), generator=g), torch.randn(2, 12, 3, generator=g) * 1.5),
+    "traj10": lambda g: _trajectory(g),
+    "xpath16": lambda g: _xpaths(g),
+    "image16x32": lambda g: (torch.randn(1, 3, 16, 32, generator=g),),
+    "fbank64x16": lambda g: (torch.randn(1, 64, 16, generator=g),),
+    "cloud2x24": lambda g: (torch.rand(2, 24, 3, generator=g) * 2 - 1,),
+    "series2x8x3": lambda g: (torch.randn(2, 8, 3, generator=g),),
 }
 
 
@@ -4838,6 +5129,23 @@ def _dlrm_inputs(g):
     splits = torch.randint(3, 8, (3, 1), generator=g)
     return dense, indices, torch.cat((torch.zeros_like(splits), splits), 1)
 
+
+
+def _trajectory(g):
+    """A 10-step trajectory: states (1, 10, 6), tanh'd actions (1, 10, 3), returns-to-go (1, 10, 1) and timesteps
+    5…14 (1, 10)."""
+    return (torch.randn(1, 10, 6, generator=g), torch.randn(1, 10, 3, generator=g).tanh(),
+            torch.randn(1, 10, 1, generator=g), torch.arange(5, 15)[None])
+
+
+def _xpaths(g):
+    """Token ids (1, 16) and their XPaths: tag ids below 31 and subscript ids below 63 (1, 16, 6) for a depth of 1 to
+    6 per token, the pad ids (31, 63) past it."""
+    ids = torch.randint(0, 128, (1, 16), generator=g)
+    inside = torch.arange(6) < torch.randint(1, 7, (1, 16, 1), generator=g)
+    tags = torch.where(inside, torch.randint(0, 31, (1, 16, 6), generator=g), torch.tensor(31))
+    subs = torch.where(inside, torch.randint(0, 63, (1, 16, 6), generator=g), torch.tensor(63))
+    return ids, tags, subs
 
 def build(name: str) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """``(model, inputs)`` for an architecture name, deterministic across processes."""
