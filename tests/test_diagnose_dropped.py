@@ -733,3 +733,46 @@ def test_queries_keys_and_values_clipped_are_named_and_removed_together(exporter
     assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
     assert set(clips) <= set(fd.layer.segment) and len(fd.layer.segment) <= 5, fd.layer.segment
     assert "Clip applied to 3 tensors" in fd.explanation, fd.explanation
+
+
+class _RotaryHeads(torch.nn.Module):
+    """Two heads of self-attention with rotary queries and keys (``x·cos + rotate_half(x)·sin``); with
+    ``on_values`` the values are rotated too (a port rotating a fused qkv before splitting it)."""
+
+    def __init__(self, on_values: bool = False):
+        super().__init__()
+        torch.manual_seed(259)
+        self.qkv, self.o, self.head = torch.nn.Linear(8, 24), torch.nn.Linear(8, 8), torch.nn.Linear(8, 3)
+        self.on_values = on_values
+
+    @staticmethod
+    def rotated(x, cos, sin):
+        return x * cos + torch.cat((-x[..., 2:], x[..., :2]), -1) * sin
+
+    def forward(self, x, pos):  # (1, 6, 8), the 6 positions
+        angles = pos[:, None] * torch.tensor([1.0, 0.1, 1.0, 0.1])
+        cos, sin = angles.cos(), angles.sin()
+        q, k, v = (t.reshape(1, 6, 2, 4).transpose(1, 2) for t in self.qkv(x).chunk(3, -1))
+        q, k = self.rotated(q, cos, sin), self.rotated(k, cos, sin)
+        if self.on_values:
+            v = self.rotated(v, cos, sin)
+        a = torch.softmax(q @ k.transpose(-1, -2) / 2.0, dim=-1) @ v
+        return self.head(x + self.o(a.transpose(1, 2).reshape(1, 6, 8)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_rotary_embedding_applied_to_the_values_too_is_left_out_as_a_whole(exporter):
+    """The file rotates the values as it rotates queries and keys (exported from the same weights with the
+    rotation applied to v): the seven nodes computing the rotated values from the values, several branches
+    with cos / sin read beside them, are left out together — the values read as they are — and named."""
+    model, x = _RotaryHeads().eval(), torch.randn(1, 6, 8, generator=torch.Generator().manual_seed(260))
+    pos = torch.arange(6, dtype=torch.float32)
+    rotating = _RotaryHeads(on_values=True).eval()
+    rotating.load_state_dict(model.state_dict())
+    proto = dc.export(rotating, (x, pos), exporter)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x, pos), onnx=proto).first_divergence
+    assert fd.cause == "attribute-mismatch" and fd.confirmed is True, fd.explanation
+    assert "(none of them applied)" in fd.explanation and len(fd.layer.segment) <= 12, fd.explanation
+    ops = [n.op_type for n in proto.graph.node if n.name in fd.layer.segment]
+    assert ops.count("Mul") >= 2 and "Neg" in ops and "Add" in ops, ops

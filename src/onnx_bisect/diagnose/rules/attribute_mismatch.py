@@ -19,7 +19,7 @@ from ..support.gating import swapped_gates
 from ..support.keys_values import exchanged_keys_values
 from ..support.factors import extra_factors
 from ..support.kind_alternatives import doubled_removals, extra_runs, kind_alternatives, per_block
-from ..support.inserted import same_removals
+from ..support.inserted import inserted_regions, same_removals
 from ..support.rewirings import repeated_blocks, rewirings
 from ..support.op_alternatives import boundary_swaps
 from ...records import Cause, ModuleKind, module_kind
@@ -389,6 +389,7 @@ def _candidates(ctx: DiagnosisContext):
                             doubled_removals(ctx, protos, Alternative), same_removals(ctx, protos, Alternative),
                             (alt for proto in protos for alt in kind_alternatives(ctx, proto, ctx.shape_of, Alternative)),
                             per_block(ctx, protos, Alternative), extra_runs(ctx, protos, Alternative),
+                            inserted_regions(ctx, protos, Alternative),
                             repeated_blocks(ctx, protos, Alternative), exchanged_blocks(ctx, protos, Alternative),
                             parallel_blocks(ctx, protos, Alternative),
                             swapped_gates(ctx, protos, Alternative), exchanged_keys_values(ctx, protos, Alternative),

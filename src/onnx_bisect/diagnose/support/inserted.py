@@ -1,6 +1,8 @@
 """Ops the file applies in several places where PyTorch applies none: one op with the same attributes and
 operands of the same shapes on several tensors of the segment (a port's ``clip_qkv`` clipping queries, keys and
-values, each perhaps at its own bound), left out together.  Removing one op of a segment is :func:`.kind_alternatives.kind_alternatives`'s; a run of ops on one
+values, each perhaps at its own bound), left out together; a subgraph of several branches computing a tensor
+of one shape from another (a rotary embedding applied to the values too), left out as a whole.  Removing one
+op of a segment is :func:`.kind_alternatives.kind_alternatives`'s; a run of ops on one
 tensor, :func:`.kind_alternatives.extra_runs`.
 """
 from __future__ import annotations
@@ -8,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator
 
-from .alternative_edits import retyped
+from .alternative_edits import identity_of, retyped
 from .kind_alternatives import REMOVABLE
 
 #: how many nodes past the divergent tensor a copy of the removed ops may feed and still be named with them (an
@@ -80,3 +82,71 @@ def _removed(nodes: tuple[str, ...]):
             model, weights = one(model, weights)
         return model, weights
     return edit
+
+
+#: regions tried left out, per segment: a few of the smallest first
+MAX_REGIONS = 6
+#: the most nodes a region left out may hold
+REGION_AT_MOST = 12
+
+
+def inserted_regions(ctx, protos, make) -> Iterator:
+    """A subgraph the file applies where PyTorch applies none: the nodes on every path from a tensor the segment
+    reads in more than one place to a later tensor of its shape and type (``v·cos + rotate_half(v)·sin`` on an
+    attention's values: several branches, side inputs computed apart from it), the later tensor made an Identity
+    of the first.  A run of single nodes is :func:`.kind_alternatives.extra_runs`'s; smallest regions first."""
+    graph, inside = ctx.onnx.graph, {p.name for p in protos}
+    nodes = [n for n in ctx.segment_nodes if n.name in inside]
+    produced = {o: n for n in nodes for o in n.outputs if o}
+    readers: dict[str, list] = {}
+    for n in nodes:
+        for t in dict.fromkeys(i for i in n.inputs if i and not graph.is_constant(i)):
+            readers.setdefault(t, []).append(n)
+    found = []
+    for source, read_by in readers.items():
+        shape = ctx.shape_of(source)
+        if len(read_by) < 2 or not shape or graph.elem_types.get(source) not in FLOAT_TYPES:
+            continue
+        after = _descendants(source, readers)
+        for last in nodes:
+            out = last.outputs[0] if len(last.outputs) == 1 else None
+            if last.name not in after or not out or ctx.shape_of(out) != shape \
+                    or graph.elem_types.get(out) != graph.elem_types.get(source):
+                continue
+            region = _between(last, after, produced)
+            branches = sum(1 for n in read_by if n.name in region)
+            if 2 <= len(region) <= REGION_AT_MOST and branches >= 2:
+                found.append((len(region), source, last, region))
+    for _, source, last, region in sorted(found, key=lambda f: f[0])[:MAX_REGIONS]:
+        ordered = tuple(n.name for n in nodes if n.name in region)
+        alt = make(last.name, "op", f"{len(ordered)} nodes computing '{last.outputs[0]}' from '{source}' ("
+                   + ", ".join(ordered) + ")", f"Identity of '{source}' (none of them applied)", "the PyTorch output",
+                   identity_of(last.name, source))
+        yield dataclasses.replace(alt, shows_in=ordered) if alt is not None else alt
+
+
+#: ONNX floating element types
+FLOAT_TYPES = frozenset({1, 10, 11, 16})
+
+
+def _descendants(source: str, readers: dict[str, list]) -> set[str]:
+    """The names of the segment's nodes computed from ``source``."""
+    seen, frontier = set(), [source]
+    while frontier:
+        for n in readers.get(frontier.pop(), ()):
+            if n.name not in seen:
+                seen.add(n.name)
+                frontier.extend(o for o in n.outputs if o)
+    return seen
+
+
+def _between(last, after: set[str], produced: dict) -> set[str]:
+    """The nodes computed from the source (``after``) that ``last`` is computed from, ``last`` included."""
+    region, frontier = {last.name}, [last]
+    while frontier:
+        for t in frontier.pop().inputs:
+            n = produced.get(t)
+            if n is not None and n.name in after and n.name not in region:
+                region.add(n.name)
+                frontier.append(n)
+    return region
