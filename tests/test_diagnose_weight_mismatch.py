@@ -472,3 +472,44 @@ def test_inverse_frequencies_kept_in_a_small_constant_node_are_compared_as_a_buf
     assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert reader in fd.layer.segment and len(fd.layer.segment) <= 3, (reader, fd.layer.segment)
     assert "inv_freq" in fd.explanation, fd.explanation
+
+
+class _NormedBlock(torch.nn.Module):
+    """A Linear, a LayerNorm with trained-looking (non-default) parameters, a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(261)
+        self.proj, self.norm, self.head = torch.nn.Linear(16, 16), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.normal_(0.0, 0.3)
+
+    def forward(self, x):
+        return self.head(self.norm(self.proj(x)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_a_norm_left_at_its_initial_values_in_a_renamed_file_is_paired_by_slot(exporter, tmp_path):
+    """A LayerNorm whose scale is all ones and shift all zeros (its checkpoint keys never loaded) in a file
+    whose every name was replaced: no value and no name pairs the ones or the zeros with a parameter, but the
+    norm node's scale and bias slots are the divergent LayerNorm module's weight and bias — named, restored,
+    confirmed, and read as the values a layer starts from."""
+    import fault_sweep
+
+    model, x = _NormedBlock().eval(), torch.randn(2, 5, 16, generator=torch.Generator().manual_seed(262))
+    proto = dc.export(model, (x,), exporter)
+    norm = next(n for n in proto.graph.node if n.op_type == "LayerNormalization")
+    inits = {i.name: i for i in proto.graph.initializer}
+    for slot, fill in ((1, 1.0), (2, 0.0)):
+        init = inits[norm.input[slot]]
+        init.CopyFrom(numpy_helper.from_array(np.full(tuple(init.dims), fill, np.float32), init.name))
+    onnx.save(proto, tmp_path / "bad.onnx")
+    fault_sweep.rename(tmp_path / "bad.onnx", tmp_path / "renamed.onnx")
+    renamed = onnx.load(tmp_path / "renamed.onnx")
+    node = next(n.name for n in renamed.graph.node if n.op_type == "LayerNormalization")
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=renamed).first_divergence
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True and node in fd.layer.segment, fd.explanation
+    assert "norm.weight" in fd.explanation and "norm.bias" in fd.explanation, fd.explanation
+    assert "the values a layer starts from" in fd.explanation, fd.explanation

@@ -116,6 +116,12 @@ def _repeated(ctx: DiagnosisContext, differing) -> str:
                 and np.ptp(np.asarray(ctx.initializer(n), np.float64)) == 0 and np.ptp(np.asarray(t)) > 0]
     if not repeated:
         return ""
+    initial = all(float(np.asarray(ctx.initializer(n)).ravel()[0]) in (0.0, 1.0) for n, _, _, t in differing
+                  if t is not None and ctx.initializer(n) is not None)
+    if initial:
+        return ("; ".join(repeated) + ": the values a layer starts from (ones and zeros), as if the checkpoint's "
+                "were never loaded into it (a key renamed or missing, loaded with strict=False), or a per-tensor "
+                "default written in the place of the per-channel values.")
     return ("; ".join(repeated) + ": a per-tensor value (a mean, a default) was written in the place of the "
             "per-channel one (a converter or quantizer collapsing the axis).")
 
@@ -178,7 +184,7 @@ def _differing(ctx: DiagnosisContext, candidates) -> list:
         viewed = None
         if best is None or not best[1].equal and (not _same_tensor(best, name, value) or name in folded_biases):
             owned, zeroed = _owned(ctx, name, value, candidates), _zeroed(ctx, name, value, candidates)
-            viewed = _viewed(ctx, name, value)
+            viewed = _viewed(ctx, name, value) or _slotted(ctx, name, value, candidates)
             best = zeroed or owned or viewed or best
         # zeros pair with anything of their size: only in a bias slot the module has (``_zeroed``), or named so
         if best is None or best[1].equal or not (_same_tensor(best, name, value) or best is zeroed or best is owned
@@ -304,6 +310,33 @@ def _viewed(ctx: DiagnosisContext, name: str, value: np.ndarray):
     if relation is None or relation.equal:
         return None
     return parameter, relation, tensor
+
+
+#: the parameters of a norm node's inputs past the first, in order: PyTorch's norm modules name them so
+NORM_SLOTS = {"LayerNormalization": ("weight", "bias"), "InstanceNormalization": ("weight", "bias"),
+              "GroupNormalization": ("weight", "bias"), "BatchNormalization": ("weight", "bias", "running_mean",
+                                                                                "running_var"),
+              "SimplifiedLayerNormalization": ("weight",), "RMSNormalization": ("weight",)}
+
+
+def _slotted(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
+    """``(parameter, relation, tensor)`` for an initializer a norm node of the segment reads as its scale, bias
+    or statistics, paired with the divergent norm module's parameter of that slot whatever the numbers (a norm
+    left at its initialisation — ones and zeros — relates by value to nothing; in a renamed file no name pairs
+    it either); None when the module has no such parameter of its size, or holds it exactly."""
+    readers = [p for p in ctx.segment_protos if name in p.input]
+    if len(readers) != 1 or readers[0].op_type not in NORM_SLOTS:
+        return None
+    slots, k = NORM_SLOTS[readers[0].op_type], list(readers[0].input).index(name) - 1
+    module = ctx.layer.pair.activation.module
+    if not 0 <= k < len(slots) or not module:
+        return None
+    parameter = f"{module}.{slots[k]}"
+    tensor = candidates.get(parameter)
+    if tensor is None or np.size(tensor) != value.size:
+        return None
+    relation = layout.relate(value, tensor)
+    return None if relation is None or relation.equal else (parameter, relation, tensor)
 
 
 def _equal(value: np.ndarray, tensor: np.ndarray) -> bool:
