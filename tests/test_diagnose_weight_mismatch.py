@@ -513,3 +513,39 @@ def test_a_norm_left_at_its_initial_values_in_a_renamed_file_is_paired_by_slot(e
     assert fd.cause == "weight-mismatch" and fd.confirmed is True and node in fd.layer.segment, fd.explanation
     assert "norm.weight" in fd.explanation and "norm.bias" in fd.explanation, fd.explanation
     assert "the values a layer starts from" in fd.explanation, fd.explanation
+
+
+class _Positions(torch.nn.Module):
+    """Token and learned position embeddings (positions from a buffer, as BERT's), a LayerNorm and a head."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(263)
+        self.tokens, self.positions = torch.nn.Embedding(50, 16), torch.nn.Embedding(32, 16)
+        self.register_buffer("position_ids", torch.arange(32)[None], persistent=False)
+        self.norm, self.head = torch.nn.LayerNorm(16), torch.nn.Linear(16, 4)
+
+    def forward(self, ids):  # (N, T) token ids
+        return self.head(self.norm(self.tokens(ids) + self.positions(self.position_ids[:, :ids.shape[1]])))
+
+
+def test_a_position_table_interpolated_is_the_tables_weight_not_refitted_indices():
+    """The position table resampled by 2 (row i read at i / 2: position interpolation where the model has none),
+    in a TorchScript export (the dynamo exporter folds the lookup of constant positions into a constant): the
+    file's position indices are the model's own, and indices 0, 2, 4 … fitted to the resampled rows would
+    reproduce PyTorch too — the table is named, a weight-mismatch, confirmed by putting the parameter back."""
+    model = _Positions().eval()
+    ids = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(264))
+    proto = dc.export(model, (ids,), "torchscript")
+    table = model.positions.weight.detach().numpy().astype(np.float64)
+    rows = np.arange(table.shape[0]) / 2.0
+    low, frac = np.floor(rows).astype(int), (rows - np.floor(rows))[:, None]
+    resampled = (table[low] * (1 - frac) + table[np.minimum(low + 1, table.shape[0] - 1)] * frac).astype(np.float32)
+    init = next(i for i in proto.graph.initializer if tuple(i.dims) == table.shape
+                and np.array_equal(numpy_helper.to_array(i), table.astype(np.float32)))
+    init.CopyFrom(numpy_helper.from_array(resampled, init.name))
+    reader = next(n.name for n in proto.graph.node if init.name in n.input)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (ids,), onnx=proto).first_divergence
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert reader in fd.layer.segment and "positions.weight" in fd.explanation, (fd.layer.segment, fd.explanation)

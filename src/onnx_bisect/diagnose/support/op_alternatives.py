@@ -19,6 +19,7 @@ import onnx
 
 from ...records.graph import CARRIER_OPS
 from ..context import attribute
+from . import layout
 from .alternative_edits import node_value, outputs_swapped, rewired, slices_swapped, with_attributes, with_inputs
 from .rewirings import reads_right
 from .rows import nearest_rows
@@ -90,6 +91,8 @@ def _gather(ctx, proto, make) -> Iterator:
     size = data.shape[axis]
     reference = _reference_at(ctx, proto.output[0])
     if reference is not None:
+        if _stale_table(ctx, proto.input[0], data):
+            return  # the indices would be fitted to the rows of a table that is not PyTorch's: its weight's case
         fitted = _fit_indices(data, axis, indices, reference)
         if fitted is not None and not np.array_equal(fitted, np.where(indices < 0, indices + size, indices)):
             yield make(proto.name, "indices", indices.tolist(), fitted.tolist(), "the PyTorch output",
@@ -115,6 +118,19 @@ def _gather(ctx, proto, make) -> Iterator:
                 yield make(proto.name, "indices", indices.tolist(), want.reshape(indices.shape).tolist(),
                            "the PyTorch output",
                            with_inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
+
+
+def _stale_table(ctx, tensor: str, data: np.ndarray) -> bool:
+    """Whether the gathered table is an initializer holding a PyTorch parameter's numbers changed (named after it,
+    or related: a position table resampled, another checkpoint's) and none exactly: indices fitted to its rows
+    would only make up for it (rows 0, 2, 4 … of a table interpolated by 2 hold the parameter's rows 0, 1, 2 …)."""
+    if ctx.initializer(tensor) is None:
+        return False
+    relations = {name: layout.relate(np.asarray(data), np.asarray(value))
+                 for name, value in layout.torch_candidates(ctx).items() if np.size(value) == data.size}
+    if any(r is not None and r.equal for r in relations.values()):
+        return False
+    return any(r is not None and (r.related or name == tensor) for name, r in relations.items())
 
 
 def graph_reader(ctx, proto) -> str:
