@@ -542,7 +542,8 @@ def bidir_sites(ctx: FileContext) -> list[Site]:
 def plant_rnn_bidir_merge(ctx: FileContext, site: Site, rng: np.random.Generator) -> Planted:
     """After the RNN's Y: the backward direction reversed in time (Slice forward, Slice backward, a reversing
     Slice, Concat), then the directions exchanged (one reversing Slice over the direction axis).  Planted: the
-    inserted nodes."""
+    reversing Slice (the Slices taking each direction and the Concat putting them back hand on the RNN's values
+    as they are: the reversal is the fault)."""
     d_axis, t_axis, steps = site.detail
     node = node_by_name(ctx.proto, site.node)
 
@@ -565,8 +566,9 @@ def plant_rnn_bidir_merge(ctx: FileContext, site: Site, rng: np.random.Generator
         for build, text in plans:
             out, new = _after(ctx, site.node, build)
             checked = _checked(ctx, out, [node.output[0]])
+            reversing = [n.name for n in new if n.name.endswith(("_time_reversed", "_directions_exchanged"))]
             yield None if checked is None else Planted(
-                checked, [n.name for n in new], "attribute-mismatch",
+                checked, reversing, "attribute-mismatch",
                 f"bidirectional {node.op_type} {site.node} ({steps} steps, Y {list(ctx.values[node.output[0]].shape)})"
                 f" merged wrongly: {text}", {"rnn": site.node, "variant": build.__name__})
 
