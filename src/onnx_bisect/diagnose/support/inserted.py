@@ -20,10 +20,10 @@ PAST_AT_MOST = 8
 
 def same_removals(ctx, protos, make) -> Iterator:
     """The removable ops of the segment (:data:`.kind_alternatives.REMOVABLE`) that apply one op — the same type
-    and attributes, constant operands of the same shapes — to several tensors, left out together: each alone leaves the others'
-    error.  Copies just past the segment (read by a node a few nodes downstream of the divergent tensor: the
-    values of the attention whose scores diverge) are named with them and left out too, their own error not
-    measured here."""
+    and attributes, constant operands of the same shapes — to several tensors, left out together: each alone
+    leaves the others' error.  Copies of an op whose constants are scalars (a Clip's bounds, not a norm's
+    weights) just past the segment (read by a node a few nodes downstream of the divergent tensor: the values of
+    the attention whose scores diverge) are named with them and left out too, their own error not measured here."""
     groups: dict[tuple, list] = {}
     for proto in protos:
         if proto.op_type in REMOVABLE and proto.domain in ("", "ai.onnx") and proto.input and len(proto.output) == 1:
@@ -34,12 +34,20 @@ def same_removals(ctx, protos, make) -> Iterator:
         if len(members) < 2:
             continue
         inside = {p.name for p in members}
-        past = [p for p in _copies_past(ctx, key) if p.name not in inside]
+        scalars = all(c is None or _size(c[1]) <= 1 for c in key[2])
+        past = [p for p in _copies_past(ctx, key) if p.name not in inside] if scalars else []
         nodes = members + past
         alt = make(members[-1].name, "op", f"{members[0].op_type} applied to {len(nodes)} tensors ("
                    + ", ".join(p.name for p in nodes) + ")", "Identity (none of them applied)",
                    "the PyTorch output", _removed(tuple(p.name for p in nodes)))
         yield dataclasses.replace(alt, shows_in=tuple(p.name for p in nodes)) if alt is not None else alt
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
 
 
 def _signature(ctx, proto) -> tuple | None:
