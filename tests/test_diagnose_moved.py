@@ -142,3 +142,35 @@ def test_an_activation_applied_after_the_pool_instead_of_before_is_named_at_both
     assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
     assert {pool.name, "act_after_pool"} <= set(fd.layer.segment) and len(fd.layer.segment) <= 3, fd.layer.segment
     assert "order swapped" in fd.explanation, fd.explanation
+
+
+class _Head(torch.nn.Module):
+    """An encoder layer and a prediction head ``tanh(linear(h))``; with ``before`` the tanh is applied to the
+    head's input instead (``linear(tanh(h))``: a port moving the activation in front of the layer)."""
+
+    def __init__(self, before: bool = False):
+        super().__init__()
+        torch.manual_seed(265)
+        self.encode, self.predict = torch.nn.Linear(8, 16), torch.nn.Linear(16, 3)
+        self.before = before
+
+    def forward(self, x):
+        h = torch.relu(self.encode(x))
+        return self.predict(torch.tanh(h)) if self.before else torch.tanh(self.predict(h))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_an_activation_moved_in_front_of_the_layer_is_named_with_the_layer(exporter):
+    """The file applies the head's tanh to the layer's input (exported from the same weights with the tanh
+    moved): leaving the Tanh out reproduces the layer's output, and PyTorch applies tanh to that output right
+    after while the file does not — the Tanh is named with the layer's nodes, as moved."""
+    model, x = _Head().eval(), torch.randn(4, 8, generator=torch.Generator().manual_seed(266))
+    moved = _Head(before=True).eval()
+    moved.load_state_dict(model.state_dict())
+    proto = dc.export(moved, (x,), exporter)
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    ops = [n.op_type for n in proto.graph.node if n.name in fd.layer.segment]
+    assert "Tanh" in ops and ("MatMul" in ops or "Gemm" in ops) and len(ops) <= 4, ops
+    assert "PyTorch applies it to that layer's output" in fd.explanation, fd.explanation

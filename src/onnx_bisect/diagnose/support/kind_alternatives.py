@@ -25,6 +25,7 @@ from ..context import attribute
 from . import edits
 from .form_alternatives import form_alternatives
 from .masks import dropout_probability
+from .moved_ops import applied_after
 from .alternative_edits import (grouped, grouped_readings, identity_of, repeated_block, retyped, rewired,
                                 with_attributes, with_inputs)
 from .factors import scalar_scaling
@@ -159,6 +160,10 @@ def _not_applied(ctx, proto, make) -> Iterator:
             scale, nodes = around
             alt = dataclasses.replace(alt, have=f"{op} between a scaling by 1/{scale:.6g} and one by {scale:.6g} "
                                                 f"({scale:.6g}·{op.lower()}(x / {scale:.6g}))", shows_in=nodes)
+        moved = applied_after(ctx, proto) if alt is not None and not around else ()
+        if moved:  # PyTorch applies it after the layer the file applies it before
+            alt = dataclasses.replace(alt, have=f"{op}, applied to the input of the layer {', '.join(moved)} (PyTorch "
+                                                f"applies it to that layer's output)", shows_in=moved)
         yield dataclasses.replace(alt, shows_in=chain) if chain and alt is not None else alt
 
 
