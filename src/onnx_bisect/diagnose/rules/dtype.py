@@ -141,14 +141,22 @@ def _round_trips(ctx: DiagnosisContext) -> list:
 
 def _pytorch_truncates(ctx: DiagnosisContext, down) -> bool:
     """Whether the value cast back to float is one of PyTorch's too (``.long().float()`` in the model, a
-    division with ``rounding_mode="trunc"``): the truncation is the model's."""
+    division with ``rounding_mode="trunc"``): the truncation is the model's.  Where the value cast is one of
+    PyTorch's as well, the truncated one must come after it (PyTorch truncates that value): an integer PyTorch
+    computed before it (the grid cell a fractional offset was added to) only equals the truncation."""
     graph = ctx.onnx.graph
     backs = [graph.nodes[i].outputs[0] for i in graph.consumers.get(down.output[0], ())]
-    values = ctx.computed(backs)
-    return any(value is not None and value.size and any(
-        op.value.size == value.size and op.value.dtype.kind == "f"
-        and ctx.compare(value, np.asarray(op.value).reshape(value.shape)).ok for op in ctx.ops)
-        for value in (values.get(t) for t in backs))
+    values = ctx.computed([*backs, down.input[0]])
+    before = [op.index for op in _holding(ctx, values.get(down.input[0]))]
+    return any(op.index > min(before, default=-1) for t in backs for op in _holding(ctx, values.get(t)))
+
+
+def _holding(ctx: DiagnosisContext, value) -> list:
+    """PyTorch's float ops whose value ``value`` holds (allclose)."""
+    if value is None or not value.size:
+        return []
+    return [op for op in ctx.ops if op.value.size == value.size and op.value.dtype.kind == "f"
+            and ctx.compare(value, np.asarray(op.value).reshape(value.shape)).ok]
 
 
 def _kept_in_float(ctx: DiagnosisContext, names: list[str]) -> FixedSegment:
