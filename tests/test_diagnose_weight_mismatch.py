@@ -549,3 +549,24 @@ def test_a_position_table_interpolated_is_the_tables_weight_not_refitted_indices
         fd = onnx_bisect.bisect(model, (ids,), onnx=proto).first_divergence
     assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert reader in fd.layer.segment and "positions.weight" in fd.explanation, (fd.layer.segment, fd.explanation)
+
+
+
+def test_a_norm_scale_left_at_ones_in_a_float16_file_is_its_weight_not_a_searched_exponent():
+    """A float16 LLaMA file (onnxconverter-common) whose second post-attention RMSNorm scale is all ones, judged
+    at atol = rtol = 0.01 as float16 files are: an exponent searched for the norm's Pow (x^1.x for x²) also
+    brings the output within that tolerance, but the initializer named after the parameter differs from it and
+    restoring it reproduces PyTorch — the weight is the answer (a fitted number ranks below a parameter named
+    and restored)."""
+    import rewrites
+    import sweep_models
+
+    model, inputs = sweep_models.build("llama")
+    proto = rewrites.to_float16(dc.export(model, inputs, "dynamo"))
+    name = "model.layers.1.post_attention_layernorm.weight"
+    init = next(i for i in proto.graph.initializer if i.name == name)
+    init.CopyFrom(numpy_helper.from_array(np.ones(tuple(init.dims), numpy_helper.to_array(init).dtype), name))
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, inputs, onnx=proto, atol=0.01, rtol=0.01).first_divergence
+    assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
+    assert [r["parameter"] for r in fd.evidence["parameters"]] == [name], fd.evidence

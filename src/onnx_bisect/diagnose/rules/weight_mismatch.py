@@ -18,6 +18,11 @@ from .weight_params import (concatenated_parameters, constant_activations, model
 from .weight_tables import stale_table
 
 
+#: every differing initializer bears its parameter's name: above a number the attribute rule found by searching
+#: (an exponent fitted to make up for a norm's scale left at ones), below a reading that names a function
+NAMED_CONFIDENCE = 0.89
+
+
 class WeightMismatch(Rule):
     """Pair each float initializer of the segment with its PyTorch tensor (by name, else by value; transposes and BatchNorm folds allowed)."""
 
@@ -60,7 +65,8 @@ class WeightMismatch(Rule):
             summary += (" The fix is re-run in the segment's float computation (its activation Q/DQ pairs undone and "
                         "integer products computed in float, as the quantization rule's own fix does, which alone "
                         "does not remove the divergence).")
-        return Finding(self.cause, 0.85, summary, fix, {"parameters": rows},
+        named = all(n == p for n, p, _, _ in differing)
+        return Finding(self.cause, NAMED_CONFIDENCE if named else 0.85, summary, fix, {"parameters": rows},
                        changes=weight_readers(ctx, [n for n, _, _, _ in differing]),
                        counterfactual=lambda c: _restore(c, differing))
 
