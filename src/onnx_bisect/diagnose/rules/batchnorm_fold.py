@@ -57,7 +57,8 @@ class BatchNormFold(Rule):
                 reference = functools.partial(_bn_reference, bn_name=bn_name)
             # no way of folding fits (other statistics, or another BatchNorm's): unconfirmed, that is a lead only
             confidence = 0.75 if fold["mistake"] == "running-statistics" else 0.9
-            return Finding(self.cause, confidence, summary, fix, evidence,
+            readers = [site.node] + [p.name for p in ctx.segment_protos if site.bias and site.bias in p.input]
+            return Finding(self.cause, confidence, summary, fix, evidence, changes=tuple(dict.fromkeys(readers)),
                            counterfactual=lambda c, s=site: _refold(c, s, conv, bn), reference=reference)
         # the layer before it carries no fold (a Linear before a BatchNorm1d): the BatchNorm may be its own Mul, Add
         return _scale_and_shift(ctx)
@@ -87,7 +88,7 @@ def _scale_and_shift(ctx: DiagnosisContext) -> Finding | None:
             or getattr(bn, "running_var", None) is None:
         return None
     gamma, beta, mean, var = layout.bn_arrays(bn)
-    found, outputs = {}, {}
+    found, outputs, nodes = {}, {}, {}
     for proto in ctx.segment_protos:
         if proto.op_type in ("Mul", "Add") and len(proto.input) == 2:
             for t in proto.input:
@@ -95,6 +96,7 @@ def _scale_and_shift(ctx: DiagnosisContext) -> Finding | None:
                 if value is not None and value.size == gamma.size and np.issubdtype(value.dtype, np.floating) \
                         and proto.op_type not in found and (proto.op_type == "Mul" or outputs.get("Mul") in proto.input):
                     found[proto.op_type], outputs[proto.op_type] = (t, value), proto.output[0]
+                    nodes[proto.op_type] = proto.name
     if set(found) != {"Mul", "Add"}:  # the scale's Mul, then the Add of the shift to its product
         return None
     (scale_name, scale), (shift_name, shift) = found["Mul"], found["Add"]
@@ -123,7 +125,8 @@ def _scale_and_shift(ctx: DiagnosisContext) -> Finding | None:
         for name, value, want in ((scale_name, scale, true[0]), (shift_name, shift, true[1])):
             model, weights = edits.replace_array(model, weights, name, want.reshape(value.shape).astype(value.dtype))
         return FixedSegment(model, weights)
-    return Finding(Cause.BATCHNORM_FOLD, 0.9, summary, fix, evidence, counterfactual=refolded)
+    return Finding(Cause.BATCHNORM_FOLD, 0.9, summary, fix, evidence, changes=(nodes["Mul"], nodes["Add"]),
+                   counterfactual=refolded)
 
 
 def _analyse(ctx: DiagnosisContext, w: np.ndarray, b: np.ndarray | None, conv, bn, conv_name: str,
