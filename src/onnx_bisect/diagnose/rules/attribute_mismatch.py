@@ -389,11 +389,10 @@ def _candidates(ctx: DiagnosisContext):
                             doubled_removals(ctx, protos, Alternative), same_removals(ctx, protos, Alternative),
                             (alt for proto in protos for alt in kind_alternatives(ctx, proto, ctx.shape_of, Alternative)),
                             per_block(ctx, protos, Alternative), extra_runs(ctx, protos, Alternative),
-                            inserted_regions(ctx, protos, Alternative),
                             repeated_blocks(ctx, protos, Alternative), exchanged_blocks(ctx, protos, Alternative),
                             parallel_blocks(ctx, protos, Alternative),
                             swapped_gates(ctx, protos, Alternative), exchanged_keys_values(ctx, protos, Alternative),
-                            head_counts(ctx, protos, Alternative)),
+                            head_counts(ctx, protos, Alternative), inserted_regions(ctx, protos, Alternative)),
             (alt for proto in protos for alt in searched(ctx, proto)),
             (alt for proto in protos for alt in rewirings(ctx, proto, Alternative)))
 
