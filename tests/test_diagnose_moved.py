@@ -174,3 +174,35 @@ def test_an_activation_moved_in_front_of_the_layer_is_named_with_the_layer(expor
     ops = [n.op_type for n in proto.graph.node if n.name in fd.layer.segment]
     assert "Tanh" in ops and ("MatMul" in ops or "Gemm" in ops) and len(ops) <= 4, ops
     assert "PyTorch applies it to that layer's output" in fd.explanation, fd.explanation
+
+
+class _Gated(torch.nn.Module):
+    """Two Linears, a sigmoid on the second's output."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(272)
+        self.first, self.second = torch.nn.Linear(8, 16), torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        return torch.sigmoid(self.second(self.first(x)))
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "torchscript"])
+def test_an_activation_added_in_front_of_a_layer_that_keeps_its_own_is_not_called_moved(exporter):
+    """A Sigmoid inserted on the first Linear's output while the file still applies the model's own Sigmoid after
+    the second: removing it reproduces PyTorch and PyTorch applies a sigmoid right after the layer — but so does
+    the file, so the op was added, not moved: it is named removed (before, the placement reading said it belonged
+    after the layer)."""
+    model, x = _Gated().eval(), torch.randn(4, 8, generator=torch.Generator().manual_seed(273))
+    proto = dc.export(model, (x,), exporter)
+    second = [n for n in proto.graph.node if n.op_type in ("MatMul", "Gemm")][1]
+    source = next(t for t in second.input if not any(i.name == t for i in proto.graph.initializer))
+    second.input[list(second.input).index(source)] = "extra_out"
+    proto.graph.node.insert(list(proto.graph.node).index(second),
+                            helper.make_node("Sigmoid", [source], ["extra_out"], name="extra_sigmoid"))
+    with dc.quiet():
+        fd = onnx_bisect.bisect(model, (x,), onnx=proto).first_divergence
+    assert fd is not None and fd.cause == "attribute-mismatch" and fd.confirmed is True, fd and fd.explanation
+    assert "extra_sigmoid" in fd.layer.segment and "the node removed" in fd.explanation, fd.explanation
+    assert "layer's output" not in fd.explanation, fd.explanation

@@ -451,18 +451,16 @@ def test_inverse_frequencies_kept_in_a_small_constant_node_are_compared_as_a_buf
     def holds(t) -> bool:
         return t.data_type == 1 and int(np.prod(t.dims)) == freq.size and np.allclose(
             numpy_helper.to_array(t).ravel(), freq)  # (1, 4): the exporters fold the Unsqueeze
-    held = [i for i in proto.graph.initializer if holds(i)]
-    held += [n.attribute[0].t for n in proto.graph.node if n.op_type == "Constant" and n.attribute
+    held = [(i.name, i) for i in proto.graph.initializer if holds(i)]
+    held += [(n.output[0], n.attribute[0].t) for n in proto.graph.node if n.op_type == "Constant" and n.attribute
              and n.attribute[0].name == "value" and holds(n.attribute[0].t)]
     assert len(held) == 1, "the exporter keeps the frequencies once"
+    tensor, value = held[0]
     if frequencies == "rebased":
-        held[0].CopyFrom(numpy_helper.from_array(
-            (numpy_helper.to_array(held[0]).astype(np.float64) ** (np.log(5e5) / np.log(100.0))).astype(np.float32),
-            held[0].name))
-    reader = next(n.name for n in proto.graph.node if n.op_type == "Mul" and any(
-        i.name in n.input for i in proto.graph.initializer if holds(i) or i.name == held[0].name) or any(
-        o.output[0] in n.input for o in proto.graph.node if o.op_type == "Constant" and o.attribute
-        and o.attribute[0].t is held[0]))
+        value.CopyFrom(numpy_helper.from_array(
+            (numpy_helper.to_array(value).astype(np.float64) ** (np.log(5e5) / np.log(100.0))).astype(np.float32),
+            value.name))
+    reader = next(n.name for n in proto.graph.node if n.op_type == "Mul" and tensor in n.input)
     with dc.quiet():
         report = onnx_bisect.bisect(model, (x, t), onnx=proto)
     fd = report.first_divergence
@@ -549,7 +547,6 @@ def test_a_position_table_interpolated_is_the_tables_weight_not_refitted_indices
         fd = onnx_bisect.bisect(model, (ids,), onnx=proto).first_divergence
     assert fd.cause == "weight-mismatch" and fd.confirmed is True, fd.explanation
     assert reader in fd.layer.segment and "positions.weight" in fd.explanation, (fd.layer.segment, fd.explanation)
-
 
 
 def test_a_norm_scale_left_at_ones_in_a_float16_file_is_its_weight_not_a_searched_exponent():

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..records import Activation
-from ..records.graph import INTEGER_TYPES, PRODUCT_OPS, SORTING_OPS, GraphIndex
+from ..records.graph import CARRIER_OPS, INTEGER_TYPES, PRODUCT_OPS, SORTING_OPS, GraphIndex
 from ..records.rows import in_order, row_order, row_width
 from ..records.nest import informative
 from .similarity import float_noise, kind, laid_out, nearness, perms
@@ -524,15 +524,10 @@ def candidates(bad: list[str], ops: tuple[Activation, ...], values: dict[str, np
     return out
 
 
-#: the nodes that hand a value on unchanged in PyTorch's computation (a quantizer's pair rounds it, a Cast
-#: changes its type): the value they compute is the value they read
-CARRYING = frozenset({"Cast", "Identity", "QuantizeLinear", "DequantizeLinear"})
-
-
 def _carried_op(tensor: str, graph: GraphIndex, matched: dict[str, Match]) -> Activation | None:
     """The op whose value ``tensor`` holds in PyTorch when the nodes computing it only hand on a tensor matched
     with it (strongly): through a DequantizeLinear of a QuantizeLinear, Casts, Identities."""
-    source = graph.carried_from(tensor, through=CARRYING)
+    source = graph.carried_from(tensor, through=CARRIER_OPS)  # a quantizer's pair rounds, a Cast retypes
     m = matched.get(source) if source != tensor else None
     return m.op if m is not None and m.strong else None
 

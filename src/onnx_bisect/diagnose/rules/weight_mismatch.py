@@ -123,7 +123,8 @@ def _repeated(ctx: DiagnosisContext, differing) -> str:
     if not repeated:
         return ""
     initial = all(float(np.asarray(ctx.initializer(n)).ravel()[0]) in (0.0, 1.0) for n, _, _, t in differing
-                  if t is not None and ctx.initializer(n) is not None)
+                  if t is not None and ctx.initializer(n) is not None
+                  and np.ptp(np.asarray(ctx.initializer(n), np.float64)) == 0 and np.ptp(np.asarray(t)) > 0)
     if initial:
         return ("; ".join(repeated) + ": the values a layer starts from (ones and zeros), as if the checkpoint's "
                 "were never loaded into it (a key renamed or missing, loaded with strict=False), or a per-tensor "
@@ -331,8 +332,9 @@ def _slotted(ctx: DiagnosisContext, name: str, value: np.ndarray, candidates):
     left at its initialisation — ones and zeros — relates by value to nothing; in a renamed file no name pairs
     it either); None when the module has no such parameter of its size, or holds it exactly."""
     readers = [p for p in ctx.segment_protos if name in p.input]
-    if len(readers) != 1 or readers[0].op_type not in NORM_SLOTS:
-        return None
+    norms = [p for p in ctx.segment_protos if p.op_type in NORM_SLOTS]
+    if len(readers) != 1 or readers[0].op_type not in NORM_SLOTS or len(norms) != 1:
+        return None  # the segment's one norm node: the divergent norm module's (another norm's slots are not its)
     slots, k = NORM_SLOTS[readers[0].op_type], list(readers[0].input).index(name) - 1
     module = ctx.layer.pair.activation.module
     if not 0 <= k < len(slots) or not module:

@@ -89,6 +89,15 @@ def rewired(node: str, inputs: list[str]):
     return edit
 
 
+def composed(*edits):
+    """The edits applied one after the other."""
+    def edit(model, weights):
+        for one in edits:
+            model, weights = one(model, weights)
+        return model, weights
+    return edit
+
+
 def identity_of(node: str, tensor: str):
     """The node made an Identity of ``tensor`` (the op it computes left out)."""
     def edit(model, weights):

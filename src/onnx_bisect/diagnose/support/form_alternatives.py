@@ -373,6 +373,8 @@ def _activation_after_layer(ctx, proto, make) -> Iterator:
     after = [graph.nodes[i] for i in graph.consumers.get(layer.outputs[0], ())]
     if len(after) == 1 and after[0].op_type == "Add" and any(ctx.constant(t) is not None for t in after[0].inputs):
         last = after[0]  # the layer's bias, added after its product
+    if any(graph.nodes[i].op_type == proto.op_type for i in graph.consumers.get(last.outputs[0], ())):
+        return  # the file applies it after the layer too: an op added before the layer, not one moved
     what = proto.op_type if len(nodes) == 1 else f"the activation written out ({', '.join(nodes)})"
     for named in (False, True):  # the layer's output keeps its name (the activation's is new), or the other way
         alt = make(proto.name, "placement", f"{what} applied to the input of {layer.op_type} {layer.name}",

@@ -10,8 +10,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Iterator
 
-from .alternative_edits import identity_of, retyped
+import math
+
+from .alternative_edits import composed, identity_of, retyped
 from .kind_alternatives import REMOVABLE
+from .rewirings import FLOATS
 
 #: how many nodes past the divergent tensor a copy of the removed ops may feed and still be named with them (an
 #: attention's value product, three nodes after its scores)
@@ -34,20 +37,13 @@ def same_removals(ctx, protos, make) -> Iterator:
         if len(members) < 2:
             continue
         inside = {p.name for p in members}
-        scalars = all(c is None or _size(c[1]) <= 1 for c in key[2])
+        scalars = bool(key[2]) and all(c is None or math.prod(c[1]) <= 1 for c in key[2])
         past = [p for p in _copies_past(ctx, key) if p.name not in inside] if scalars else []
         nodes = members + past
         alt = make(members[-1].name, "op", f"{members[0].op_type} applied to {len(nodes)} tensors ("
                    + ", ".join(p.name for p in nodes) + ")", "Identity (none of them applied)",
                    "the PyTorch output", _removed(tuple(p.name for p in nodes)))
         yield dataclasses.replace(alt, shows_in=tuple(p.name for p in nodes)) if alt is not None else alt
-
-
-def _size(shape: tuple[int, ...]) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out
 
 
 def _signature(ctx, proto) -> tuple | None:
@@ -66,12 +62,13 @@ def _signature(ctx, proto) -> tuple | None:
 
 
 def _copies_past(ctx, key: tuple) -> list:
-    """The nodes of signature ``key`` outside the segment whose output a node near the divergent tensor reads."""
+    """The nodes of signature ``key`` outside the segment whose output a node near the divergent tensor reads,
+    themselves not computed from it (the values beside the scores, not an op after them)."""
     graph = ctx.onnx.graph
     near = {n.name for n in graph.downstream(ctx.tensor, PAST_AT_MOST)}
     found = []
     for node in graph.nodes:
-        if node.op_type != key[0] or node.name in ctx.layer.segment:
+        if node.op_type != key[0] or node.name in ctx.layer.segment or node.name in near:
             continue
         if not any(graph.nodes[c].name in near for o in node.outputs for c in graph.consumers.get(o, ())):
             continue
@@ -83,13 +80,7 @@ def _copies_past(ctx, key: tuple) -> list:
 
 def _removed(nodes: tuple[str, ...]):
     """Each of ``nodes`` made an Identity of its first input."""
-    edits = [retyped(n, "Identity", {}, drop=None, inputs=1) for n in nodes]
-
-    def edit(model, weights):
-        for one in edits:
-            model, weights = one(model, weights)
-        return model, weights
-    return edit
+    return composed(*(retyped(n, "Identity", {}, drop=None, inputs=1) for n in nodes))
 
 
 #: regions tried left out, per segment: a few of the smallest first
@@ -113,7 +104,7 @@ def inserted_regions(ctx, protos, make) -> Iterator:
     found = []
     for source, read_by in readers.items():
         shape = ctx.shape_of(source)
-        if len(read_by) < 2 or not shape or graph.elem_types.get(source) not in FLOAT_TYPES:
+        if len(read_by) < 2 or not shape or graph.elem_types.get(source) not in FLOATS:
             continue
         after = _descendants(source, readers)
         for last in nodes:
@@ -123,7 +114,7 @@ def inserted_regions(ctx, protos, make) -> Iterator:
                 continue
             region = _between(last, after, produced)
             branches = sum(1 for n in read_by if n.name in region)
-            if 2 <= len(region) <= REGION_AT_MOST and branches >= 2:
+            if 2 <= len(region) <= REGION_AT_MOST and branches >= 2 and _closed(region, last, nodes, graph):
                 found.append((len(region), source, last, region))
     for _, source, last, region in sorted(found, key=lambda f: f[0])[:MAX_REGIONS]:
         ordered = tuple(n.name for n in nodes if n.name in region)
@@ -131,10 +122,6 @@ def inserted_regions(ctx, protos, make) -> Iterator:
                    + ", ".join(ordered) + ")", f"Identity of '{source}' (none of them applied)", "the PyTorch output",
                    identity_of(last.name, source))
         yield dataclasses.replace(alt, shows_in=ordered) if alt is not None else alt
-
-
-#: ONNX floating element types
-FLOAT_TYPES = frozenset({1, 10, 11, 16})
 
 
 def _descendants(source: str, readers: dict[str, list]) -> set[str]:
@@ -146,6 +133,16 @@ def _descendants(source: str, readers: dict[str, list]) -> set[str]:
                 seen.add(n.name)
                 frontier.extend(o for o in n.outputs if o)
     return seen
+
+
+def _closed(region: set[str], last, nodes, graph) -> bool:
+    """Whether only ``last`` of the region is read outside it: leaving the region out (``last`` made an Identity
+    of the source) then leaves none of its nodes computing anything another node reads."""
+    for n in nodes:
+        if n.name in region and n is not last and any(
+                graph.nodes[c].name not in region for o in n.outputs if o for c in graph.consumers.get(o, ())):
+            return False
+    return True
 
 
 def _between(last, after: set[str], produced: dict) -> set[str]:

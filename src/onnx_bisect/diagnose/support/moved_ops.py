@@ -44,27 +44,36 @@ def applied_after(ctx, proto) -> tuple[str, ...]:
     for tensor, reference, index in _outputs_after(ctx, proto):
         if any(graph.nodes[c].op_type == proto.op_type for c in graph.consumers.get(tensor, ())):
             continue
+        reference = np.asarray(reference, np.float64).reshape(-1)
         with np.errstate(all="ignore"):
-            wanted = function(np.asarray(reference, np.float64)).reshape(-1)
-        if not np.all(np.isfinite(wanted)) or np.ptp(wanted) == 0:
-            continue
-        scale = float(np.max(np.abs(wanted))) or 1.0
-        for a in (*ctx.baseline.capture.activations, *ctx.ops):
+            wanted = function(reference)
+        scale = float(np.max(np.abs(wanted))) if wanted.size else 0.0
+        if not np.all(np.isfinite(wanted)) or np.ptp(wanted) == 0 or _near(wanted, reference, scale):
+            continue  # a ReLU of a value with no negative entry: any later copy of the value would match
+        for a in ctx.baseline.capture.activations:  # module outputs: one numbering with ``index``
             value = a.value
             if a.index <= index or value is None or np.size(value) != wanted.size or value.dtype.kind != "f":
                 continue
-            if float(np.max(np.abs(np.asarray(value, np.float64).reshape(-1) - wanted))) <= AGREE * scale:
-                return _path(ctx, proto, tensor)
+            if _near(np.asarray(value, np.float64).reshape(-1), wanted, scale):
+                path = _path(ctx, proto, tensor)
+                if path:
+                    return path
+                break
     return ()
+
+
+def _near(a: np.ndarray, b: np.ndarray, scale: float) -> bool:
+    return float(np.max(np.abs(a - b))) <= AGREE * (scale or 1.0)
 
 
 def _outputs_after(ctx, proto):
     """``(tensor, PyTorch value, capture index)`` of the divergent tensor, then of the aligned tensors a few
     nodes past ``proto`` (a segment narrowed to the op itself ends before the layer it was moved in front of)."""
-    yield ctx.tensor, ctx.reference, ctx.layer.pair.activation.index
+    if not ctx.layer.pair.activation.op:  # an op's index counts PyTorch's ops, not the module outputs
+        yield ctx.tensor, ctx.reference, ctx.layer.pair.activation.index
     near = {o for n in ctx.onnx.graph.downstream(proto.output[0], LAYER_AT_MOST) for o in n.outputs if o}
     for layer in ctx.layers:
-        if layer.pair.tensor in near and layer.pair.tensor != ctx.tensor:
+        if layer.pair.tensor in near and layer.pair.tensor != ctx.tensor and not layer.pair.activation.op:
             yield layer.pair.tensor, layer.pair.reference(), layer.pair.activation.index
 
 

@@ -17,7 +17,7 @@ from ...records import ModuleKind
 from ...records.graph import CARRIER_OPS, LAYOUT_OPS
 from ...records.nest import informative, to_numpy
 from . import edits
-from .alternative_edits import identity_of, outputs_swapped
+from .alternative_edits import composed, identity_of, outputs_swapped
 
 
 #: earlier tensors of an input's shape tried in its place, per input of a node
@@ -61,12 +61,13 @@ def rewirings(ctx, proto, make) -> Iterator:
         for other in others:
             if other in values and values[other].shape == now.shape and not ctx.compare(values[other], now).ok:
                 yield from _outputs_exchanged(ctx, proto, tensor, other, held, values[other], make)
-                after = _applied_after(ctx, proto, tensor, other)
+                after = _repeated_after(ctx, proto, tensor, other)
                 if after is not None:  # the op moved past the node: both put back
+                    past = "" if after.name in ctx.layer.segment else ", past the segment: named by its form"
                     alt = make(proto.name, f"input {i} (node {after.name} applies the {after.op_type} that computes "
-                               f"'{other}' to this node's output instead: the two ops' order swapped)", tensor, other,
-                               "the PyTorch output", _both(_input_read(proto.name, i, other),
-                                                          identity_of(after.name, after.input[0])))
+                               f"'{other}' to this node's output instead: the two ops' order swapped{past})", tensor,
+                               other, "the PyTorch output", composed(_input_read(proto.name, i, other),
+                                                                     identity_of(after.name, after.input[0])))
                     yield dataclasses.replace(alt, shows_in=(after.name,)) if alt is not None else alt
                 alt = make(proto.name, f"input {i}", tensor, other, "the PyTorch output",
                            _input_read(proto.name, i, other))
@@ -430,7 +431,7 @@ def repeated_blocks(ctx, protos, make) -> Iterator:
                 break
 
 
-def _applied_after(ctx, proto, tensor: str, other: str):
+def _repeated_after(ctx, proto, tensor: str, other: str):
     """The node applying, to ``proto``'s output, the op that computes ``other`` from ``tensor`` (one node of one
     computed input, the same attributes and constants), where ``proto`` reads ``tensor``: the op moved past the
     node (a pool before the activation it should pool, a norm after the activation it should precede) — that
@@ -455,13 +456,6 @@ def _applied_after(ctx, proto, tensor: str, other: str):
         if bool(a) != bool(b) or a and (va is None or vb is None or va.shape != vb.shape or not np.array_equal(va, vb)):
             return None
     return second
-
-
-def _both(first, second):
-    """Two edits applied one after the other."""
-    def edit(model, weights):
-        return second(*first(model, weights))
-    return edit
 
 
 def _repeated_block(ctx, proto, tensor: str, other: str) -> tuple[str, ...]:
