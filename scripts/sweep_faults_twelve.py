@@ -42,7 +42,8 @@ from sweep_faults_ten import _checked, _dynamic, _named, _value
 
 def _float_output(ctx: FileContext, node: onnx.NodeProto) -> bool:
     """The node's first output is a float tensor the clean file computes."""
-    return bool(node.output) and node.output[0] in ctx.values and ctx.values[node.output[0]].dtype.kind == "f"
+    value = ctx.values.get(node.output[0]) if node.output else None
+    return isinstance(value, np.ndarray) and value.dtype.kind == "f"  # a sequence output (SplitToSequence) is a list
 
 
 def _graph_outputs(ctx: FileContext) -> set[str]:
