@@ -53,10 +53,11 @@ FLOAT_TYPES = frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.
 
 
 def lift_constants(skeleton: onnx.ModelProto, arrays: dict[str, np.ndarray]) -> None:
-    """Make each large floating Constant node of the main graph a split-off initializer of the (tool-owned)
-    skeleton, under its output's name: onnx-simplifier leaves some folded weights as Constant nodes (a Conv's
-    kernel), and every stage then reads a weight wherever the file keeps it — compared with the parameters, fixed
-    by an alternative, named in a finding.  The values stay the file's; the user's file is not touched."""
+    """Make each floating Constant node of the main graph that may hold a weight (:func:`_weight_like`: large, or
+    a few elements arithmetic reads) a split-off initializer of the (tool-owned) skeleton, under its output's
+    name: onnx-simplifier leaves some folded weights as Constant nodes (a Conv's kernel), TorchScript a rotary
+    table's frequencies, and every stage then reads a weight wherever the file keeps it — compared with the
+    parameters, fixed by an alternative, named in a finding.  The values stay the file's; the user's file is not touched."""
     graph = skeleton.graph
     taken = {i.name for i in graph.initializer} | {i.name for i in graph.input} | {o.name for o in graph.output}
     readers: dict[str, set[str]] = {}

@@ -8,9 +8,8 @@ tensor, :func:`.kind_alternatives.extra_runs`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterator
-
 import math
+from typing import Iterator, NamedTuple
 
 from .alternative_edits import composed, identity_of, retyped
 from .kind_alternatives import REMOVABLE
@@ -21,13 +20,21 @@ from .rewirings import FLOATS
 PAST_AT_MOST = 8
 
 
+class Signature(NamedTuple):
+    """What kind of application of an op a node is, whatever it reads."""
+
+    op_type: str
+    attributes: tuple[bytes, ...]
+    constants: tuple[tuple[str, tuple[int, ...]] | None, ...]  # (dtype, shape) of each operand past the first
+
+
 def same_removals(ctx, protos, make) -> Iterator:
     """The removable ops of the segment (:data:`.kind_alternatives.REMOVABLE`) that apply one op — the same type
     and attributes, constant operands of the same shapes — to several tensors, left out together: each alone
     leaves the others' error.  Copies of an op whose constants are scalars (a Clip's bounds, not a norm's
     weights) just past the segment (read by a node a few nodes downstream of the divergent tensor: the values of
     the attention whose scores diverge) are named with them and left out too, their own error not measured here."""
-    groups: dict[tuple, list] = {}
+    groups: dict[Signature, list] = {}
     for proto in protos:
         if proto.op_type in REMOVABLE and proto.domain in ("", "ai.onnx") and proto.input and len(proto.output) == 1:
             key = _signature(ctx, proto)
@@ -37,7 +44,7 @@ def same_removals(ctx, protos, make) -> Iterator:
         if len(members) < 2:
             continue
         inside = {p.name for p in members}
-        scalars = bool(key[2]) and all(c is None or math.prod(c[1]) <= 1 for c in key[2])
+        scalars = bool(key.constants) and all(c is None or math.prod(c[1]) <= 1 for c in key.constants)
         past = [p for p in _copies_past(ctx, key) if p.name not in inside] if scalars else []
         nodes = members + past
         alt = make(members[-1].name, "op", f"{members[0].op_type} applied to {len(nodes)} tensors ("
@@ -46,9 +53,9 @@ def same_removals(ctx, protos, make) -> Iterator:
         yield dataclasses.replace(alt, shows_in=tuple(p.name for p in nodes)) if alt is not None else alt
 
 
-def _signature(ctx, proto) -> tuple | None:
-    """What kind of application of the op it is, whatever it reads: its type, attributes and the shapes of its
-    constant operands (None when an operand past the first is computed)."""
+def _signature(ctx, proto) -> Signature | None:
+    """The node's :class:`Signature`: its type, attributes and the shapes of its constant operands (None when an
+    operand past the first is computed)."""
     constants = []
     for t in proto.input[1:]:
         if not t:
@@ -58,17 +65,17 @@ def _signature(ctx, proto) -> tuple | None:
         if value is None:
             return None
         constants.append((value.dtype.str, value.shape))
-    return (proto.op_type, tuple(a.SerializeToString() for a in proto.attribute), tuple(constants))
+    return Signature(proto.op_type, tuple(a.SerializeToString() for a in proto.attribute), tuple(constants))
 
 
-def _copies_past(ctx, key: tuple) -> list:
+def _copies_past(ctx, key: Signature) -> list:
     """The nodes of signature ``key`` outside the segment whose output a node near the divergent tensor reads,
     themselves not computed from it (the values beside the scores, not an op after them)."""
     graph = ctx.onnx.graph
     near = {n.name for n in graph.downstream(ctx.tensor, PAST_AT_MOST)}
     found = []
     for node in graph.nodes:
-        if node.op_type != key[0] or node.name in ctx.layer.segment or node.name in near:
+        if node.op_type != key.op_type or node.name in ctx.layer.segment or node.name in near:
             continue
         if not any(graph.nodes[c].name in near for o in node.outputs for c in graph.consumers.get(o, ())):
             continue

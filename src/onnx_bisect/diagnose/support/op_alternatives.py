@@ -91,7 +91,7 @@ def _gather(ctx, proto, make) -> Iterator:
     size = data.shape[axis]
     reference = _reference_at(ctx, proto.output[0])
     if reference is not None:
-        if _stale_table(ctx, proto.input[0], data):
+        if _table_changed(ctx, proto.input[0], data):
             return  # the indices would be fitted to the rows of a table that is not PyTorch's: its weight's case
         fitted = _fit_indices(data, axis, indices, reference)
         if fitted is not None and not np.array_equal(fitted, np.where(indices < 0, indices + size, indices)):
@@ -120,7 +120,7 @@ def _gather(ctx, proto, make) -> Iterator:
                            with_inputs(proto.name, {1: want.reshape(indices.shape).astype(indices.dtype)}))
 
 
-def _stale_table(ctx, tensor: str, data: np.ndarray) -> bool:
+def _table_changed(ctx, tensor: str, data: np.ndarray) -> bool:
     """Whether the gathered table is an initializer holding a PyTorch parameter's numbers changed (named after it,
     or related: a position table resampled, another checkpoint's) and none exactly: indices fitted to its rows
     would only make up for it (rows 0, 2, 4 … of a table interpolated by 2 hold the parameter's rows 0, 1, 2 …)."""
