@@ -9,14 +9,16 @@ import math
 
 import numpy as np
 
-from ...align.fused_outputs import activated
-
-#: elementwise functions of one tensor ONNX Runtime's fused activations do not cover (those come from
-#: :func:`...align.fused_outputs.activated`, at the ONNX op's default attributes)
+#: elementwise functions of one tensor, as numpy computes them (the ONNX op's default attributes; a stage imports
+#: no other stage, so not align.fused_outputs.activated's table)
 FUNCTIONS = {
+    "Tanh": np.tanh,
+    "Relu": lambda x: np.maximum(x, 0),
+    "Sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
     "Exp": np.exp,
     "Abs": np.abs,
     "Neg": np.negative,
+    "Softplus": lambda x: np.logaddexp(0.0, x),
     "Softsign": lambda x: x / (1.0 + np.abs(x)),
     "Sin": np.sin,
     "Cos": np.cos,
@@ -36,7 +38,7 @@ def applied_after(ctx, proto) -> tuple[str, ...]:
     reproduces PyTorch) and the layer's output — the divergent tensor, or an aligned tensor a few nodes on — when
     PyTorch applies that function to the output's value right after (a captured value equal to it, later in
     capture order) and no node of the file applies it there: the op moved before the layer.  () otherwise."""
-    function = FUNCTIONS.get(proto.op_type) or (activated(proto.op_type, ()) if proto.op_type != "Clip" else None)
+    function = FUNCTIONS.get(proto.op_type)
     if function is None or proto.domain not in ("", "ai.onnx") or proto.attribute:
         return ()
     graph = ctx.onnx.graph
